@@ -1,0 +1,319 @@
+"""The search config: YAML + `key.path=value` overrides -> one typed, frozen `SearchConfig`.
+
+Every mistake in the file or on the command line is collected and raised as one
+`ConfigError` naming the file and each key path; nothing runs until the config is valid.
+Relative paths are resolved against the directory the command was run in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from search.errors import (
+    ConfigError,
+    Problem,
+    join_path,
+    problems_from_validation,
+    unknown_key_message,
+)
+from search.space import SpaceParam, grid_points
+from trainables.data import DataSettings
+from trainables.metrics import OBJECTIVE_METRICS
+from trainables.settings import TRAIN_KEYS, TrainSettings
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_STRICT_INT = {"strict": True}
+DEFAULT_OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
+
+
+class SearchSection(BaseModel):
+    model_config = _FROZEN
+
+    num_samples: int = Field(8, gt=0, **_STRICT_INT)  # trials in the search
+    max_concurrent_trials: int | None = Field(None, gt=0, **_STRICT_INT)  # None: as resources allow
+    sampler: Literal["tpe", "nsga2", "random"] = "tpe"  # Optuna sampler, sized to num_samples
+    seed: int = Field(0, **_STRICT_INT)  # the sampler's seed
+    objectives: dict[str, Literal["max", "min"]] = Field(
+        default_factory=lambda: dict(DEFAULT_OBJECTIVES), min_length=1
+    )
+
+    @field_validator("objectives")
+    @classmethod
+    def _known_objectives(cls, objectives: dict[str, str]) -> dict[str, str]:
+        unknown = [name for name in objectives if name not in OBJECTIVE_METRICS]
+        if unknown:
+            raise ValueError(
+                f"{unknown} cannot be objectives; choose from {list(OBJECTIVE_METRICS)}"
+            )
+        return objectives
+
+
+class ResourcesSection(BaseModel):
+    model_config = _FROZEN
+
+    cpu: float = Field(1.0, gt=0)  # CPUs per trial; also the trial's torch threads
+    gpu: float = Field(0.0, ge=0)  # GPU share per trial: 0.25 runs four trials to a card
+
+    @field_validator("gpu")
+    @classmethod
+    def _ray_gpu_rule(cls, gpu: float) -> float:
+        if gpu > 1 and gpu != int(gpu):
+            raise ValueError(f"a share above 1 GPU must be a whole number, got {gpu}")
+        return gpu
+
+
+class RunSection(BaseModel):
+    model_config = _FROZEN
+
+    storage_path: str = "ray_results"  # where Ray Tune keeps trials and checkpoints
+    max_failures: int = Field(
+        1, ge=0, **_STRICT_INT
+    )  # retries of a crashed trial from its checkpoint
+    checkpoints_to_keep: int = Field(1, gt=0, **_STRICT_INT)  # per trial, newest kept
+
+
+class TrackingSection(BaseModel):
+    model_config = _FROZEN
+
+    uri: str | None = None  # MLflow tracking URI; None: sqlite:///<cwd>/mlflow.db
+    experiment: str | None = None  # MLflow experiment; None: the config's name
+
+    @field_validator("uri")
+    @classmethod
+    def _known_scheme(cls, uri: str | None) -> str | None:
+        if uri is not None and "://" not in uri:
+            raise ValueError(
+                f"must be a URI such as sqlite:///path/mlflow.db or http://127.0.0.1:5000, "
+                f"got {uri!r} (MLflow refuses plain folders as stores)"
+            )
+        return uri
+
+
+class SearchConfig(BaseModel):
+    model_config = _FROZEN
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # names the experiment
+    data: DataSettings = DataSettings()
+    train: dict[str, Any] = Field(default_factory=dict)  # fixed trainable keys
+    space: dict[str, SpaceParam] = Field(default_factory=dict)  # sampled trainable keys
+    search: SearchSection = SearchSection()
+    resources: ResourcesSection = ResourcesSection()
+    run: RunSection = RunSection()
+    tracking: TrackingSection = TrackingSection()
+    source: str = ""  # the file it came from, for messages
+
+    @field_validator("space", mode="before")
+    @classmethod
+    def _parse_space(cls, space: Any) -> Any:
+        if not isinstance(space, Mapping):
+            return space  # pydantic reports the type
+        return {key: SpaceParam.parse(raw) for key, raw in space.items()}
+
+    @property
+    def objectives(self) -> dict[str, str]:
+        return dict(self.search.objectives)
+
+    def trainable_config(self) -> dict[str, Any]:
+        """The fixed part of every trial's config (the sampled keys are added by Tune)."""
+        return {**self.train, "data": self.data.model_dump()}
+
+    def as_yaml_dict(self) -> dict[str, Any]:
+        """The resolved config, as it would be written in a file."""
+        dumped = self.model_dump(mode="json", exclude={"space", "source"})
+        dumped["space"] = {key: param.as_yaml() for key, param in self.space.items()}
+        return dumped
+
+
+def load_config(
+    path: str | Path,
+    overrides: Sequence[str] = (),
+    flags: Mapping[str, Any] | None = None,
+    cwd: Path | None = None,
+) -> SearchConfig:
+    """Read, override, validate and resolve a config; raise one `ConfigError` for all mistakes.
+
+    `overrides` are `key.path=value` strings (value read as YAML); `flags` are values the
+    command line already parsed, by key path (e.g. {"search.num_samples": 4}).
+    """
+    cwd = cwd or Path.cwd()
+    source = str(path)
+    raw = _read_yaml(Path(path), source)
+    problems = apply_overrides(raw, overrides)
+    for key_path, value in (flags or {}).items():
+        if value is not None:
+            problems += _set_key(raw, key_path.split("."), value)
+    config, more = _validate(raw, source)
+    problems += more
+    if problems or config is None:
+        raise ConfigError(source, problems)
+    return _resolve_paths(config, cwd)
+
+
+def _read_yaml(path: Path, source: str) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(source, [Problem("", "file not found")]) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as error:
+        raise ConfigError(source, [Problem("", f"cannot be read: {error}")]) from None
+    try:
+        raw = yaml.safe_load(text)  # safe: a config is data, never code
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        reason = getattr(error, "problem", None) or str(error)
+        raise ConfigError(source, [Problem("", f"is not valid YAML: {where}{reason}")]) from None
+    if raw is None:
+        raise ConfigError(source, [Problem("", "is empty; it needs at least `name:`")])
+    if not isinstance(raw, dict):
+        raise ConfigError(source, [Problem("", f"must be a mapping of sections, got {raw!r}")])
+    return raw
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> list[Problem]:
+    """Set each `key.path=value` (value read as YAML) into `raw`.
+
+    `space.KEY=null` removes KEY from the space, so it takes its fixed or default value.
+    """
+    problems = []
+    for item in overrides:
+        key_path, sep, text = item.partition("=")
+        parts = key_path.strip().split(".")
+        if not sep or not all(parts):
+            problems.append(Problem(item, "a command-line override must look like key.path=value"))
+            continue
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            problems.append(Problem(key_path, f"the value in `{item}` is not valid YAML"))
+            continue
+        if value is None and parts[0] == "space" and len(parts) == 2:
+            space = raw.get("space")
+            if isinstance(space, dict):
+                space.pop(parts[1], None)  # `space.lr=null` stops sampling lr
+            continue
+        problems += _set_key(raw, parts, value)
+    return problems
+
+
+def _set_key(raw: dict[str, Any], parts: list[str], value: Any) -> list[Problem]:
+    node = raw
+    for depth, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            where = join_path(parts[: depth + 1])
+            return [
+                Problem(join_path(parts), f"cannot be set: {where} is {child!r}, not a mapping")
+            ]
+        node = child
+    node[parts[-1]] = value
+    return []
+
+
+def _validate(raw: dict[str, Any], source: str) -> tuple[SearchConfig | None, list[Problem]]:
+    """Structure via pydantic, then the rules between sections; all problems, sorted by key."""
+    problems: list[Problem] = []
+    config = None
+    try:
+        config = SearchConfig.model_validate({**raw, "source": source})
+    except ValidationError as error:
+        problems += problems_from_validation(error, known_keys=_known_keys)
+    train = raw.get("train") if isinstance(raw.get("train"), dict) else {}
+    space = raw.get("space") if isinstance(raw.get("space"), dict) else {}
+    problems += _train_problems(train)
+    problems += _space_problems(space, train)
+    if config is not None:
+        problems += _search_problems(config)
+    return (None if problems else config), sorted(problems, key=_section_order)
+
+
+def _train_problems(train: dict[str, Any]) -> list[Problem]:
+    if "data" in train:
+        return [Problem("train.data", "set data in the top-level `data:` section")]
+    try:
+        TrainSettings.from_config(train)
+    except ValidationError as error:
+        return problems_from_validation(error, prefix=("train",), known_keys=lambda _: TRAIN_KEYS)
+    return []
+
+
+def _space_problems(space: dict[str, Any], train: dict[str, Any]) -> list[Problem]:
+    problems = []
+    for key, raw in space.items():
+        path = f"space.{key}"
+        if key not in TRAIN_KEYS or key == "data":
+            problems.append(Problem(path, unknown_key_message(key, TRAIN_KEYS - {"data"})))
+            continue
+        if key in train:
+            problems.append(Problem(path, f"is also fixed in train.{key}; keep one of the two"))
+        try:
+            param = SpaceParam.parse(raw)
+        except ValueError:
+            continue  # the structural pass reports the syntax
+        field_type = _field_type(key)
+        for where, value in param.candidates():
+            try:
+                field_type.validate_python(value)
+            except ValidationError as error:
+                problems += problems_from_validation(error, prefix=(path + "." + where,))
+    return [Problem(p.path.replace(".[", "["), p.message) for p in problems]
+
+
+def _field_type(key: str) -> TypeAdapter:
+    field = TrainSettings.model_fields[key]
+    return TypeAdapter(Annotated[field.annotation, field])
+
+
+def _search_problems(config: SearchConfig) -> list[Problem]:
+    points = grid_points(config.space)
+    if len(points) > config.search.num_samples:
+        return [
+            Problem(
+                "search.num_samples",
+                f"must be at least the {len(points)} grid combinations of `space`, "
+                f"got {config.search.num_samples}",
+            )
+        ]
+    return []
+
+
+def _known_keys(location: tuple[Any, ...]) -> list[str]:
+    """Keys valid at a location of the config, for "did you mean" hints."""
+    model: Any = SearchConfig
+    for part in location:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None or not (
+            isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+        ):
+            return []
+        model = field.annotation
+    return [key for key in model.model_fields if key != "source"]
+
+
+_SECTIONS = list(SearchConfig.model_fields)
+
+
+def _section_order(problem: Problem) -> tuple[int, str]:
+    head = problem.path.split(".")[0].split("[")[0]
+    return (_SECTIONS.index(head) if head in _SECTIONS else -1, problem.path)
+
+
+def _resolve_paths(config: SearchConfig, cwd: Path) -> SearchConfig:
+    storage = Path(config.run.storage_path).expanduser()
+    storage = storage if storage.is_absolute() else cwd / storage
+    uri = config.tracking.uri or f"sqlite:///{cwd / 'mlflow.db'}"
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = f"sqlite:///{cwd / uri.removeprefix('sqlite:///')}"  # relative to the user's cwd
+    return config.model_copy(
+        update={
+            "run": config.run.model_copy(update={"storage_path": str(storage.resolve())}),
+            "tracking": config.tracking.model_copy(
+                update={"uri": uri, "experiment": config.tracking.experiment or config.name}
+            ),
+        }
+    )

@@ -1,0 +1,65 @@
+"""What the user reads in the terminal: the plan before the search, the table after it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from search.config import SearchConfig
+
+
+def say(message: str = "") -> None:
+    print(message, flush=True)
+
+
+def mlflow_ui_command(tracking_uri: str) -> str:
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri} in a browser"
+    return f"mlflow ui --backend-store-uri {tracking_uri}"
+
+
+def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
+    objectives = ", ".join(f"{name} ({way})" for name, way in config.objectives.items())
+    sampled = ", ".join(config.space) or "nothing (fixed config)"
+    resources = f"{config.resources.cpu:g} CPU" + (
+        f" + {config.resources.gpu:g} GPU" if config.resources.gpu else ""
+    )
+    return "\n".join(
+        [
+            f"{'Resuming' if resume else 'Search'} {experiment_dir.name}: "
+            f"{config.search.num_samples} trials, {resources} each, "
+            f"{config.search.sampler} sampler",
+            f"  sampling:   {sampled}",
+            f"  objectives: {objectives}",
+            f"  results:    {experiment_dir}",
+            f"  MLflow:     {config.tracking.uri} (experiment {config.tracking.experiment!r})",
+            f"  review:     {mlflow_ui_command(config.tracking.uri or '')}",
+        ]
+    )
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if math.isinf(value):
+            return "never" if value > 0 else "-inf"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def summary_table(frame: pd.DataFrame, sampled: Sequence[str], objectives: Sequence[str]) -> str:
+    """Trials ordered by Pareto rank: rank, status, sampled params, objectives, key metrics."""
+    key_metrics = ["best_val_acc", "throughput", "gen_gap", "peak_mem_mb"]
+    columns = ["pareto_rank", "trial_id", "status", *sampled, *objectives, *key_metrics]
+    columns = [c for c in dict.fromkeys(columns) if c in frame.columns]
+    shown = frame[columns].copy()
+    shown["pareto_rank"] = [
+        "-" if math.isnan(rank) else ("front" if rank == 0 else str(int(rank)))
+        for rank in shown["pareto_rank"].astype(float)
+    ]
+    shown = shown.rename(columns={"pareto_rank": "rank"})
+    return shown.to_string(index=False, formatters={c: _fmt for c in shown.columns})

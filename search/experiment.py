@@ -1,0 +1,61 @@
+"""Where a search lives on disk, and what `--resume` needs to find it again."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ray import tune
+
+STATE_FILE = "search_state.json"
+
+
+@dataclass(frozen=True)
+class SearchState:
+    """Written next to Tune's own state before the first trial, read by `--resume`."""
+
+    parent_run_id: str
+    tracking_uri: str
+    experiment: str
+
+    def save(self, experiment_dir: Path) -> None:
+        experiment_dir.mkdir(parents=True, exist_ok=True)
+        (experiment_dir / STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, experiment_dir: Path) -> SearchState | None:
+        path = experiment_dir / STATE_FILE
+        return cls(**json.loads(path.read_text())) if path.exists() else None
+
+
+class ExperimentNotFound(Exception):
+    pass
+
+
+def new_run_name(config_name: str) -> str:
+    return f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def find_resumable(storage: Path, config_name: str, run_name: str | None) -> Path:
+    """The experiment folder `--resume` continues: `--name`'s, or the newest of this config."""
+    if run_name is not None:
+        candidates = [storage / run_name]
+    else:
+        candidates = sorted(
+            (p for p in storage.glob(f"{config_name}-*") if p.is_dir()),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
+    for candidate in candidates:
+        # can_restore is true as soon as the Tuner exists; a search that stopped before
+        # its first trial has no experiment state to continue from.
+        if tune.Tuner.can_restore(str(candidate)) and any(
+            candidate.glob("experiment_state-*.json")
+        ):
+            return candidate
+    wanted = f"{storage / run_name}" if run_name else f"{storage}/{config_name}-*"
+    raise ExperimentNotFound(
+        f"nothing to resume at {wanted}: no search there has saved its state yet"
+    )

@@ -1,0 +1,201 @@
+"""MLflow: one parent run per search, one nested child run per trial, all on the driver.
+
+Ray's `MLflowLoggerCallback` logs every Tune bookkeeping key, one HTTP call each, and cannot
+nest runs; this callback logs only the metric schema, one batch per result, and nests each
+trial under the search's parent run with the `mlflow.parentRunId` tag. A trial that is
+retried or resumed continues its own child run (found again by its `trial_id` tag).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+from ray import tune
+
+from trainables.metrics import NUMERIC_METRICS
+
+PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
+BATCH_LIMIT = 100  # params per log_batch call allowed by MLflow
+
+
+class TrackingUnavailable(Exception):
+    """The tracking store cannot be reached; raised before any trial runs."""
+
+
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail within seconds, not after MLflow's minutes of retries, if a server is down."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s):
+            return
+    except urllib.error.HTTPError:
+        return  # something answers; MLflow's own calls will report what is wrong
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise TrackingUnavailable(
+            f"cannot reach the MLflow server at {uri} ({reason}); start it "
+            f"(`mlflow server --host 127.0.0.1 --port PORT`) or pass another --tracking-uri"
+        ) from None
+
+
+def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """{"data": {"seed": 0}} -> {"data.seed": 0}."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten(name, value))
+        else:
+            flat[name] = value
+    return flat
+
+
+def git_commit(directory: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def log_params(client: MlflowClient, run_id: str, params: Mapping[str, Any]) -> None:
+    items = [Param(key, str(value)[:PARAM_VALUE_LIMIT]) for key, value in params.items()]
+    for start in range(0, len(items), BATCH_LIMIT):
+        client.log_batch(run_id, params=items[start : start + BATCH_LIMIT])
+
+
+class ParentRun:
+    """The search's MLflow run; created once, reopened by `--resume`."""
+
+    def __init__(self, client: MlflowClient, run_id: str, experiment_id: str) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.experiment_id = experiment_id
+
+    @classmethod
+    def start(
+        cls,
+        tracking_uri: str,
+        experiment: str,
+        run_name: str,
+        params: Mapping[str, Any],
+        tags: Mapping[str, str],
+        resume_run_id: str | None = None,
+    ) -> ParentRun:
+        client = MlflowClient(tracking_uri)
+        found = client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+        if resume_run_id is not None:
+            client.update_run(resume_run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+            return cls(client, resume_run_id, experiment_id)
+        run = client.create_run(experiment_id, run_name=run_name, tags=dict(tags))
+        log_params(client, run.info.run_id, params)
+        return cls(client, run.info.run_id, experiment_id)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+
+class MlflowTrialCallback(tune.Callback):
+    """Logs each trial as a child run of the search's parent run (driver side)."""
+
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment_id: str,
+        parent_run_id: str,
+        fixed_params: Mapping[str, Any],
+    ) -> None:
+        self.tracking_uri = tracking_uri
+        self.experiment_id = experiment_id
+        self.parent_run_id = parent_run_id
+        self.fixed_params = dict(fixed_params)  # the same for every trial
+        self._client: MlflowClient | None = None
+        self._runs: dict[str, str] = {}  # trial_id -> MLflow run id
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune saves callbacks with the experiment; a client is rebuilt after restore.
+        return {**self.__dict__, "_client": None}
+
+    @property
+    def client(self) -> MlflowClient:
+        if self._client is None:
+            self._client = MlflowClient(self.tracking_uri)
+        return self._client
+
+    def run_id_for(self, trial: Any) -> str:
+        """The trial's child run, created on first sight or found again after a restart."""
+        if trial.trial_id in self._runs:
+            return self._runs[trial.trial_id]
+        existing = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=(
+                f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{self.parent_run_id}' "
+                f"and tags.trial_id = '{trial.trial_id}'"
+            ),
+            max_results=1,
+        )
+        if existing:
+            run_id = existing[0].info.run_id
+            self.client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+        else:
+            run_id = self._create_run(trial)
+        self._runs[trial.trial_id] = run_id
+        return run_id
+
+    def _create_run(self, trial: Any) -> str:
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=trial.trial_id,
+            tags={
+                MLFLOW_PARENT_RUN_ID: self.parent_run_id,
+                MLFLOW_RUN_NAME: trial.trial_id,
+                "trial_id": trial.trial_id,
+                "trial_name": str(trial),
+                "status": "running",
+            },
+        )
+        config = {key: value for key, value in trial.config.items() if key != "data"}
+        log_params(self.client, run.info.run_id, {**self.fixed_params, **config})
+        return run.info.run_id
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.run_id_for(trial)
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any
+    ) -> None:
+        step = int(result.get("epoch", result.get("training_iteration", 0)))
+        now = int(time.time() * 1000)
+        metrics = [
+            Metric(name, float(result[name]), now, step)
+            for name in NUMERIC_METRICS
+            if isinstance(result.get(name), int | float)
+        ]
+        tags = [RunTag("status", str(result["status"]))] if "status" in result else []
+        self.client.log_batch(self.run_id_for(trial), metrics=metrics, tags=tags)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.client.set_terminated(self.run_id_for(trial), status="FINISHED")
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        run_id = self.run_id_for(trial)
+        self.client.set_tag(run_id, "status", "error")
+        self.client.set_terminated(run_id, status="FAILED")

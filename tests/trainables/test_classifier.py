@@ -1,0 +1,67 @@
+import math
+from pathlib import Path
+
+import pytest
+
+from trainables.classifier import fit_classifier
+from trainables.data import PreparedData
+from trainables.metrics import METRICS, STATUS_OK
+from trainables.settings import TrainSettings
+from trainables.trial_state import STATE_FILE, load_trial_state
+
+TIMING = {"throughput", "epoch_time_s", "time_to_target_s"}
+
+
+class Reports:
+    """Collects what a trial reports, and keeps each epoch's saved state."""
+
+    def __init__(self, keep_state_dir: Path | None = None) -> None:
+        self.metrics: list[dict] = []
+        self.keep_state_dir = keep_state_dir
+        self.states: list[dict] = []
+
+    def __call__(self, metrics: dict, checkpoint_dir: Path) -> None:
+        assert (checkpoint_dir / STATE_FILE).exists()
+        self.metrics.append(metrics)
+        self.states.append(load_trial_state(checkpoint_dir))
+
+
+def settings(**changes) -> TrainSettings:
+    base = {"epochs": 3, "batch_size": 16, "train_eval_size": 16, "optimizer": "sgd", "lr": 0.02}
+    return TrainSettings(**{**base, **changes})
+
+
+def test_every_epoch_reports_every_metric_of_the_schema(tiny_data: PreparedData):
+    reports = Reports()
+    last = fit_classifier(settings(), tiny_data, reports)
+    assert [m["epoch"] for m in reports.metrics] == [1, 2, 3]
+    for metrics in reports.metrics:
+        assert set(metrics) == set(METRICS)
+        assert metrics["status"] == STATUS_OK
+        assert 0 <= metrics["val_acc"] <= 1 and metrics["throughput"] > 0
+        assert metrics["effective_batch_size"] == metrics["batch_size"] == 16
+    assert last == reports.metrics[-1]
+    assert last["best_val_acc"] == max(m["val_acc"] for m in reports.metrics)
+
+
+def test_a_trial_resumed_from_its_checkpoint_ends_like_one_that_never_stopped(
+    tiny_data: PreparedData,
+):
+    straight = Reports()
+    fit_classifier(settings(optimizer="adam", lr=1e-3), tiny_data, straight)
+
+    stopped = Reports()
+    fit_classifier(settings(optimizer="adam", lr=1e-3, epochs=1), tiny_data, stopped)
+    resumed = Reports()
+    fit_classifier(
+        settings(optimizer="adam", lr=1e-3), tiny_data, resumed, resume_state=stopped.states[-1]
+    )
+
+    assert [m["epoch"] for m in resumed.metrics] == [2, 3]
+    for name in set(METRICS) - TIMING:
+        assert resumed.metrics[-1][name] == pytest.approx(straight.metrics[-1][name]), name
+
+
+def test_time_to_target_is_infinite_when_the_target_is_out_of_reach(tiny_data: PreparedData):
+    last = fit_classifier(settings(epochs=1, target_acc=1.0), tiny_data, Reports())
+    assert math.isinf(last["time_to_target_s"]) or last["val_acc"] == 1.0

@@ -1,0 +1,60 @@
+import math
+
+import pytest
+
+from trainables.metrics import (
+    METRICS,
+    NUMERIC_METRICS,
+    OBJECTIVE_METRICS,
+    EvalScores,
+    Progress,
+    throughput,
+)
+
+
+def scores(train_eval: float, val: float, test: float) -> EvalScores:
+    return EvalScores(train_eval_acc=train_eval, val_acc=val, test_acc=test)
+
+
+def test_the_schema_names_every_metric_of_the_design_once():
+    assert set(METRICS) == {
+        "epoch", "train_loss", "train_acc", "train_eval_acc", "val_acc", "val_loss",
+        "test_acc", "best_val_acc", "best_epoch", "gen_gap", "val_test_gap", "throughput",
+        "epoch_time_s", "time_to_target_s", "batch_size", "accumulation_steps",
+        "effective_batch_size", "lr", "peak_mem_mb", "status",
+    }  # fmt: skip
+    assert "status" not in NUMERIC_METRICS
+    assert {"throughput", "best_val_acc", "gen_gap", "time_to_target_s"} <= set(OBJECTIVE_METRICS)
+
+
+def test_throughput_is_images_per_second_and_zero_for_no_time():
+    assert throughput(1000, 2.0) == 500.0
+    assert throughput(1000, 0.0) == 0.0
+
+
+def test_gaps_are_taken_at_the_best_validation_epoch_not_the_last():
+    progress = Progress().advance(1, scores(0.9, 0.80, 0.70), 1.0, target_acc=0.99)
+    progress = progress.advance(2, scores(0.99, 0.75, 0.60), 1.0, target_acc=0.99)
+    assert progress.best_epoch == 1
+    assert progress.best_val_acc == 0.80
+    assert progress.gen_gap == pytest.approx(0.9 - 0.70)
+    assert progress.val_test_gap == pytest.approx(0.10)
+
+
+def test_a_tie_in_validation_accuracy_keeps_the_earlier_epoch():
+    progress = Progress().advance(1, scores(0.8, 0.7, 0.7), 1.0, target_acc=0.99)
+    progress = progress.advance(2, scores(0.9, 0.7, 0.6), 1.0, target_acc=0.99)
+    assert progress.best_epoch == 1
+
+
+def test_time_to_target_counts_training_seconds_up_to_the_first_epoch_that_reaches_it():
+    progress = Progress()
+    for epoch, (val, seconds) in enumerate([(0.6, 2.0), (0.72, 3.0), (0.9, 4.0)], start=1):
+        progress = progress.advance(epoch, scores(val, val, val), seconds, target_acc=0.7)
+    assert progress.time_to_target_s == 5.0
+    assert progress.train_seconds == 9.0
+
+
+def test_time_to_target_is_infinite_when_the_target_is_never_reached():
+    progress = Progress().advance(1, scores(0.6, 0.6, 0.6), 2.0, target_acc=0.7)
+    assert math.isinf(progress.time_to_target_s)

@@ -1,0 +1,104 @@
+"""The one metric schema (DESIGN.md) and the pure functions that define its values.
+
+Every name here is used verbatim by `tune.report`, MLflow, the analysis DataFrame and the
+charts. `direction` says which way is better for metrics that can be objectives.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Direction = Literal["max", "min"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    description: str
+    direction: Direction | None = None  # None: not meaningful as an objective
+
+
+METRICS: dict[str, MetricSpec] = {
+    "epoch": MetricSpec("1-based epoch just finished"),
+    "train_loss": MetricSpec("mean loss over the epoch's training batches"),
+    "train_acc": MetricSpec("accuracy over the epoch's training batches (train mode)"),
+    "train_eval_acc": MetricSpec("accuracy on a fixed training subset in eval mode", "max"),
+    "val_acc": MetricSpec("validation accuracy, eval mode", "max"),
+    "val_loss": MetricSpec("validation loss, eval mode", "min"),
+    "test_acc": MetricSpec("test accuracy, eval mode", "max"),
+    "best_val_acc": MetricSpec("best val_acc so far", "max"),
+    "best_epoch": MetricSpec("epoch at which best_val_acc came"),
+    "gen_gap": MetricSpec("train_eval_acc - test_acc at the best-val epoch", "min"),
+    "val_test_gap": MetricSpec("abs(val_acc - test_acc) at the best-val epoch", "min"),
+    "throughput": MetricSpec("training images per second over the epoch, eval excluded", "max"),
+    "epoch_time_s": MetricSpec("wall seconds of the epoch's training part", "min"),
+    "time_to_target_s": MetricSpec(
+        "training seconds until val_acc >= target_acc; inf if never", "min"
+    ),
+    "batch_size": MetricSpec("physical micro-batch on the device"),
+    "accumulation_steps": MetricSpec("micro-batches per optimizer step"),
+    "effective_batch_size": MetricSpec("batch_size * accumulation_steps"),
+    "lr": MetricSpec("learning rate in effect at the end of the epoch"),
+    "peak_mem_mb": MetricSpec("peak device memory of a training step (MiB)", "min"),
+    "status": MetricSpec("ok, oom (pruned: out of memory) or diverged (non-finite loss)"),
+}
+
+NUMERIC_METRICS: tuple[str, ...] = tuple(name for name in METRICS if name != "status")
+OBJECTIVE_METRICS: tuple[str, ...] = tuple(
+    name for name, spec in METRICS.items() if spec.direction is not None
+)
+
+STATUS_OK = "ok"
+STATUS_OOM = "oom"
+STATUS_DIVERGED = "diverged"
+
+
+def throughput(images: int, seconds: float) -> float:
+    """Images per second; 0 for an epoch that took no measurable time."""
+    return images / seconds if seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class EvalScores:
+    """Eval-mode accuracies of one epoch."""
+
+    train_eval_acc: float
+    val_acc: float
+    test_acc: float
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a trial has achieved so far; updated once per epoch by `advance`.
+
+    Kept as plain numbers so it goes into the checkpoint and a resumed trial reports the
+    same best/gap/time-to-target values as one that never stopped.
+    """
+
+    best_val_acc: float = -math.inf
+    best_epoch: int = 0
+    gen_gap: float = math.nan
+    val_test_gap: float = math.nan
+    train_seconds: float = 0.0  # training time so far, eval excluded
+    time_to_target_s: float = math.inf
+
+    def advance(
+        self, epoch: int, scores: EvalScores, epoch_seconds: float, target_acc: float
+    ) -> Progress:
+        train_seconds = self.train_seconds + epoch_seconds
+        reached_now = math.isinf(self.time_to_target_s) and scores.val_acc >= target_acc
+        progress = replace(
+            self,
+            train_seconds=train_seconds,
+            time_to_target_s=train_seconds if reached_now else self.time_to_target_s,
+        )
+        if scores.val_acc > self.best_val_acc:  # strict: a tie keeps the earlier epoch
+            progress = replace(
+                progress,
+                best_val_acc=scores.val_acc,
+                best_epoch=epoch,
+                gen_gap=scores.train_eval_acc - scores.test_acc,
+                val_test_gap=abs(scores.val_acc - scores.test_acc),
+            )
+        return progress
