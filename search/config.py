@@ -112,7 +112,10 @@ class SearchConfig(BaseModel):
     def _parse_space(cls, space: Any) -> Any:
         if not isinstance(space, Mapping):
             return space  # pydantic reports the type
-        return {key: SpaceParam.parse(raw) for key, raw in space.items()}
+        return {
+            key: raw if isinstance(raw, SpaceParam) else SpaceParam.parse(raw)
+            for key, raw in space.items()
+        }
 
     @property
     def objectives(self) -> dict[str, str]:
@@ -217,19 +220,32 @@ def _set_key(raw: dict[str, Any], parts: list[str], value: Any) -> list[Problem]
 
 def _validate(raw: dict[str, Any], source: str) -> tuple[SearchConfig | None, list[Problem]]:
     """Structure via pydantic, then the rules between sections; all problems, sorted by key."""
-    problems: list[Problem] = []
+    train = raw.get("train") if isinstance(raw.get("train"), dict) else {}
+    space = raw.get("space") if isinstance(raw.get("space"), dict) else None
+    parsed_space, problems = _parse_space(space or {})
     config = None
     try:
-        config = SearchConfig.model_validate({**raw, "source": source})
+        structure = {**raw, "source": source}
+        if space is not None:
+            structure["space"] = parsed_space  # each entry's syntax is reported per key
+        config = SearchConfig.model_validate(structure)
     except ValidationError as error:
         problems += problems_from_validation(error, known_keys=_known_keys)
-    train = raw.get("train") if isinstance(raw.get("train"), dict) else {}
-    space = raw.get("space") if isinstance(raw.get("space"), dict) else {}
     problems += _train_problems(train)
-    problems += _space_problems(space, train)
+    problems += _space_problems(parsed_space, train)
     if config is not None:
         problems += _search_problems(config)
     return (None if problems else config), sorted(problems, key=_section_order)
+
+
+def _parse_space(space: dict[str, Any]) -> tuple[dict[str, SpaceParam], list[Problem]]:
+    parsed, problems = {}, []
+    for key, raw in space.items():
+        try:
+            parsed[key] = SpaceParam.parse(raw)
+        except ValueError as error:
+            problems.append(Problem(f"space.{key}", str(error)))
+    return parsed, problems
 
 
 def _train_problems(train: dict[str, Any]) -> list[Problem]:
@@ -242,26 +258,22 @@ def _train_problems(train: dict[str, Any]) -> list[Problem]:
     return []
 
 
-def _space_problems(space: dict[str, Any], train: dict[str, Any]) -> list[Problem]:
+def _space_problems(space: dict[str, SpaceParam], train: dict[str, Any]) -> list[Problem]:
     problems = []
-    for key, raw in space.items():
+    for key, param in space.items():
         path = f"space.{key}"
         if key not in TRAIN_KEYS or key == "data":
             problems.append(Problem(path, unknown_key_message(key, TRAIN_KEYS - {"data"})))
             continue
         if key in train:
             problems.append(Problem(path, f"is also fixed in train.{key}; keep one of the two"))
-        try:
-            param = SpaceParam.parse(raw)
-        except ValueError:
-            continue  # the structural pass reports the syntax
         field_type = _field_type(key)
         for where, value in param.candidates():
             try:
                 field_type.validate_python(value)
             except ValidationError as error:
-                problems += problems_from_validation(error, prefix=(path + "." + where,))
-    return [Problem(p.path.replace(".[", "["), p.message) for p in problems]
+                problems += problems_from_validation(error, prefix=(f"{path}.{where}",))
+    return problems
 
 
 def _field_type(key: str) -> TypeAdapter:

@@ -12,7 +12,6 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
 
-
 TINY_DATA = DataSettings(
     image_size=16, train_per_class=24, val_per_class=8, test_per_class=8, seed=0
 )

@@ -1,0 +1,95 @@
+"""One epoch of the trainable's loop against a bare PyTorch loop, side by side.
+
+Same model, data tensors, batch size and thread count; the runs alternate so that drift in
+the machine's speed falls on both. Prints seconds per epoch and the ratio trainable / bare:
+for the training part alone (what `throughput` measures) and for the whole epoch
+(training + the three evaluations + the checkpoint).
+
+    python bench/trainable_vs_bare_loop.py [--model small_cnn] [--image-size 64]
+        [--batch-size 64] [--threads 1] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from trainables.classifier import build_optimizer, fit_classifier
+from trainables.data import DataSettings, PreparedData, prepare_data
+from trainables.models import build_model
+from trainables.settings import TrainSettings
+
+
+def bare_epoch(settings: TrainSettings, data: PreparedData) -> float:
+    """The loop anyone would write: float tensors prepared up front, shuffle, step."""
+    torch.manual_seed(settings.seed)
+    model = build_model(settings.model, data.num_classes, data.image_size)
+    optimizer = build_optimizer(settings, model.parameters())
+    mean = torch.tensor(data.mean).view(1, 3, 1, 1)
+    std = torch.tensor(data.std).view(1, 3, 1, 1)
+    images = (torch.from_numpy(data.train.images.copy()).float() / 255 - mean) / std
+    labels = torch.from_numpy(data.train.labels.copy())
+    model.train()
+    started = time.perf_counter()
+    order = torch.randperm(len(labels))
+    for start in range(0, len(labels), settings.batch_size):
+        batch = order[start : start + settings.batch_size]
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(images[batch]), labels[batch])
+        loss.backward()
+        optimizer.step()
+    return time.perf_counter() - started
+
+
+def trainable_epoch(settings: TrainSettings, data: PreparedData) -> tuple[float, float]:
+    """(training seconds as the trainable measures them, whole-epoch seconds)."""
+    reported: dict[str, Any] = {}
+
+    def keep(metrics: dict[str, Any], checkpoint_dir: Path) -> None:
+        reported.update(metrics)
+
+    started = time.perf_counter()
+    fit_classifier(settings, data, keep)
+    return reported["epoch_time_s"], time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="small_cnn")
+    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    data = prepare_data(DataSettings(image_size=args.image_size))
+    settings = TrainSettings(model=args.model, batch_size=args.batch_size, epochs=1, device="cpu")
+    bare_epoch(settings, data)  # warm-up: allocator, kernels
+    bare, train_part, whole = [], [], []
+    for _ in range(args.repeats):
+        bare.append(bare_epoch(settings, data))
+        train_seconds, epoch_seconds = trainable_epoch(settings, data)
+        train_part.append(train_seconds)
+        whole.append(epoch_seconds)
+
+    median = statistics.median
+    print(
+        f"{args.model}, {args.image_size} px, batch {args.batch_size}, {args.threads} thread(s), "
+        f"{len(data.train)} training images, median of {args.repeats}"
+    )
+    print(f"  bare PyTorch loop:           {median(bare):.3f} s/epoch")
+    print(f"  trainable, training part:    {median(train_part):.3f} s/epoch")
+    print(f"  trainable, whole epoch:      {median(whole):.3f} s/epoch (+ eval, checkpoint)")
+    print(f"  ratio training part / bare:  {median(train_part) / median(bare):.2f}")
+    print(f"  ratio whole epoch / bare:    {median(whole) / median(bare):.2f}")
+
+
+if __name__ == "__main__":
+    main()

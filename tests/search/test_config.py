@@ -1,0 +1,159 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from search.config import SearchConfig, load_config
+from search.errors import ConfigError
+from tests.conftest import CONFIGS
+
+SHIPPED = sorted(CONFIGS.glob("*.yaml"))
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def problems_of(path: Path, overrides=(), flags=None) -> dict[str, str]:
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, overrides, flags=flags)
+    assert str(path) in caught.value.render()
+    return {problem.path: problem.message for problem in caught.value.problems}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_every_shipped_config_validates_and_opens_with_the_command_that_runs_it(path: Path):
+    config = load_config(path)
+    assert isinstance(config, SearchConfig)
+    first_line = path.read_text().splitlines()[0]
+    assert first_line == f"# python -m search.run --config configs/{path.name}"
+
+
+def test_a_misspelled_key_a_string_batch_size_and_a_negative_lr_are_reported_together(tmp_path):
+    path = write(
+        tmp_path,
+        """
+name: broken
+train: {batch_sise: 32, lr: -0.1}
+space:
+  batch_size: {choice: [16, big]}
+""",
+    )
+    problems = problems_of(path)
+    assert problems == {
+        "train.batch_sise": "unknown key; did you mean 'batch_size'?",
+        "train.lr": "must be > 0.0, got -0.1",
+        "space.batch_size.choice[1]": "must be a whole number, got 'big'",
+    }
+
+
+def test_problems_in_every_section_are_collected_into_one_error(tmp_path):
+    path = write(
+        tmp_path,
+        """
+name: broken
+data: {image_size: 8}
+search: {num_sampels: 3, sampler: bayes}
+resources: {gpu: 1.5}
+tracking: {uri: ./mlruns}
+space: {lr: {loguniform: [0, 1]}, epochs: {between: [1, 2]}}
+""",
+    )
+    problems = problems_of(path)
+    assert set(problems) == {
+        "data.image_size",
+        "search.num_sampels",
+        "search.sampler",
+        "resources.gpu",
+        "tracking.uri",
+        "space.lr",
+        "space.epochs",
+    }
+    assert problems["search.num_sampels"] == "unknown key; did you mean 'num_samples'?"
+    assert "low > 0" in problems["space.lr"]
+    assert "unknown kind 'between'" in problems["space.epochs"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "is empty"),
+        ("name: [unclosed", "is not valid YAML: line 1"),
+        ("- just\n- a list\n", "must be a mapping of sections"),
+        ("train: {}\n", "is required but missing"),
+    ],
+)
+def test_a_file_that_is_not_a_config_says_why(tmp_path, text, expected):
+    problems = problems_of(write(tmp_path, text))
+    assert expected in " ".join(problems.values())
+
+
+def test_a_missing_file_is_one_clear_problem(tmp_path):
+    assert problems_of(tmp_path / "nope.yaml") == {"": "file not found"}
+
+
+def test_a_sampled_key_must_be_a_trainable_key_and_not_also_fixed(tmp_path):
+    path = write(
+        tmp_path,
+        "name: x\ntrain: {lr: 0.1}\nspace: {lr: {choice: [0.1]}, batchsize: {choice: [1]}}\n",
+    )
+    problems = problems_of(path)
+    assert "also fixed in train.lr" in problems["space.lr"]
+    assert "did you mean 'batch_size'" in problems["space.batchsize"]
+
+
+def test_grid_combinations_must_fit_in_the_number_of_samples(tmp_path):
+    path = write(
+        tmp_path,
+        "name: x\nsearch: {num_samples: 3}\n"
+        "space: {optimizer: {grid: [sgd, adam]}, batch_size: {grid: [8, 16]}}\n",
+    )
+    assert "4 grid combinations" in problems_of(path)["search.num_samples"]
+
+
+def test_command_line_overrides_and_flags_replace_values_and_can_stop_sampling_a_key(tmp_path):
+    config = load_config(
+        CONFIGS / "smoke.yaml",
+        ["train.epochs=1", "space.lr=null", "space.batch_size={choice: [8, 32]}"],
+        flags={"search.num_samples": 2},
+    )
+    assert config.train["epochs"] == 1
+    assert "lr" not in config.space
+    assert config.space["batch_size"].values == (8, 32)
+    assert config.search.num_samples == 2
+
+
+def test_bad_overrides_are_problems_like_any_other(tmp_path):
+    problems = problems_of(CONFIGS / "smoke.yaml", ["train.epochs=0", "nonsense", "name.inner=1"])
+    assert problems["train.epochs"] == "must be > 0, got 0"
+    assert "key.path=value" in problems["nonsense"]
+    assert "not a mapping" in problems["name.inner"]
+
+
+def test_relative_paths_resolve_against_the_directory_the_command_ran_in(tmp_path):
+    config = load_config(CONFIGS / "smoke.yaml", ["tracking.uri=sqlite:///db/m.db"], cwd=tmp_path)
+    assert config.run.storage_path == str((tmp_path / "ray_results").resolve())
+    assert config.tracking.uri == f"sqlite:///{tmp_path}/db/m.db"
+    assert config.tracking.experiment == "smoke"
+
+
+def test_the_default_tracking_store_is_an_absolute_sqlite_file_in_the_working_directory(tmp_path):
+    config = load_config(CONFIGS / "smoke.yaml", cwd=tmp_path)
+    assert config.tracking.uri == f"sqlite:///{tmp_path}/mlflow.db"
+
+
+def test_the_resolved_config_round_trips_through_yaml(tmp_path):
+    config = load_config(CONFIGS / "cats_dogs.yaml", cwd=tmp_path)
+    path = tmp_path / "resolved.yaml"
+    path.write_text(yaml.safe_dump(config.as_yaml_dict()))
+    assert load_config(path, cwd=tmp_path).model_dump(exclude={"source"}) == config.model_dump(
+        exclude={"source"}
+    )
+
+
+def test_the_config_is_frozen():
+    config = load_config(CONFIGS / "smoke.yaml")
+    with pytest.raises(Exception, match="frozen"):
+        config.name = "other"

@@ -1,0 +1,93 @@
+"""The command users run: `python -m search.run --config ...`."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from mlflow.tracking import MlflowClient
+
+from search.run import main
+from tests.conftest import CONFIGS, REPO
+
+SMOKE = CONFIGS / "smoke.yaml"
+
+
+def run_cli(*args: str, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "search.run", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def test_a_config_with_three_mistakes_exits_2_naming_all_of_them_without_a_traceback(tmp_path):
+    bad = yaml.safe_load(SMOKE.read_text())
+    bad["train"]["batch_sise"] = 32
+    bad["space"]["batch_size"] = {"choice": ["big", 64]}
+    bad["train"]["lr"] = -0.1
+    del bad["space"]["lr"]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+
+    finished = run_cli("--config", str(path), cwd=tmp_path, timeout=120)
+
+    assert finished.returncode == 2
+    assert "Traceback" not in finished.stderr + finished.stdout
+    assert str(path) in finished.stderr
+    for key in ("train.batch_sise", "space.batch_size.choice[0]", "train.lr"):
+        assert key in finished.stderr
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_a_gpu_share_on_a_machine_without_a_gpu_is_refused_before_anything_starts(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--config", str(SMOKE), "resources.gpu=0.5"]) == 2
+    assert "resources.gpu: asks for 0.5 GPU per trial" in capsys.readouterr().err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_resume_with_nothing_to_resume_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--config", str(SMOKE), "--resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_trials(tmp_path):
+    finished = run_cli("--config", str(SMOKE), "--name", "smoke-e2e", cwd=tmp_path)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "Results:" in finished.stdout and "rank" in finished.stdout
+
+    config = yaml.safe_load(SMOKE.read_text())
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("smoke")
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    (parent,) = parents
+    assert parent.info.run_name == "smoke-e2e" and parent.info.status == "FINISHED"
+    assert parent.data.params["search.num_samples"] == str(config["search"]["num_samples"])
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/trials.csv", "report/pareto_front.png"} <= artifacts
+
+    assert len(children) == config["search"]["num_samples"]
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.info.status == "FINISHED" and child.data.tags["status"] == "ok"
+        assert {"batch_size", "optimizer", "lr", "epochs"} <= set(child.data.params)
+        history = client.get_metric_history(child.info.run_id, "val_acc")
+        assert [m.step for m in history] == list(range(1, config["train"]["epochs"] + 1))
+        assert "training_iteration" not in child.data.metrics
+    assert {c.data.params["optimizer"] for c in children} == {"sgd", "adam"}  # the grid ran
+
+    report = tmp_path / "ray_results" / "smoke-e2e" / "report" / "trials.csv"
+    assert report.exists()

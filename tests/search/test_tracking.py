@@ -1,0 +1,102 @@
+import pickle
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from search.tracking import (
+    MlflowTrialCallback,
+    ParentRun,
+    TrackingUnavailable,
+    check_reachable,
+    flatten,
+)
+from tests.fakes import FakeTrial, schema_result
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One store for the module: creating MLflow's tables costs about a second."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def parent(store: str, request: pytest.FixtureRequest) -> ParentRun:
+    experiment = request.node.name  # one experiment per test keeps their runs apart
+    return ParentRun.start(store, experiment, "search-1", {"data.seed": 0}, {"team": "t"})
+
+
+def callback_for(parent: ParentRun, store: str) -> MlflowTrialCallback:
+    return MlflowTrialCallback(store, parent.experiment_id, parent.run_id, {"epochs": 2})
+
+
+def test_each_trial_becomes_a_child_run_nested_under_the_search(parent, store):
+    callback = callback_for(parent, store)
+    trial = FakeTrial("abc", {"batch_size": 32, "lr": 0.01, "data": {"seed": 0}})
+    callback.on_trial_start(0, [], trial)
+    run = MlflowClient(store).get_run(callback.run_id_for(trial))
+    assert run.data.tags["mlflow.parentRunId"] == parent.run_id
+    assert run.data.tags["trial_id"] == "abc"
+    assert run.data.params == {"batch_size": "32", "lr": "0.01", "epochs": "2"}
+
+
+def test_results_are_logged_as_schema_metrics_by_epoch_without_tune_bookkeeping(parent, store):
+    callback = callback_for(parent, store)
+    trial = FakeTrial("abc")
+    callback.on_trial_start(0, [], trial)
+    for epoch in (1, 2):
+        callback.on_trial_result(0, [], trial, schema_result(epoch))
+    client = MlflowClient(store)
+    run = client.get_run(callback.run_id_for(trial))
+    assert set(run.data.metrics) == {
+        "epoch", "val_acc", "best_val_acc", "throughput", "gen_gap", "time_to_target_s",
+    }  # fmt: skip
+    history = client.get_metric_history(run.info.run_id, "val_acc")
+    assert [(m.step, round(m.value, 3)) for m in history] == [(1, 0.6), (2, 0.7)]
+    assert run.data.tags["status"] == "ok"
+
+
+def test_runs_end_finished_on_completion_and_failed_on_error(parent, store):
+    callback = callback_for(parent, store)
+    done, broken = FakeTrial("done"), FakeTrial("broken")
+    for trial in (done, broken):
+        callback.on_trial_start(0, [], trial)
+    callback.on_trial_complete(0, [], done)
+    callback.on_trial_error(0, [], broken)
+    client = MlflowClient(store)
+    assert client.get_run(callback.run_id_for(done)).info.status == "FINISHED"
+    failed = client.get_run(callback.run_id_for(broken))
+    assert failed.info.status == "FAILED" and failed.data.tags["status"] == "error"
+
+
+def test_a_restarted_search_continues_the_same_child_run_instead_of_a_new_one(parent, store):
+    first = callback_for(parent, store)
+    trial = FakeTrial("abc")
+    first.on_trial_start(0, [], trial)
+    first.on_trial_result(0, [], trial, schema_result(1))
+    # Tune pickles callbacks with the experiment and unpickles them on restore.
+    restored = pickle.loads(pickle.dumps(first))
+    restored._runs.clear()  # a callback restored from construction time knows no runs yet
+    restored.on_trial_start(0, [], trial)
+    restored.on_trial_result(0, [], trial, schema_result(2))
+    assert restored.run_id_for(trial) == first.run_id_for(trial)
+    client = MlflowClient(store)
+    children = client.search_runs([parent.experiment_id], "tags.trial_id = 'abc'")
+    assert len(children) == 1
+    assert len(client.get_metric_history(children[0].info.run_id, "epoch")) == 2
+
+
+def test_the_parent_run_carries_the_config_as_params_and_ends_when_told(parent, store):
+    client = MlflowClient(store)
+    run = client.get_run(parent.run_id)
+    assert run.data.params == {"data.seed": "0"} and run.data.tags["team"] == "t"
+    parent.finish("FINISHED")
+    assert client.get_run(parent.run_id).info.status == "FINISHED"
+
+
+def test_an_unreachable_server_is_reported_within_seconds():
+    with pytest.raises(TrackingUnavailable, match="cannot reach the MLflow server"):
+        check_reachable("http://127.0.0.1:9", timeout_s=2)
+
+
+def test_flatten_joins_nested_keys_with_dots():
+    assert flatten("", {"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
