@@ -11,6 +11,7 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,11 @@ from trainables.data import PreparedData, Split, prepare_data
 from trainables.memory import MIB
 from trainables.metrics import STATUS_OK, EvalScores, Progress, throughput
 from trainables.models import build_model
+from trainables.precision import Precision, precision_for
+from trainables.schedules import EpochPlan, epoch_plan, warmup_factor
 from trainables.settings import TrainSettings
-from trainables.training import (
-    DeviceSplit,
-    EpochResult,
-    Normaliser,
-    evaluate,
-    train_epoch,
-)
-from trainables.trial_state import load_trial_state, save_trial_state
+from trainables.training import DeviceSplit, EpochResult, Normaliser, evaluate, train_epoch
+from trainables.trial_state import TrialState, load_trial_state, save_trial_state
 
 Reporter = Callable[[dict[str, Any], Path], None]  # (metrics, checkpoint directory)
 
@@ -57,8 +54,59 @@ def _report_to_tune(metrics: dict[str, Any], checkpoint_dir: Path) -> None:
 
 def _trial_cpu_share() -> int:
     """Whole CPUs reserved for this trial, so concurrent trials do not oversubscribe."""
-    resources = tune.get_context().get_trial_resources().required_resources
-    return max(1, int(resources.get("CPU", 1)))
+    return max(1, int(tune.get_context().get_trial_resources().head_cpus))
+
+
+@dataclass
+class Trial:
+    """Everything a running trial holds, built from settings (and a checkpoint)."""
+
+    settings: TrainSettings
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    precision: Precision
+    state: TrialState
+
+    def plan(self, epoch: int) -> EpochPlan:
+        settings = self.settings
+        return epoch_plan(
+            epoch,
+            batch_size=settings.batch_size,
+            accumulation_steps=settings.accumulation_steps,
+            lr=settings.lr,
+            growth=settings.adabatch_growth,
+            interval=settings.adabatch_interval,
+            lr_decay=settings.adabatch_lr_decay,
+            capacity=settings.max_batch_size,
+        )
+
+    def lr_schedule(self, epoch: int, plan: EpochPlan) -> Callable[[float], float]:
+        settings = self.settings
+        return lambda fraction: (
+            plan.lr
+            * warmup_factor(
+                epoch - 1 + fraction, settings.warmup_epochs, settings.warmup_start_factor
+            )
+        )
+
+
+def start_trial(
+    settings: TrainSettings, data: PreparedData, device: torch.device, resume: dict | None
+) -> Trial:
+    torch.backends.cudnn.benchmark = settings.cudnn_benchmark  # per trial: actors are reused
+    torch.manual_seed(settings.seed)
+    model = build_model(settings.model, data.num_classes, data.image_size).to(device)
+    if settings.grad_checkpointing:
+        model.enable_checkpointing(settings.checkpoint_segments)
+    optimizer = build_optimizer(settings, model.parameters())
+    precision = precision_for(settings.amp, settings.amp_dtype, device)
+    state = TrialState()
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        precision.load_state_dict(resume["precision"])
+        state = TrialState.from_dict(resume["state"])
+    return Trial(settings, model, optimizer, precision, state)
 
 
 def fit_classifier(
@@ -71,58 +119,65 @@ def fit_classifier(
     """Train for `settings.epochs`, calling `report` after every epoch; return the last metrics.
 
     With `resume_state` (from a trial checkpoint) training continues after its epoch and
-    ends with the same metrics as a run that never stopped: the data order of each epoch
-    depends only on (seed, epoch).
+    ends with the same metrics as a run that never stopped: the data order and the
+    augmentation of each epoch depend only on (seed, epoch), and the schedules on the epoch.
     """
     device = resolve_device(settings.device)
-    torch.manual_seed(settings.seed)
-    model = build_model(settings.model, data.num_classes, data.image_size).to(device)
-    optimizer = build_optimizer(settings, model.parameters())
-    progress = Progress()
-    metrics: dict[str, Any] = {}
-    first_epoch = 1
-    if resume_state is not None:
-        model.load_state_dict(resume_state["model"])
-        optimizer.load_state_dict(resume_state["optimizer"])
-        progress = Progress(**resume_state["progress"])
-        metrics = resume_state["last_metrics"]
-        first_epoch = resume_state["epoch"] + 1
-
+    trial = start_trial(settings, data, device, resume_state)
     train, val, test = (_to_device(split, device) for split in (data.train, data.val, data.test))
     train_eval = train.subset(_train_eval_indices(len(train), settings).to(device))
     normalise = Normaliser.from_stats(data.mean, data.std, device)
+    eval_batch = settings.eval_batch_size
 
-    for epoch in range(first_epoch, settings.epochs + 1):
+    for epoch in range(trial.state.epoch + 1, settings.epochs + 1):
+        plan = trial.plan(epoch)
         generator = torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch))
         result = train_epoch(
-            model, optimizer, train, normalise, batch_size=settings.batch_size, generator=generator
+            trial.model,
+            trial.optimizer,
+            train,
+            normalise,
+            plan=plan,
+            precision=trial.precision,
+            generator=generator,
+            augment=settings.augment,
+            lr_at=trial.lr_schedule(epoch, plan),
         )
-        eval_batch = settings.eval_batch_size
-        train_eval_acc, _ = evaluate(model, train_eval, normalise, batch_size=eval_batch)
-        val_acc, val_loss = evaluate(model, val, normalise, batch_size=eval_batch)
-        test_acc, _ = evaluate(model, test, normalise, batch_size=eval_batch)
+        train_eval_acc, _ = evaluate(
+            trial.model, train_eval, normalise, batch_size=eval_batch, precision=trial.precision
+        )
+        val_acc, val_loss = evaluate(
+            trial.model, val, normalise, batch_size=eval_batch, precision=trial.precision
+        )
+        test_acc, _ = evaluate(
+            trial.model, test, normalise, batch_size=eval_batch, precision=trial.precision
+        )
         scores = EvalScores(train_eval_acc=train_eval_acc, val_acc=val_acc, test_acc=test_acc)
-        progress = progress.advance(epoch, scores, result.seconds, settings.target_acc)
+        progress = trial.state.progress.advance(epoch, scores, result.seconds, settings.target_acc)
         metrics = epoch_metrics(
             epoch=epoch,
             result=result,
             scores=scores,
             val_loss=val_loss,
             progress=progress,
-            settings=settings,
-            lr=optimizer.param_groups[0]["lr"],
+            plan=plan,
+            lr=trial.optimizer.param_groups[0]["lr"],
         )
-        with tempfile.TemporaryDirectory(prefix="trial-state-") as directory:
-            save_trial_state(
-                Path(directory),
-                epoch=epoch,
-                model=model,
-                optimizer=optimizer,
-                progress=progress,
-                last_metrics=metrics,
-            )
-            report(metrics, Path(directory))
-    return metrics
+        trial.state = replace(trial.state, epoch=epoch, progress=progress, last_metrics=metrics)
+        _save_and_report(trial, report)
+    return trial.state.last_metrics
+
+
+def _save_and_report(trial: Trial, report: Reporter) -> None:
+    with tempfile.TemporaryDirectory(prefix="trial-state-") as directory:
+        save_trial_state(
+            Path(directory),
+            model=trial.model,
+            optimizer=trial.optimizer,
+            precision=trial.precision,
+            state=trial.state,
+        )
+        report(trial.state.last_metrics, Path(directory))
 
 
 def epoch_metrics(
@@ -132,7 +187,7 @@ def epoch_metrics(
     scores: EvalScores,
     val_loss: float,
     progress: Progress,
-    settings: TrainSettings,
+    plan: EpochPlan,
     lr: float,
 ) -> dict[str, Any]:
     """One epoch's values under the schema's names (`trainables.metrics.METRICS`)."""
@@ -151,9 +206,9 @@ def epoch_metrics(
         "throughput": throughput(result.images, result.seconds),
         "epoch_time_s": result.seconds,
         "time_to_target_s": progress.time_to_target_s,
-        "batch_size": settings.batch_size,
-        "accumulation_steps": 1,
-        "effective_batch_size": settings.batch_size,
+        "batch_size": plan.batch_size,
+        "accumulation_steps": plan.accumulation_steps,
+        "effective_batch_size": plan.effective_batch_size,
         "lr": lr,
         "peak_mem_mb": result.peak_mem_bytes / MIB,
         "status": STATUS_OK,

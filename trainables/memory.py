@@ -1,18 +1,25 @@
-"""Peak memory of a training step, on CUDA from the allocator and on CPU from a meter.
+"""Peak memory of a training step: on CUDA the allocator's, on CPU a meter's.
 
 The CPU has no allocator peak that belongs to one trial (the process's RSS also holds the
 dataset, Python and torch's caches), so on CPU we count what a step must hold at its peak,
 the moment backward starts:
 
     parameters + gradients + optimizer state + the input batch
-    + every tensor autograd saved for backward (deduplicated by storage)
+    + every tensor autograd saved for backward (each storage once, parameters excluded)
 
-Tensors are counted by the bytes of their storage, each storage once, and parameters that
-autograd saves are not counted twice. It is an upper bound on the step's live tensors:
-gradients are counted as if all were allocated while every activation is still alive.
-It ignores the allocator's caching and fragmentation and the temporaries of a single
-operator, so it is lower than what a GPU would need, but it moves with batch size, dtype
-(AMP) and what is saved for backward (checkpointing) the way GPU memory does.
+With activation checkpointing the forward keeps only each checkpointed segment's input;
+the segment's own activations come back while it is recomputed in backward, so the saved
+part is: the segment inputs + the larger of the last segment's saved tensors and the
+largest recomputed segment's.
+
+It is an upper bound on the step's live tensors (gradients are counted as if all existed
+while every activation is still alive) and ignores the allocator's caching and the
+temporaries inside single operators. So it reads lower than what a GPU would need, but it
+moves with the physical batch, the autocast dtype (AMP stores bf16 activations and bf16
+copies of the weights) and what is saved for backward (checkpointing), as GPU memory does.
+
+The meter runs a separate forward pass on the step's batch (no optimizer step, batch-norm
+statistics restored), so measuring never changes what is trained.
 """
 
 from __future__ import annotations
@@ -22,6 +29,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainables.models import StagedClassifier
+from trainables.precision import Precision
 
 MIB = 1024 * 1024
 
@@ -34,13 +46,6 @@ def _storage_key(tensor: torch.Tensor) -> tuple[int, int]:
 def unique_storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of the distinct storages behind `tensors` (views share one storage)."""
     return sum(nbytes for _, nbytes in {_storage_key(t) for t in tensors})
-
-
-def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> Iterator[torch.Tensor]:
-    for state in optimizer.state.values():
-        for value in state.values():
-            if isinstance(value, torch.Tensor) and value.numel() > 1:  # skip step counters
-                yield value
 
 
 @dataclass
@@ -66,27 +71,89 @@ class SavedTensorsMeter:
         return sum(self.saved.values())
 
 
-def step_peak_bytes(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batch: torch.Tensor,
-    saved_bytes: int,
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the optimizer's per-parameter state, or what its first step will create.
+
+    SGD with momentum keeps one buffer per parameter, Adam two (three with amsgrad).
+    """
+    existing = [
+        value
+        for state in optimizer.state.values()
+        for value in state.values()
+        if isinstance(value, torch.Tensor) and value.numel() > 1  # not step counters
+    ]
+    if existing:
+        return unique_storage_bytes(existing)
+    total = 0
+    for group in optimizer.param_groups:
+        if isinstance(optimizer, torch.optim.Adam):
+            buffers = 3 if group.get("amsgrad") else 2
+        else:
+            buffers = 1 if group.get("momentum", 0) else 0
+        total += buffers * sum(p.numel() * p.element_size() for p in group["params"])
+    return total
+
+
+@contextmanager
+def _buffers_restored(model: nn.Module) -> Iterator[None]:
+    """Batch-norm running statistics as they were: a measuring pass must not train."""
+    saved = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buffer in model.named_buffers():
+                buffer.copy_(saved[name])
+
+
+def _saved_bytes(
+    module: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None, precision: Precision,
+    exclude: set[tuple[int, int]],
+) -> tuple[int, torch.Tensor]:  # fmt: skip
+    """Bytes `module` saves for backward on `inputs` (with the loss when `targets` is given)."""
+    meter = SavedTensorsMeter(exclude=exclude)
+    with meter.recording(), precision.autocast():
+        outputs = module(inputs)
+        if targets is not None:
+            F.cross_entropy(outputs, targets)
+    return meter.saved_bytes, outputs.detach()
+
+
+def activation_bytes(
+    model: StagedClassifier, inputs: torch.Tensor, targets: torch.Tensor, precision: Precision
 ) -> int:
-    """The CPU meter's peak for one step, from what the step saved for backward."""
-    params = list(model.parameters())
-    # A gradient has the parameter's size whether or not it exists yet at measuring time.
-    grad_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    """What one training step keeps for backward at its peak (see the module docstring)."""
+    # Parameters and the batch are counted once, by `step_peak_bytes`.
+    exclude = {_storage_key(p) for p in model.parameters()} | {_storage_key(inputs)}
+    with _buffers_restored(model), torch.enable_grad():
+        if not model.checkpointing:
+            return _saved_bytes(model, inputs, targets, precision, exclude)[0]
+        *recomputed, last = model.segments()
+        kept, largest, x = 0, 0, inputs
+        for segment in recomputed:
+            saved, x = _saved_bytes(segment, x, None, precision, exclude)
+            largest = max(largest, saved)
+            kept += unique_storage_bytes([x])  # the next segment's input stays alive
+        last_saved, _ = _saved_bytes(last, x, targets, precision, exclude)
+        return kept + max(last_saved, largest)
+
+
+def step_peak_bytes(
+    model: StagedClassifier,
+    optimizer: torch.optim.Optimizer,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    precision: Precision,
+) -> int:
+    """The CPU meter's peak for one training step on `inputs`."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    param_bytes = unique_storage_bytes(params)
     return (
-        unique_storage_bytes(params)
-        + grad_bytes
-        + unique_storage_bytes(optimizer_state_tensors(optimizer))
-        + unique_storage_bytes([batch])
-        + saved_bytes
+        2 * param_bytes  # the parameters and their gradients
+        + optimizer_state_bytes(optimizer)
+        + unique_storage_bytes([inputs])
+        + activation_bytes(model, inputs, targets, precision)
     )
-
-
-def parameter_storages(model: torch.nn.Module) -> set[tuple[int, int]]:
-    return {_storage_key(p) for p in model.parameters()}
 
 
 def reset_cuda_peak(device: torch.device) -> None:

@@ -1,29 +1,59 @@
 """Models by name. Each is a sequence of stages, so techniques that work per stage
-(activation checkpointing) apply to every model the same way."""
+(activation checkpointing) apply to every model the same way.
+
+Checkpointing does not suit models with dropout (the recomputed forward would draw other
+masks); none of these has dropout."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Literal
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from torchvision.models import resnet18, resnet50
 
 ModelName = Literal["small_cnn", "resnet18", "resnet50"]
 
 
 class StagedClassifier(nn.Module):
-    """Runs `stages` in order; the unit that later techniques wrap stage by stage."""
+    """Runs `stages` in order, optionally with activation checkpointing over segments."""
 
     def __init__(self, stages: list[nn.Module]) -> None:
         super().__init__()
         self.stages = nn.ModuleList(stages)
+        self.checkpoint_segments: int | None = None  # None: no activation checkpointing
+
+    def enable_checkpointing(self, segments: int | None = None) -> None:
+        """Checkpoint every segment but the last; `None` makes each stage a segment."""
+        self.checkpoint_segments = min(segments or len(self.stages), len(self.stages))
+
+    def segments(self) -> list[nn.Sequential]:
+        """The stages grouped into `checkpoint_segments` runs of (nearly) equal length.
+
+        The groups share the stages' modules; they are views, not extra parameters.
+        """
+        count = self.checkpoint_segments or 1
+        bounds = [round(i * len(self.stages) / count) for i in range(count + 1)]
+        return [nn.Sequential(*self.stages[start:end]) for start, end in itertools.pairwise(bounds)]
+
+    @property
+    def checkpointing(self) -> bool:
+        return self.checkpoint_segments is not None and self.training and torch.is_grad_enabled()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for stage in self.stages:
-            x = stage(x)
-        return x
+        if not self.checkpointing:
+            for stage in self.stages:
+                x = stage(x)
+            return x
+        *recomputed, last = self.segments()
+        for segment in recomputed:
+            # Only the segment's input is kept; its activations are recomputed in backward.
+            # Non-reentrant: works with autocast and inputs that need no gradient.
+            x = checkpoint(segment, x, use_reentrant=False)
+        return last(x)
 
 
 def small_cnn(num_classes: int, image_size: int) -> StagedClassifier:

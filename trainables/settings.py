@@ -13,28 +13,43 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainables.data.settings import DataSettings
 from trainables.models import ModelName
+from trainables.precision import AmpDtype
 
 # Integers and booleans are strict: a quoted "64" in YAML is a mistake worth reporting.
 # Floats stay lax because YAML 1.1 reads `1e-4` (no dot) as a string.
-_INT = {"strict": True}
+_STRICT = {"strict": True}
 
 
 class TrainSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: ModelName = "small_cnn"
-    batch_size: int = Field(32, gt=0, **_INT)  # images per forward pass on the device
+    batch_size: int = Field(32, gt=0, **_STRICT)  # images per forward pass (AdaBatch: at start)
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: float = Field(0.01, gt=0)  # learning rate per optimizer step
     momentum: float = Field(0.9, ge=0, lt=1)  # SGD only
     weight_decay: float = Field(1e-4, ge=0)  # L2, coupled (torch's weight_decay)
-    epochs: int = Field(5, gt=0, **_INT)
-    seed: int = Field(0, **_INT)  # model init and data order
+    epochs: int = Field(5, gt=0, **_STRICT)
+    seed: int = Field(0, **_STRICT)  # model init and data order
     target_acc: float = Field(0.75, gt=0, le=1)  # val_acc that stops the time_to_target_s clock
-    train_eval_size: int = Field(400, gt=0, **_INT)  # training images scored in eval mode
-    eval_batch_size: int = Field(256, gt=0, **_INT)  # images per eval forward pass
+    train_eval_size: int = Field(400, gt=0, **_STRICT)  # training images scored in eval mode
+    eval_batch_size: int = Field(256, gt=0, **_STRICT)  # images per eval forward pass
+    # --- large-batch techniques, each a switch of the one training loop ---
+    amp: bool = Field(False, **_STRICT)  # autocast: fp16 + GradScaler on CUDA, bf16 on CPU
+    amp_dtype: AmpDtype = "float16"  # on CUDA; bfloat16 where the GPU supports it
+    grad_checkpointing: bool = Field(False, **_STRICT)  # recompute activations in backward
+    checkpoint_segments: int | None = Field(None, ge=2, **_STRICT)  # None: one per model stage
+    accumulation_steps: int = Field(1, gt=0, **_STRICT)  # micro-batches per optimizer step
+    adabatch_growth: int = Field(1, ge=1, **_STRICT)  # beta: effective batch x beta; 1 = off
+    adabatch_interval: int = Field(1, gt=0, **_STRICT)  # epochs between growths
+    adabatch_lr_decay: float = Field(1.0, gt=0, le=1)  # lr/effective batch x this per growth
+    warmup_epochs: int = Field(0, ge=0, **_STRICT)  # gradual lr warmup (Goyal et al. 2017)
+    warmup_start_factor: float = Field(0.1, gt=0, le=1)  # warmup starts at lr x this
+    max_batch_size: int | None = Field(None, gt=0, **_STRICT)  # physical cap; then accumulate
+    cudnn_benchmark: bool = Field(False, **_STRICT)  # cuDNN autotuner: faster, more memory
+    augment: bool = Field(False, **_STRICT)  # random crop (padding 1/8 side) + horizontal flip
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when there is one
-    num_threads: int | None = Field(None, gt=0, **_INT)  # torch threads; None: trial's CPU share
+    num_threads: int | None = Field(None, gt=0, **_STRICT)  # torch threads; None: trial's CPU share
     data: DataSettings = DataSettings()  # used when no prepared data is passed in
 
     @classmethod

@@ -1,12 +1,16 @@
 """One training loop and one evaluation, over image tensors that already sit on the device.
 
-No DataLoader in the hot loop: the whole split is a uint8 tensor on the device, a batch is
-an index into it, and normalisation is one fused op on the batch.
+Every technique is a switch of this one loop: the physical batch and accumulation steps
+come from the epoch's plan (AdaBatch), the learning rate per optimizer step from `lr_at`
+(warmup), precision from `Precision` (AMP), checkpointing lives in the model, and
+augmentation is one call on the batch. No DataLoader in the hot loop: a batch is an index
+into the split, and normalisation is one fused op on it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -14,13 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.memory import (
-    SavedTensorsMeter,
-    cuda_peak_bytes,
-    parameter_storages,
-    reset_cuda_peak,
-    step_peak_bytes,
-)
+from trainables.augment import random_crop_flip
+from trainables.memory import cuda_peak_bytes, reset_cuda_peak, step_peak_bytes
+from trainables.models import StagedClassifier
+from trainables.precision import Precision
+from trainables.schedules import EpochPlan
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,10 @@ class Normaliser:
 
 @dataclass(frozen=True)
 class EpochResult:
-    train_loss: float
+    train_loss: float  # nan or inf when training diverged
     train_acc: float
     images: int  # images trained on
+    optimizer_steps: int
     seconds: float  # wall time of the training part
     peak_mem_bytes: int
 
@@ -76,53 +79,73 @@ def batch_slices(count: int, batch_size: int) -> list[slice]:
     return slices
 
 
+def step_groups(count: int, batch_size: int, accumulation_steps: int) -> list[list[slice]]:
+    """Micro-batches grouped into optimizer steps. A partial last group is kept: its step
+    averages over the images it has, never silently dropped."""
+    slices = batch_slices(count, batch_size)
+    return [slices[i : i + accumulation_steps] for i in range(0, len(slices), accumulation_steps)]
+
+
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def train_epoch(
-    model: nn.Module,
+    model: StagedClassifier,
     optimizer: torch.optim.Optimizer,
     split: DeviceSplit,
     normalise: Normaliser,
     *,
-    batch_size: int,
+    plan: EpochPlan,
+    precision: Precision,
     generator: torch.Generator,
+    augment: bool = False,
+    lr_at: Callable[[float], float] | None = None,
 ) -> EpochResult:
-    """One pass over `split` in the order `generator` draws; the first step is metered."""
+    """One pass over `split` in the order `generator` draws.
+
+    Each optimizer step averages the loss over the images of its micro-batches (weighted
+    by their sizes), so k micro-batches of b give the update of one batch of k*b.
+    `lr_at(fraction of the epoch done)` sets the learning rate before every step.
+    """
     device = split.images.device
     model.train()
     order = torch.randperm(len(split), generator=generator).to(device)
+    groups = step_groups(len(split), plan.batch_size, plan.accumulation_steps)
+    peak_bytes = 0
+    if device.type != "cuda":  # the CPU meter, on the epoch's first batch, outside the clock
+        first = order[groups[0][0]]
+        peak_bytes = step_peak_bytes(
+            model, optimizer, normalise(split.images[first]), split.labels[first], precision
+        )
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     images_seen = 0
-    peak_bytes = 0
     reset_cuda_peak(device)
     _synchronize(device)
     started = time.perf_counter()
-    for step, batch in enumerate(batch_slices(len(split), batch_size)):
-        indices = order[batch]
-        inputs = normalise(split.images[indices])
-        targets = split.labels[indices]
+    optimizer.zero_grad(set_to_none=True)
+    for step, group in enumerate(groups):
+        if lr_at is not None:
+            for param_group in optimizer.param_groups:
+                param_group["lr"] = lr_at(step / len(groups))
+        group_images = sum(batch.stop - batch.start for batch in group)
+        for batch in group:
+            indices = order[batch]
+            pixels = split.images[indices]
+            if augment:
+                pixels = random_crop_flip(pixels, generator)
+            targets = split.labels[indices]
+            with precision.autocast():
+                logits = model(normalise(pixels))
+                loss = F.cross_entropy(logits, targets)
+            precision.backward(loss * (len(targets) / group_images))
+            loss_sum += loss.detach().float() * len(targets)
+            correct += (logits.detach().argmax(dim=1) == targets).sum()
+            images_seen += len(targets)
+        precision.step(optimizer)
         optimizer.zero_grad(set_to_none=True)
-        # CUDA has the allocator's peak; on CPU the first step of the epoch is metered.
-        meter = (
-            SavedTensorsMeter(exclude=parameter_storages(model))
-            if step == 0 and device.type != "cuda"
-            else None
-        )
-        with meter.recording() if meter else nullcontext():
-            logits = model(inputs)
-            loss = F.cross_entropy(logits, targets)
-        loss.backward()
-        optimizer.step()
-        if meter is not None:
-            # Measured after the step so that optimizer state created by it is counted.
-            peak_bytes = step_peak_bytes(model, optimizer, inputs, meter.saved_bytes)
-        loss_sum += loss.detach() * len(targets)
-        correct += (logits.detach().argmax(dim=1) == targets).sum()
-        images_seen += len(targets)
     _synchronize(device)
     seconds = time.perf_counter() - started
     if device.type == "cuda":
@@ -131,6 +154,7 @@ def train_epoch(
         train_loss=float(loss_sum) / images_seen,
         train_acc=float(correct) / images_seen,
         images=images_seen,
+        optimizer_steps=len(groups),
         seconds=seconds,
         peak_mem_bytes=peak_bytes,
     )
@@ -138,15 +162,21 @@ def train_epoch(
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, split: DeviceSplit, normalise: Normaliser, *, batch_size: int
+    model: nn.Module,
+    split: DeviceSplit,
+    normalise: Normaliser,
+    *,
+    batch_size: int,
+    precision: Precision | None = None,
 ) -> tuple[float, float]:
     """(accuracy, mean loss) of `model` on `split` in eval mode."""
     model.eval()
     loss_sum = torch.zeros((), device=split.images.device)
     correct = torch.zeros((), device=split.images.device, dtype=torch.long)
     for start in range(0, len(split), batch_size):
-        logits = model(normalise(split.images[start : start + batch_size]))
         targets = split.labels[start : start + batch_size]
-        loss_sum += F.cross_entropy(logits, targets, reduction="sum")
+        with precision.autocast() if precision else nullcontext():
+            logits = model(normalise(split.images[start : start + batch_size]))
+        loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum")
         correct += (logits.argmax(dim=1) == targets).sum()
     return float(correct) / len(split), float(loss_sum) / len(split)

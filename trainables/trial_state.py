@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -10,27 +10,43 @@ import torch
 from torch import nn
 
 from trainables.metrics import Progress
+from trainables.precision import Precision
 
 STATE_FILE = "trial_state.pt"
+
+
+@dataclass(frozen=True)
+class TrialState:
+    """The plain-number part of a trial: where it is and what it has achieved."""
+
+    epoch: int = 0  # last finished epoch
+    progress: Progress = field(default_factory=Progress)
+    last_metrics: dict[str, Any] = field(default_factory=dict)
+    batch_capacity: int | None = None  # largest physical batch known to fit, once one did not
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "progress": asdict(self.progress)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrialState:
+        return cls(**{**values, "progress": Progress(**values["progress"])})
 
 
 def save_trial_state(
     directory: Path,
     *,
-    epoch: int,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    progress: Progress,
-    last_metrics: dict[str, Any],
+    precision: Precision,
+    state: TrialState,
 ) -> Path:
     path = directory / STATE_FILE
     torch.save(
         {
-            "epoch": epoch,
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
-            "progress": asdict(progress),
-            "last_metrics": last_metrics,
+            "precision": precision.state_dict(),  # the GradScaler's scale and growth tracker
+            "state": state.to_dict(),
         },
         path,
     )

@@ -9,15 +9,14 @@ from trainables.metrics import METRICS, STATUS_OK
 from trainables.settings import TrainSettings
 from trainables.trial_state import STATE_FILE, load_trial_state
 
-TIMING = {"throughput", "epoch_time_s", "time_to_target_s"}
+TIMING = {"throughput", "epoch_time_s", "time_to_target_s", "peak_mem_mb"}
 
 
 class Reports:
-    """Collects what a trial reports, and keeps each epoch's saved state."""
+    """Collects what a trial reports, and the state it saved with each report."""
 
-    def __init__(self, keep_state_dir: Path | None = None) -> None:
+    def __init__(self) -> None:
         self.metrics: list[dict] = []
-        self.keep_state_dir = keep_state_dir
         self.states: list[dict] = []
 
     def __call__(self, metrics: dict, checkpoint_dir: Path) -> None:
@@ -27,7 +26,7 @@ class Reports:
 
 
 def settings(**changes) -> TrainSettings:
-    base = {"epochs": 3, "batch_size": 16, "train_eval_size": 16, "optimizer": "sgd", "lr": 0.02}
+    base = {"epochs": 3, "batch_size": 8, "train_eval_size": 16, "optimizer": "sgd", "lr": 0.02}
     return TrainSettings(**{**base, **changes})
 
 
@@ -39,27 +38,66 @@ def test_every_epoch_reports_every_metric_of_the_schema(tiny_data: PreparedData)
         assert set(metrics) == set(METRICS)
         assert metrics["status"] == STATUS_OK
         assert 0 <= metrics["val_acc"] <= 1 and metrics["throughput"] > 0
-        assert metrics["effective_batch_size"] == metrics["batch_size"] == 16
+        assert metrics["effective_batch_size"] == metrics["batch_size"] == 8
+        assert metrics["peak_mem_mb"] > 0
     assert last == reports.metrics[-1]
     assert last["best_val_acc"] == max(m["val_acc"] for m in reports.metrics)
 
 
+def test_adabatch_growth_shows_in_the_reported_batch_and_learning_rate(tiny_data: PreparedData):
+    reports = Reports()
+    fit_classifier(
+        settings(epochs=4, adabatch_growth=2, adabatch_interval=2, max_batch_size=16),
+        tiny_data,
+        reports,
+    )
+    reported = [
+        (m["batch_size"], m["accumulation_steps"], m["effective_batch_size"], m["lr"])
+        for m in reports.metrics
+    ]
+    assert reported == [(8, 1, 8, 0.02), (8, 1, 8, 0.02), (16, 1, 16, 0.04), (16, 1, 16, 0.04)]
+
+
+def test_warmup_leaves_the_first_epoch_below_the_configured_learning_rate(tiny_data):
+    reports = Reports()
+    fit_classifier(settings(epochs=2, warmup_epochs=2), tiny_data, reports)
+    assert reports.metrics[0]["lr"] < 0.02 * 0.6 and reports.metrics[1]["lr"] < 0.02
+
+
+SWITCHES = {
+    "plain": {},
+    "amp, accumulation and AdaBatch growth across the stop": {
+        "optimizer": "adam",
+        "lr": 1e-3,
+        "amp": True,
+        "accumulation_steps": 2,
+        "adabatch_growth": 2,
+        "adabatch_interval": 1,
+        "max_batch_size": 8,  # the growth after the stop goes through accumulation
+        "warmup_epochs": 2,
+        "augment": True,
+        "grad_checkpointing": True,
+    },
+}
+
+
+@pytest.mark.parametrize("switches", SWITCHES.values(), ids=SWITCHES.keys())
 def test_a_trial_resumed_from_its_checkpoint_ends_like_one_that_never_stopped(
-    tiny_data: PreparedData,
+    tiny_data: PreparedData, switches
 ):
     straight = Reports()
-    fit_classifier(settings(optimizer="adam", lr=1e-3), tiny_data, straight)
+    fit_classifier(settings(**switches), tiny_data, straight)
 
     stopped = Reports()
-    fit_classifier(settings(optimizer="adam", lr=1e-3, epochs=1), tiny_data, stopped)
+    fit_classifier(settings(**{**switches, "epochs": 1}), tiny_data, stopped)
     resumed = Reports()
-    fit_classifier(
-        settings(optimizer="adam", lr=1e-3), tiny_data, resumed, resume_state=stopped.states[-1]
-    )
+    fit_classifier(settings(**switches), tiny_data, resumed, resume_state=stopped.states[-1])
 
     assert [m["epoch"] for m in resumed.metrics] == [2, 3]
     for name in set(METRICS) - TIMING:
         assert resumed.metrics[-1][name] == pytest.approx(straight.metrics[-1][name]), name
+    if switches:
+        assert straight.metrics[-1]["accumulation_steps"] == 8  # grown x4 on a capped batch
 
 
 def test_time_to_target_is_infinite_when_the_target_is_out_of_reach(tiny_data: PreparedData):

@@ -1,10 +1,25 @@
+import copy
+
+import pytest
 import torch
 
 from trainables.classifier import build_optimizer
-from trainables.memory import MIB
 from trainables.models import build_model
+from trainables.precision import Precision, precision_for
+from trainables.schedules import EpochPlan
 from trainables.settings import TrainSettings
-from trainables.training import DeviceSplit, Normaliser, batch_slices, evaluate, train_epoch
+from trainables.training import (
+    DeviceSplit,
+    Normaliser,
+    batch_slices,
+    evaluate,
+    step_groups,
+    train_epoch,
+)
+
+CPU = torch.device("cpu")
+FP32 = Precision("cpu", None)
+NORMALISE = Normaliser.from_stats((0.5, 0.5, 0.5), (0.25, 0.25, 0.25), CPU)
 
 
 def split_of(images: int = 64, size: int = 16) -> DeviceSplit:
@@ -16,7 +31,21 @@ def split_of(images: int = 64, size: int = 16) -> DeviceSplit:
     return DeviceSplit(pixels.to(torch.uint8), labels)
 
 
-NORMALISE = Normaliser.from_stats((0.5, 0.5, 0.5), (0.25, 0.25, 0.25), torch.device("cpu"))
+def plan(batch_size: int, accumulation_steps: int = 1, lr: float = 0.01) -> EpochPlan:
+    return EpochPlan(batch_size=batch_size, accumulation_steps=accumulation_steps, lr=lr, growths=0)
+
+
+def one_epoch(model, optimizer, split, batch_size, accumulation_steps=1, seed=0, **switches):
+    return train_epoch(
+        model,
+        optimizer,
+        split,
+        NORMALISE,
+        plan=plan(batch_size, accumulation_steps),
+        precision=switches.pop("precision", FP32),
+        generator=torch.Generator().manual_seed(seed),
+        **switches,
+    )
 
 
 def test_batches_cover_every_item_once_and_keep_a_partial_last_batch():
@@ -27,6 +56,12 @@ def test_batches_cover_every_item_once_and_keep_a_partial_last_batch():
 def test_a_last_batch_of_one_image_is_left_out_because_batchnorm_cannot_train_on_it():
     assert [(s.start, s.stop) for s in batch_slices(9, 4)] == [(0, 4), (4, 8)]
     assert [(s.start, s.stop) for s in batch_slices(1, 4)] == [(0, 1)]
+
+
+def test_micro_batches_are_grouped_into_steps_and_a_partial_last_group_is_kept():
+    groups = step_groups(22, 4, 3)
+    assert [len(g) for g in groups] == [3, 3]
+    assert groups[-1][-1] == slice(20, 22)
 
 
 def test_normalising_maps_uint8_to_zero_mean_unit_std_by_the_given_stats():
@@ -42,30 +77,77 @@ def test_an_epoch_of_training_learns_an_easy_task_and_reports_what_it_saw():
     optimizer = build_optimizer(TrainSettings(optimizer="adam", lr=1e-3), model.parameters())
     _, loss_before = evaluate(model, split, NORMALISE, batch_size=32)
     for epoch in range(3):
-        result = train_epoch(
-            model, optimizer, split, NORMALISE, batch_size=16,
-            generator=torch.Generator().manual_seed(epoch),
-        )  # fmt: skip
+        result = one_epoch(model, optimizer, split, batch_size=16, seed=epoch)
     after, loss = evaluate(model, split, NORMALISE, batch_size=32)
-    assert result.images == 64 and result.seconds > 0
+    assert result.images == 64 and result.optimizer_steps == 4 and result.seconds > 0
     assert after >= 0.9
     assert loss < loss_before / 2
 
 
-def test_the_cpu_meter_grows_with_batch_size_and_counts_parameters_and_optimizer_state():
+@pytest.mark.parametrize(("micro", "steps", "images"), [(8, 4, 64), (8, 3, 60), (6, 4, 64)])
+def test_k_micro_batches_of_b_give_the_update_of_one_batch_of_k_times_b(micro, steps, images):
+    """For a model without batch-dependent layers, including a partial last group and a
+    partial last micro-batch, which are weighted by the images they hold."""
+    split = split_of(images=images)
+    torch.manual_seed(0)
+    accumulated = build_model("small_cnn", num_classes=2, image_size=16)
+    whole = copy.deepcopy(accumulated)
+    for model, batch, accumulation in ((accumulated, micro, steps), (whole, micro * steps, 1)):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        one_epoch(model, optimizer, split, batch, accumulation)
+    for a, b in zip(accumulated.parameters(), whole.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), "accumulated steps drifted from whole batches"
+
+
+def test_accumulation_does_not_change_the_learning_rate():
+    model = build_model("small_cnn", num_classes=2, image_size=16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    one_epoch(model, optimizer, split_of(), 8, 4)
+    assert optimizer.param_groups[0]["lr"] == 0.05
+
+
+def test_the_learning_rate_schedule_is_applied_before_every_optimizer_step():
+    model = build_model("small_cnn", num_classes=2, image_size=16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    seen = []
+
+    def lr_at(fraction: float) -> float:
+        seen.append(fraction)
+        return 0.01 * (1 + fraction)
+
+    one_epoch(model, optimizer, split_of(), 16, lr_at=lr_at)
+    assert seen == [0.0, 0.25, 0.5, 0.75]
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0175)
+
+
+def test_a_non_finite_loss_shows_in_the_epochs_train_loss():
+    model = build_model("small_cnn", num_classes=2, image_size=16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e12)  # blows up within a step or two
+    result = one_epoch(model, optimizer, split_of(), 8)
+    assert not torch.isfinite(torch.tensor(result.train_loss))
+
+
+def test_bf16_autocast_and_augmentation_train_on_cpu():
+    torch.manual_seed(0)
+    split = split_of()
+    model = build_model("small_cnn", num_classes=2, image_size=16)
+    optimizer = build_optimizer(TrainSettings(optimizer="adam", lr=1e-3), model.parameters())
+    bf16 = precision_for(True, "float16", CPU)
+    assert bf16.dtype == torch.bfloat16 and bf16.scaler is None
+    for epoch in range(3):
+        result = one_epoch(model, optimizer, split, 16, seed=epoch, precision=bf16, augment=True)
+    assert result.images == 64
+    assert evaluate(model, split, NORMALISE, batch_size=32, precision=bf16)[0] >= 0.8
+
+
+def test_the_cpu_meter_grows_with_the_physical_batch_and_counts_state_before_activations():
     split = split_of(images=256)
     peaks = {}
     for batch_size in (8, 128):
         torch.manual_seed(0)
         model = build_model("small_cnn", num_classes=2, image_size=16)
         optimizer = build_optimizer(TrainSettings(optimizer="adam"), model.parameters())
-        result = train_epoch(
-            model, optimizer, split, NORMALISE, batch_size=batch_size,
-            generator=torch.Generator().manual_seed(0),
-        )  # fmt: skip
-        peaks[batch_size] = result.peak_mem_bytes
+        peaks[batch_size] = one_epoch(model, optimizer, split, batch_size).peak_mem_bytes
         params = sum(p.numel() * 4 for p in model.parameters())
-        # parameters + gradients + Adam's two moments, before any activation
-        assert result.peak_mem_bytes > 4 * params
-    assert peaks[128] > peaks[8]
-    assert peaks[128] - peaks[8] > 0.5 * MIB  # activations of 120 more 16 px images
+        assert peaks[batch_size] > 4 * params  # parameters, gradients, Adam's two moments
+    assert peaks[128] > peaks[8] + 500_000  # the activations of 120 more images

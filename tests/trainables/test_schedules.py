@@ -1,0 +1,70 @@
+import pytest
+
+from trainables.schedules import EpochPlan, epoch_plan, growths_by, warmup_factor
+
+
+def plan_at(epoch: int, **settings) -> EpochPlan:
+    base = {"batch_size": 32, "accumulation_steps": 1, "lr": 0.1}
+    return epoch_plan(epoch, **{**base, **settings})
+
+
+def test_without_growth_every_epoch_has_the_configured_batch_and_lr():
+    for epoch in range(1, 10):
+        plan = plan_at(epoch, batch_size=64, accumulation_steps=2)
+        assert (plan.batch_size, plan.accumulation_steps, plan.lr) == (64, 2, 0.1)
+        assert plan.effective_batch_size == 128
+
+
+def test_the_batch_grows_by_beta_at_the_start_of_every_interval():
+    sizes = [plan_at(epoch, growth=2, interval=3).batch_size for epoch in range(1, 11)]
+    assert sizes == [32, 32, 32, 64, 64, 64, 128, 128, 128, 256]
+    assert [growths_by(epoch, 2, 3) for epoch in (1, 3, 4, 7, 10)] == [0, 0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("beta", [2, 4, 8])
+def test_the_papers_rule_keeps_lr_over_the_effective_batch_constant(beta):
+    settings = {"batch_size": 16, "accumulation_steps": 2, "lr": 0.05, "growth": beta}
+    start = plan_at(1, **settings, interval=2)
+    for epoch in range(1, 9):
+        plan = plan_at(epoch, **settings, interval=2)
+        ratio = plan.lr / plan.effective_batch_size
+        assert ratio == pytest.approx(start.lr / start.effective_batch_size)
+
+
+def test_an_extra_decay_multiplies_lr_over_batch_once_per_growth_like_the_papers_runs():
+    # CIFAR-100: double the batch and halve the learning rate every 20 epochs.
+    cifar = {"batch_size": 128, "growth": 2, "interval": 20, "lr_decay": 0.25}
+    before, after = plan_at(20, **cifar), plan_at(21, **cifar)
+    assert (before.batch_size, before.lr) == (128, 0.1)
+    assert (after.batch_size, after.lr) == (256, pytest.approx(0.05))
+    # ImageNet, figure 3: batch x2 / x4 / x8 with lr x0.2 / x0.4 / x0.8 every 30 epochs.
+    for beta, lr_factor in ((2, 0.2), (4, 0.4), (8, 0.8)):
+        grown = plan_at(31, batch_size=256, growth=beta, interval=30, lr_decay=0.1)
+        assert grown.lr == pytest.approx(0.1 * lr_factor)
+
+
+def test_beyond_the_capacity_growth_continues_through_accumulation_at_the_same_effective_batch():
+    plans = [plan_at(e, batch_size=64, growth=2, interval=1, capacity=128) for e in (1, 2, 3, 4)]
+    assert [(p.batch_size, p.accumulation_steps) for p in plans] == [
+        (64, 1),
+        (128, 1),
+        (128, 2),
+        (128, 4),
+    ]
+    assert [p.effective_batch_size for p in plans] == [64, 128, 256, 512]
+    assert [p.lr for p in plans] == pytest.approx([0.1, 0.2, 0.4, 0.8])
+
+
+def test_a_capacity_that_does_not_divide_the_batch_rounds_the_micro_batch_up():
+    plan = plan_at(1, batch_size=100, capacity=64)
+    assert (plan.batch_size, plan.accumulation_steps) == (50, 2)
+    odd = plan_at(1, batch_size=99, capacity=64)
+    assert (odd.batch_size, odd.accumulation_steps) == (50, 2)
+
+
+def test_warmup_ramps_linearly_from_the_start_factor_to_one_then_stays():
+    assert warmup_factor(0.0, 5, 0.1) == pytest.approx(0.1)
+    assert warmup_factor(2.5, 5, 0.1) == pytest.approx(0.55)
+    assert warmup_factor(5.0, 5, 0.1) == 1.0
+    assert warmup_factor(9.0, 5, 0.1) == 1.0
+    assert warmup_factor(0.0, 0, 0.1) == 1.0

@@ -1,0 +1,77 @@
+"""Batch-size and learning-rate schedules: pure functions of (epoch, settings).
+
+AdaBatch (Devarakonda, Naumov & Garland 2017) grows the effective batch by a factor beta
+every `interval` epochs. Their rule for the learning rate: an epoch with lr alpha and batch
+r updates the weights like one with lr beta*alpha and batch beta*r, so growing the batch
+while keeping lr / batch constant leaves the training dynamics alone, and growing it
+without raising lr acts as a learning-rate decay of 1/beta. Their experiments add a decay
+on top: CIFAR-100 doubles the batch and halves lr every 20 epochs (lr / batch x 0.25 per
+growth); ImageNet doubles it with lr x 0.2 (lr / batch x 0.1, the fixed-batch baseline's
+decay). Here `lr_decay` is that factor on lr / effective batch per growth: 1 keeps the
+ratio constant (lr grows with the batch), 0.25 is their CIFAR schedule, 0.1 ImageNet's.
+
+Gradual warmup (Goyal et al. 2017) ramps lr linearly from `start_factor * lr` to lr over
+the first epochs, per optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    batch_size: int  # physical micro-batch on the device
+    accumulation_steps: int  # micro-batches per optimizer step
+    lr: float  # learning rate of the epoch, before warmup
+    growths: int  # how many times the batch has grown so far
+
+    @property
+    def effective_batch_size(self) -> int:
+        return self.batch_size * self.accumulation_steps
+
+
+def growths_by(epoch: int, growth: int, interval: int) -> int:
+    """Growths that happened before `epoch` (1-based): one at the start of every interval."""
+    return (epoch - 1) // interval if growth > 1 else 0
+
+
+def epoch_plan(
+    epoch: int,
+    *,
+    batch_size: int,
+    accumulation_steps: int,
+    lr: float,
+    growth: int = 1,
+    interval: int = 1,
+    lr_decay: float = 1.0,
+    capacity: int | None = None,
+) -> EpochPlan:
+    """Batch, accumulation and lr for `epoch` under AdaBatch growth.
+
+    The physical batch grows with the effective one until it would exceed `capacity` (the
+    largest batch allowed or known to fit); from there the growth is carried by more
+    accumulation steps, so the effective batch keeps following the schedule.
+    """
+    growths = growths_by(epoch, growth, interval)
+    scale = growth**growths
+    physical = batch_size * scale
+    target = physical * accumulation_steps
+    steps = accumulation_steps
+    if capacity is not None and physical > capacity:
+        steps = math.ceil(target / capacity)
+        physical = math.ceil(target / steps)
+    return EpochPlan(
+        batch_size=physical,
+        accumulation_steps=steps,
+        lr=lr * (scale * lr_decay**growths),
+        growths=growths,
+    )
+
+
+def warmup_factor(progress_epochs: float, warmup_epochs: int, start_factor: float) -> float:
+    """Multiplier on lr after `progress_epochs` of training (fractional, from 0)."""
+    if warmup_epochs <= 0 or progress_epochs >= warmup_epochs:
+        return 1.0
+    return start_factor + (1.0 - start_factor) * progress_epochs / warmup_epochs
