@@ -58,6 +58,9 @@ class ResourcesSection(BaseModel):
 
     cpu: float = Field(1.0, gt=0)  # CPUs per trial; also the trial's torch threads
     gpu: float = Field(0.0, ge=0)  # GPU share per trial: 0.25 runs four trials to a card
+    # MiB per trial: on a GPU a stricter limit than the share; on CPU enforced by the
+    # memory meter, so a CPU box can stand in for a card of that size.
+    memory_budget_mb: float | None = Field(None, gt=0)
 
     @field_validator("gpu")
     @classmethod
@@ -123,7 +126,10 @@ class SearchConfig(BaseModel):
 
     def trainable_config(self) -> dict[str, Any]:
         """The fixed part of every trial's config (the sampled keys are added by Tune)."""
-        return {**self.train, "data": self.data.model_dump()}
+        fixed = {**self.train, "data": self.data.model_dump()}
+        if self.resources.memory_budget_mb is not None:
+            fixed["memory_budget_mb"] = self.resources.memory_budget_mb
+        return fixed
 
     def as_yaml_dict(self) -> dict[str, Any]:
         """The resolved config, as it would be written in a file."""
@@ -248,9 +254,17 @@ def _parse_space(space: dict[str, Any]) -> tuple[dict[str, SpaceParam], list[Pro
     return parsed, problems
 
 
+# Trainable keys that the search config sets from its own sections.
+_SET_ELSEWHERE = {
+    "data": "set data in the top-level `data:` section",
+    "memory_budget_mb": "set it as resources.memory_budget_mb",
+}
+
+
 def _train_problems(train: dict[str, Any]) -> list[Problem]:
-    if "data" in train:
-        return [Problem("train.data", "set data in the top-level `data:` section")]
+    elsewhere = [Problem(f"train.{k}", _SET_ELSEWHERE[k]) for k in train if k in _SET_ELSEWHERE]
+    if elsewhere:
+        return elsewhere
     try:
         TrainSettings.from_config(train)
     except ValidationError as error:
@@ -262,7 +276,10 @@ def _space_problems(space: dict[str, SpaceParam], train: dict[str, Any]) -> list
     problems = []
     for key, param in space.items():
         path = f"space.{key}"
-        if key not in TRAIN_KEYS or key == "data":
+        if key in _SET_ELSEWHERE:
+            problems.append(Problem(path, _SET_ELSEWHERE[key]))
+            continue
+        if key not in TRAIN_KEYS:
             problems.append(Problem(path, unknown_key_message(key, TRAIN_KEYS - {"data"})))
             continue
         if key in train:

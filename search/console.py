@@ -54,12 +54,12 @@ def _fmt(value: object) -> str:
 def summary_table(frame: pd.DataFrame, sampled: Sequence[str], objectives: Sequence[str]) -> str:
     """Trials ordered by Pareto rank: rank, status, sampled params, objectives, key metrics."""
     key_metrics = ["best_val_acc", "throughput", "gen_gap", "peak_mem_mb"]
-    columns = ["pareto_rank", "trial_id", "status", *sampled, *objectives, *key_metrics]
+    params = {f"config.{key}": key for key in sampled}
+    columns = ["pareto_rank", "trial_id", "status", *params, *objectives, *key_metrics]
     columns = [c for c in dict.fromkeys(columns) if c in frame.columns]
-    shown = frame[columns].copy()
-    shown["pareto_rank"] = [
+    shown = frame[columns].rename(columns={**params, "pareto_rank": "rank"})
+    shown["rank"] = [
         "-" if math.isnan(rank) else ("front" if rank == 0 else str(int(rank)))
-        for rank in shown["pareto_rank"].astype(float)
+        for rank in shown["rank"].astype(float)
     ]
-    shown = shown.rename(columns={"pareto_rank": "rank"})
-    return shown.to_string(index=False, formatters={c: _fmt for c in shown.columns})
+    return shown.to_string(index=False, na_rep="-", formatters={c: _fmt for c in shown.columns})

@@ -8,14 +8,18 @@ from typing import Any
 import pandas as pd
 from ray.tune import ResultGrid
 
+from search.tracking import flatten
 from trainables.metrics import METRICS
 
 STATUS_ERROR = "error"  # the trial raised: a bug or a crash, not a pruned trial
 
 
+CONFIG_PREFIX = "config."  # params as MLflow keeps them apart: `lr` the metric, `config.lr`
+
+
 def trial_row(trial_id: str, config: dict[str, Any], metrics: dict[str, Any], error: Any) -> dict:
     row: dict[str, Any] = {"trial_id": trial_id}
-    row.update({key: value for key, value in config.items() if key != "data"})
+    row.update({f"{CONFIG_PREFIX}{key}": value for key, value in flatten("", config).items()})
     row.update({name: metrics[name] for name in METRICS if name in metrics})
     if error is not None:
         row["status"] = STATUS_ERROR

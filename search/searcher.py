@@ -7,13 +7,17 @@ objectives, so a trial that ran out of memory would look like a real, finished p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
 from ray.tune.search.optuna import OptunaSearch
 
-from trainables.metrics import STATUS_OK
+from search.feasibility import MemoryFootprint, predicted_oom
+from search.trainable import PREDICTED_FROM
+from trainables.metrics import STATUS_OK, STATUS_OOM
+from trainables.settings import TrainSettings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # Tune's table shows the progress
 
@@ -35,23 +39,44 @@ def build_sampler(kind: str, num_samples: int, seed: int) -> optuna.samplers.Bas
 
 
 class FeasibilityAwareOptunaSearch(OptunaSearch):
-    """`OptunaSearch` that tells Optuna a trial which did not end `ok` was PRUNED, and that
-    runs partial points (the `grid` entries of a space) first.
+    """`OptunaSearch` that keeps infeasible trials off the front and learns from them.
 
-    Only trials whose last result says `status: ok` reach Optuna as COMPLETE, so an
-    out-of-memory or diverged trial never becomes a point on Optuna's Pareto front.
+    - A trial whose last result is not `status: ok` (out of memory, predicted to be, or
+      diverged) reaches Optuna as PRUNED with a violated constraint, never as COMPLETE:
+      it cannot sit on Optuna's front, and the samplers treat it as infeasible.
+    - Once a trial runs out of memory, a later suggestion that needs at least as much
+      memory (`search.feasibility`) is marked so that it ends before training.
+    - Partial points (the `grid` entries of a space) are suggested first.
     """
 
-    def __init__(self, *args: Any, grid: Sequence[dict[str, Any]] = (), **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        grid: Sequence[dict[str, Any]] = (),
+        fixed_config: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         # Ray's points_to_evaluate demands every key; Optuna fills in the rest of a
         # partial point itself, so the grid is enqueued once the study exists.
         self._grid = list(grid)
+        self._fixed_config = dict(fixed_config or {})
+        self._settings: dict[str, TrainSettings] = {}  # by Tune trial id
+        self._failures: dict[str, MemoryFootprint] = {}  # trials that ran out of memory
         super().__init__(*args, **kwargs)
 
     def _setup_study(self, mode: str | list[str]) -> None:
         super()._setup_study(mode)
         for point in self._grid:
             self._ot_study.enqueue_trial(point)
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        suggestion = super().suggest(trial_id)
+        if suggestion is None:
+            return None
+        settings = TrainSettings.from_config({**self._fixed_config, **suggestion})
+        self._settings[trial_id] = settings
+        source = predicted_oom(MemoryFootprint.of(settings), self._failures)
+        return {**suggestion, PREDICTED_FROM: source} if source else suggestion
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
@@ -60,8 +85,14 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
         if error or status == STATUS_OK or trial_id not in self._ot_trials:
             super().on_trial_complete(trial_id, result=result, error=error)
             return
+        if status == STATUS_OOM and trial_id in self._settings:
+            self._failures[trial_id] = MemoryFootprint.of(
+                self._settings[trial_id], batch_size=_whole((result or {}).get("batch_size"))
+            )
         ot_trial = self._ot_trials[trial_id]
         ot_trial.set_user_attr("status", status)
+        ot_trial.set_user_attr("status_detail", str((result or {}).get("status_detail", "")))
+        ot_trial.set_constraint("feasible", 1.0)  # > 0: violated
         self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
         self._completed_trials.add(trial_id)
 
@@ -69,12 +100,30 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
     def study(self) -> optuna.Study:
         return self._ot_study
 
+    @property
+    def failures(self) -> dict[str, MemoryFootprint]:
+        return dict(self._failures)
+
+
+def _whole(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
 
 def build_searcher(
     objectives: Mapping[str, str],
     sampler: optuna.samplers.BaseSampler,
     grid: Sequence[dict[str, Any]] = (),
+    fixed_config: Mapping[str, Any] | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
 ) -> FeasibilityAwareOptunaSearch:
+    """`storage`: an Optuna RDB URL, so the study outlives the process (resume, review)."""
     return FeasibilityAwareOptunaSearch(
-        metric=list(objectives), mode=list(objectives.values()), sampler=sampler, grid=grid
+        metric=list(objectives),
+        mode=list(objectives.values()),
+        sampler=sampler,
+        grid=grid,
+        fixed_config=fixed_config,
+        storage=optuna.storages.RDBStorage(storage) if storage else None,
+        study_name=study_name,
     )

@@ -8,6 +8,7 @@ retried or resumed continues its own child run (found again by its `trial_id` ta
 
 from __future__ import annotations
 
+import math
 import subprocess
 import time
 import urllib.error
@@ -21,7 +22,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from ray import tune
 
-from trainables.metrics import NUMERIC_METRICS
+from trainables.metrics import NUMERIC_METRICS, TEXT_METRICS
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
 BATCH_LIMIT = 100  # params per log_batch call allowed by MLflow
@@ -187,9 +188,10 @@ class MlflowTrialCallback(tune.Callback):
         metrics = [
             Metric(name, float(result[name]), now, step)
             for name in NUMERIC_METRICS
-            if isinstance(result.get(name), int | float)
+            # NaN: not measured (a pruned trial's report); leave the history clean
+            if isinstance(result.get(name), int | float) and not math.isnan(result[name])
         ]
-        tags = [RunTag("status", str(result["status"]))] if "status" in result else []
+        tags = [RunTag(name, str(result[name])) for name in TEXT_METRICS if result.get(name)]
         self.client.log_batch(self.run_id_for(trial), metrics=metrics, tags=tags)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

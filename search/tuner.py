@@ -12,7 +12,8 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from search.config import SearchConfig
 from search.searcher import build_sampler, build_searcher
 from search.space import grid_points
-from trainables import PreparedData, train_classifier
+from search.trainable import classifier_trial
+from trainables import PreparedData
 
 
 def param_space(config: SearchConfig) -> dict[str, Any]:
@@ -24,9 +25,12 @@ def param_space(config: SearchConfig) -> dict[str, Any]:
 
 
 def trainable(config: SearchConfig, data: PreparedData) -> Any:
-    """`train_classifier` with the prepared data (object store) and the trial's resources."""
+    """The trial function with the prepared data (object store) and the trial's resources."""
     resources = {"cpu": config.resources.cpu, "gpu": config.resources.gpu}
-    return tune.with_resources(tune.with_parameters(train_classifier, data=data), resources)
+    return tune.with_resources(tune.with_parameters(classifier_trial, data=data), resources)
+
+
+OPTUNA_STORAGE = "optuna.db"  # the study, next to Tune's state: it survives a restart
 
 
 def progress_table(config: SearchConfig) -> CLIReporter:
@@ -54,10 +58,15 @@ def build_tuner(
     callbacks: list[tune.Callback],
 ) -> tune.Tuner:
     search = config.search
+    experiment_dir = Path(config.run.storage_path) / run_name
+    experiment_dir.mkdir(parents=True, exist_ok=True)
     searcher = build_searcher(
         config.objectives,
         build_sampler(search.sampler, search.num_samples, search.seed),
         grid=grid_points(config.space),
+        fixed_config=config.trainable_config(),
+        storage=f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
+        study_name=run_name,
     )
     return tune.Tuner(
         trainable(config, data),

@@ -34,3 +34,35 @@ def schema_result(epoch: int, status: str = "ok", **values: Any) -> dict[str, An
         "done": False,
         **values,
     }
+
+
+# The messages devices and libraries raise when memory runs out (DESIGN.md lists them).
+OOM_ERRORS = {
+    "torch.OutOfMemoryError": lambda: __import__("torch").OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.1 GiB"
+    ),
+    "cuda runtime": lambda: RuntimeError("CUDA error: out of memory"),
+    "hip": lambda: RuntimeError("HIP out of memory. Tried to allocate 20.00 MiB"),
+    "xpu": lambda: RuntimeError("XPU out of memory. Tried to allocate 1.00 GiB"),
+    "mps": lambda: RuntimeError("MPS backend out of memory (MPS allocated: 1.2 GB)"),
+    "cpu allocator": lambda: RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+        "you tried to allocate 8589934592 bytes."
+    ),
+    "cudnn": lambda: RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear"),
+    "cublas": lambda: RuntimeError(
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"
+    ),
+}
+
+
+class RaiseWhen:
+    """A callable that raises `error()` on its `at`-th call (1-based), else does nothing."""
+
+    def __init__(self, error, at: int = 1) -> None:
+        self.error, self.at, self.calls = error, at, 0
+
+    def __call__(self, *args, **kwargs) -> None:
+        self.calls += 1
+        if self.calls == self.at:
+            raise self.error()

@@ -7,6 +7,7 @@ config dict in, `tune.report` per epoch, `tune.get_checkpoint` to continue.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable
@@ -20,16 +21,26 @@ from ray import tune
 from torch import nn
 
 from trainables.data import PreparedData, Split, prepare_data
-from trainables.memory import MIB
-from trainables.metrics import STATUS_OK, EvalScores, Progress, throughput
+from trainables.memory import MIB, fits_in_memory, limit_cuda_memory
+from trainables.metrics import (
+    STATUS_DIVERGED,
+    STATUS_OK,
+    STATUS_OOM,
+    EvalScores,
+    Progress,
+    pruned_metrics,
+    throughput,
+)
 from trainables.models import build_model
+from trainables.oom import is_out_of_memory, release_memory
 from trainables.precision import Precision, precision_for
 from trainables.schedules import EpochPlan, epoch_plan, warmup_factor
 from trainables.settings import TrainSettings
 from trainables.training import DeviceSplit, EpochResult, Normaliser, evaluate, train_epoch
 from trainables.trial_state import TrialState, load_trial_state, save_trial_state
 
-Reporter = Callable[[dict[str, Any], Path], None]  # (metrics, checkpoint directory)
+# (metrics, checkpoint directory); no checkpoint for the report that ends a pruned trial
+Reporter = Callable[[dict[str, Any], Path | None], None]
 
 
 def train_classifier(config: dict[str, Any], data: PreparedData | None = None) -> None:
@@ -45,16 +56,23 @@ def train_classifier(config: dict[str, Any], data: PreparedData | None = None) -
     checkpoint = tune.get_checkpoint()
     with checkpoint.as_directory() if checkpoint else nullcontext() as resume_dir:
         state = load_trial_state(Path(resume_dir)) if resume_dir else None
-    fit_classifier(settings, prepared, _report_to_tune, resume_state=state)
+    fit_classifier(
+        settings, prepared, _report_to_tune, resume_state=state, gpu_share=_trial_gpu_share()
+    )
 
 
-def _report_to_tune(metrics: dict[str, Any], checkpoint_dir: Path) -> None:
-    tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)))
+def _report_to_tune(metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+    checkpoint = tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
+    tune.report(metrics, checkpoint=checkpoint)
 
 
 def _trial_cpu_share() -> int:
     """Whole CPUs reserved for this trial, so concurrent trials do not oversubscribe."""
     return max(1, int(tune.get_context().get_trial_resources().head_cpus))
+
+
+def _trial_gpu_share() -> float:
+    return float(tune.get_context().get_trial_resources().bundles[0].get("GPU", 0.0))
 
 
 @dataclass
@@ -77,8 +95,13 @@ class Trial:
             growth=settings.adabatch_growth,
             interval=settings.adabatch_interval,
             lr_decay=settings.adabatch_lr_decay,
-            capacity=settings.max_batch_size,
+            capacity=min_known(settings.max_batch_size, self.state.batch_capacity),
         )
+
+    @property
+    def memory_budget_bytes(self) -> int | None:
+        budget = self.settings.memory_budget_mb
+        return None if budget is None else int(budget * MIB)
 
     def lr_schedule(self, epoch: int, plan: EpochPlan) -> Callable[[float], float]:
         settings = self.settings
@@ -90,10 +113,21 @@ class Trial:
         )
 
 
+def min_known(*limits: int | None) -> int | None:
+    known = [limit for limit in limits if limit is not None]
+    return min(known) if known else None
+
+
 def start_trial(
-    settings: TrainSettings, data: PreparedData, device: torch.device, resume: dict | None
+    settings: TrainSettings,
+    data: PreparedData,
+    device: torch.device,
+    resume: dict | None,
+    gpu_share: float | None = None,
 ) -> Trial:
-    torch.backends.cudnn.benchmark = settings.cudnn_benchmark  # per trial: actors are reused
+    # Set per trial, not per process: Tune reuses a worker process for the next trial.
+    torch.backends.cudnn.benchmark = settings.cudnn_benchmark
+    limit_cuda_memory(device, gpu_share, settings.memory_budget_mb)
     torch.manual_seed(settings.seed)
     model = build_model(settings.model, data.num_classes, data.image_size).to(device)
     if settings.grad_checkpointing:
@@ -115,57 +149,166 @@ def fit_classifier(
     report: Reporter,
     *,
     resume_state: dict[str, Any] | None = None,
+    gpu_share: float | None = None,
 ) -> dict[str, Any]:
     """Train for `settings.epochs`, calling `report` after every epoch; return the last metrics.
 
     With `resume_state` (from a trial checkpoint) training continues after its epoch and
     ends with the same metrics as a run that never stopped: the data order and the
     augmentation of each epoch depend only on (seed, epoch), and the schedules on the epoch.
+
+    A trial that runs out of memory (in any phase) or whose loss stops being finite is
+    pruned: it reports `status` oom or diverged once, and returns. Other errors propagate.
     """
     device = resolve_device(settings.device)
-    trial = start_trial(settings, data, device, resume_state)
-    train, val, test = (_to_device(split, device) for split in (data.train, data.val, data.test))
-    train_eval = train.subset(_train_eval_indices(len(train), settings).to(device))
-    normalise = Normaliser.from_stats(data.mean, data.std, device)
-    eval_batch = settings.eval_batch_size
-
+    trial = start_trial(settings, data, device, resume_state, gpu_share)
+    splits = DeviceSplits.of(data, device, settings)
     for epoch in range(trial.state.epoch + 1, settings.epochs + 1):
-        plan = trial.plan(epoch)
-        generator = torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch))
-        result = train_epoch(
-            trial.model,
-            trial.optimizer,
-            train,
-            normalise,
-            plan=plan,
-            precision=trial.precision,
-            generator=generator,
-            augment=settings.augment,
-            lr_at=trial.lr_schedule(epoch, plan),
-        )
-        train_eval_acc, _ = evaluate(
-            trial.model, train_eval, normalise, batch_size=eval_batch, precision=trial.precision
-        )
-        val_acc, val_loss = evaluate(
-            trial.model, val, normalise, batch_size=eval_batch, precision=trial.precision
-        )
-        test_acc, _ = evaluate(
-            trial.model, test, normalise, batch_size=eval_batch, precision=trial.precision
-        )
-        scores = EvalScores(train_eval_acc=train_eval_acc, val_acc=val_acc, test_acc=test_acc)
-        progress = trial.state.progress.advance(epoch, scores, result.seconds, settings.target_acc)
-        metrics = epoch_metrics(
-            epoch=epoch,
-            result=result,
-            scores=scores,
-            val_loss=val_loss,
-            progress=progress,
-            plan=plan,
-            lr=trial.optimizer.param_groups[0]["lr"],
-        )
+        phase, failure, plan, needed_mb = "training", None, None, math.nan
+        try:
+            plan = plan_that_fits(trial, epoch, splits)
+            result = train_one_epoch(trial, epoch, plan, splits)
+            phase = "evaluation"
+            metrics, progress = evaluate_epoch(trial, epoch, plan, result, splits)
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            # Only text and numbers leave this block: the traceback holds the step's tensors.
+            failure = f"out of memory in {phase}: {first_line(error)}"
+            needed_mb = getattr(error, "needed_mb", math.nan)  # known under a CPU budget
+        if failure is not None:
+            release_memory()
+            return _report_pruned(
+                trial, report, epoch, STATUS_OOM, failure, plan, peak_mem_mb=needed_mb
+            )
+        if not math.isfinite(result.train_loss):
+            detail = f"training loss became {result.train_loss} in epoch {epoch}"
+            return _report_pruned(trial, report, epoch, STATUS_DIVERGED, detail, plan)
         trial.state = replace(trial.state, epoch=epoch, progress=progress, last_metrics=metrics)
         _save_and_report(trial, report)
     return trial.state.last_metrics
+
+
+@dataclass(frozen=True)
+class DeviceSplits:
+    train: DeviceSplit
+    train_eval: DeviceSplit  # a fixed training subset scored in eval mode
+    val: DeviceSplit
+    test: DeviceSplit
+    normalise: Normaliser
+
+    @classmethod
+    def of(cls, data: PreparedData, device: torch.device, settings: TrainSettings) -> DeviceSplits:
+        train, val, test = (_to_device(s, device) for s in (data.train, data.val, data.test))
+        return cls(
+            train=train,
+            train_eval=train.subset(_train_eval_indices(len(train), settings).to(device)),
+            val=val,
+            test=test,
+            normalise=Normaliser.from_stats(data.mean, data.std, device),
+        )
+
+
+def plan_that_fits(trial: Trial, epoch: int, splits: DeviceSplits) -> EpochPlan:
+    """The epoch's plan; when AdaBatch grows the physical batch beyond what fits in memory,
+    the previous batch becomes the trial's capacity and the growth goes to accumulation."""
+    plan = trial.plan(epoch)
+    previous = trial.state.last_metrics.get("batch_size")
+    if previous is None or plan.batch_size <= previous:
+        return plan
+    batch = splits.train.subset(torch.arange(min(plan.batch_size, len(splits.train))))
+    fits = fits_in_memory(
+        trial.model,
+        trial.optimizer,
+        splits.normalise(batch.images),
+        batch.labels,
+        trial.precision,
+        trial.memory_budget_bytes,
+    )
+    if fits:
+        return plan
+    trial.state = replace(trial.state, batch_capacity=int(previous))
+    return trial.plan(epoch)
+
+
+def train_one_epoch(trial: Trial, epoch: int, plan: EpochPlan, splits: DeviceSplits) -> EpochResult:
+    settings = trial.settings
+    return train_epoch(
+        trial.model,
+        trial.optimizer,
+        splits.train,
+        splits.normalise,
+        plan=plan,
+        precision=trial.precision,
+        generator=torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch)),
+        augment=settings.augment,
+        lr_at=trial.lr_schedule(epoch, plan),
+        memory_budget_bytes=trial.memory_budget_bytes,
+    )
+
+
+def evaluate_epoch(
+    trial: Trial, epoch: int, plan: EpochPlan, result: EpochResult, splits: DeviceSplits
+) -> tuple[dict[str, Any], Progress]:
+    """The epoch's metrics after scoring the model on the three eval splits."""
+    if not math.isfinite(result.train_loss):
+        return {}, trial.state.progress  # diverged: nothing worth scoring
+
+    def score(split: DeviceSplit) -> tuple[float, float]:
+        return evaluate(
+            trial.model,
+            split,
+            splits.normalise,
+            batch_size=trial.settings.eval_batch_size,
+            precision=trial.precision,
+        )
+
+    train_eval_acc, _ = score(splits.train_eval)
+    val_acc, val_loss = score(splits.val)
+    test_acc, _ = score(splits.test)
+    scores = EvalScores(train_eval_acc=train_eval_acc, val_acc=val_acc, test_acc=test_acc)
+    progress = trial.state.progress.advance(
+        epoch, scores, result.seconds, trial.settings.target_acc
+    )
+    metrics = epoch_metrics(
+        epoch=epoch,
+        result=result,
+        scores=scores,
+        val_loss=val_loss,
+        progress=progress,
+        plan=plan,
+        lr=trial.optimizer.param_groups[0]["lr"],
+    )
+    return metrics, progress
+
+
+def _report_pruned(
+    trial: Trial,
+    report: Reporter,
+    epoch: int,
+    status: str,
+    detail: str,
+    plan: EpochPlan | None,
+    **values: Any,
+) -> dict[str, Any]:
+    """Report the end of a pruned trial; the status says its values must not be trusted."""
+    batch: dict[str, Any] = {}
+    if plan is not None:
+        batch = {
+            "batch_size": plan.batch_size,
+            "accumulation_steps": plan.accumulation_steps,
+            "effective_batch_size": plan.effective_batch_size,
+        }
+    metrics = pruned_metrics(
+        status, detail, trial.state.last_metrics, epoch=epoch, **batch, **values
+    )
+    report(metrics, None)
+    return metrics
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
 
 
 def _save_and_report(trial: Trial, report: Reporter) -> None:
@@ -212,6 +355,7 @@ def epoch_metrics(
         "lr": lr,
         "peak_mem_mb": result.peak_mem_bytes / MIB,
         "status": STATUS_OK,
+        "status_detail": "",
     }
 
 

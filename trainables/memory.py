@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.models import StagedClassifier
+from trainables.oom import is_out_of_memory, release_memory
 from trainables.precision import Precision
 
 MIB = 1024 * 1024
@@ -163,3 +164,55 @@ def reset_cuda_peak(device: torch.device) -> None:
 
 def cuda_peak_bytes(device: torch.device) -> int:
     return int(torch.cuda.max_memory_allocated(device))
+
+
+def cuda_memory_fraction(
+    gpu_share: float | None, budget_mb: float | None, total_mb: float
+) -> float | None:
+    """The share of the card's memory a trial is held to: its GPU share (Ray gives no
+    memory isolation, so a trial on a quarter of a card keeps to a quarter of its memory),
+    or a stricter budget. None: the whole card."""
+    limits = []
+    if gpu_share is not None and 0 < gpu_share < 1:
+        limits.append(gpu_share)
+    if budget_mb is not None:
+        limits.append(min(1.0, budget_mb / total_mb))
+    return min(limits) if limits else None
+
+
+def limit_cuda_memory(
+    device: torch.device, gpu_share: float | None, budget_mb: float | None
+) -> None:
+    if device.type != "cuda":
+        return
+    total_mb = torch.cuda.get_device_properties(device).total_memory / MIB
+    fraction = cuda_memory_fraction(gpu_share, budget_mb, total_mb)
+    # Always set: a reused worker process must not keep the previous trial's limit.
+    torch.cuda.set_per_process_memory_fraction(fraction or 1.0, device)
+
+
+def fits_in_memory(
+    model: StagedClassifier,
+    optimizer: torch.optim.Optimizer,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    precision: Precision,
+    budget_bytes: int | None,
+) -> bool:
+    """Whether a training step on `inputs` fits: on CPU under the meter's budget, on CUDA
+    by running its forward and backward (gradients discarded, statistics restored)."""
+    if inputs.device.type != "cuda":
+        peak = step_peak_bytes(model, optimizer, inputs, targets, precision)
+        return budget_bytes is None or peak <= budget_bytes
+    fits = True
+    try:
+        with _buffers_restored(model), precision.autocast():
+            loss = F.cross_entropy(model(inputs), targets)
+            precision.backward(loss)
+    except Exception as error:
+        if not is_out_of_memory(error):
+            raise
+        fits = False
+    optimizer.zero_grad(set_to_none=True)
+    release_memory()
+    return fits

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 Direction = Literal["max", "min"]
 
@@ -41,17 +41,24 @@ METRICS: dict[str, MetricSpec] = {
     "effective_batch_size": MetricSpec("batch_size * accumulation_steps"),
     "lr": MetricSpec("learning rate in effect at the end of the epoch"),
     "peak_mem_mb": MetricSpec("peak device memory of a training step (MiB)", "min"),
-    "status": MetricSpec("ok, oom (pruned: out of memory) or diverged (non-finite loss)"),
+    "status": MetricSpec(
+        "ok; oom (pruned: out of memory); oom_predicted (pruned before training: a trial that "
+        "needed no more memory ran out); diverged (non-finite loss)"
+    ),
+    "status_detail": MetricSpec("why a trial was pruned: the error, or the trial it follows"),
 }
 
-NUMERIC_METRICS: tuple[str, ...] = tuple(name for name in METRICS if name != "status")
+TEXT_METRICS = frozenset({"status", "status_detail"})
+NUMERIC_METRICS: tuple[str, ...] = tuple(name for name in METRICS if name not in TEXT_METRICS)
 OBJECTIVE_METRICS: tuple[str, ...] = tuple(
     name for name, spec in METRICS.items() if spec.direction is not None
 )
 
 STATUS_OK = "ok"
 STATUS_OOM = "oom"
+STATUS_OOM_PREDICTED = "oom_predicted"
 STATUS_DIVERGED = "diverged"
+PRUNED_STATUSES = frozenset({STATUS_OOM, STATUS_OOM_PREDICTED, STATUS_DIVERGED})
 
 
 def throughput(images: int, seconds: float) -> float:
@@ -102,3 +109,15 @@ class Progress:
                 val_test_gap=abs(scores.val_acc - scores.test_acc),
             )
         return progress
+
+
+def pruned_metrics(
+    status: str, detail: str, known: dict[str, Any] | None = None, **values: Any
+) -> dict[str, Any]:
+    """The one report of a pruned trial. Every numeric metric is present (a searcher aborts
+    the whole search on a missing objective): the last good epoch's value, or NaN."""
+    metrics: dict[str, Any] = {name: math.nan for name in NUMERIC_METRICS}
+    metrics.update(known or {})
+    metrics.update(values)
+    metrics.update(status=status, status_detail=detail)
+    return metrics

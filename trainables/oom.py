@@ -28,6 +28,10 @@ class MemoryBudgetExceeded(torch.OutOfMemoryError):
     A subclass of torch's own OOM error, so it takes exactly the path a GPU's OOM takes.
     """
 
+    def __init__(self, message: str, needed_mb: float) -> None:
+        super().__init__(message)
+        self.needed_mb = needed_mb
+
 
 def is_out_of_memory(error: BaseException) -> bool:
     if isinstance(error, torch.OutOfMemoryError):  # also torch.cuda.OutOfMemoryError

@@ -48,6 +48,7 @@ class TrainSettings(BaseModel):
     max_batch_size: int | None = Field(None, gt=0, **_STRICT)  # physical cap; then accumulate
     cudnn_benchmark: bool = Field(False, **_STRICT)  # cuDNN autotuner: faster, more memory
     augment: bool = Field(False, **_STRICT)  # random crop (padding 1/8 side) + horizontal flip
+    memory_budget_mb: float | None = Field(None, gt=0)  # per trial; CPU: by the meter
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when there is one
     num_threads: int | None = Field(None, gt=0, **_STRICT)  # torch threads; None: trial's CPU share
     data: DataSettings = DataSettings()  # used when no prepared data is passed in

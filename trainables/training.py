@@ -19,8 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.augment import random_crop_flip
-from trainables.memory import cuda_peak_bytes, reset_cuda_peak, step_peak_bytes
+from trainables.memory import MIB, cuda_peak_bytes, reset_cuda_peak, step_peak_bytes
 from trainables.models import StagedClassifier
+from trainables.oom import MemoryBudgetExceeded
 from trainables.precision import Precision
 from trainables.schedules import EpochPlan
 
@@ -102,12 +103,15 @@ def train_epoch(
     generator: torch.Generator,
     augment: bool = False,
     lr_at: Callable[[float], float] | None = None,
+    memory_budget_bytes: int | None = None,
 ) -> EpochResult:
     """One pass over `split` in the order `generator` draws.
 
     Each optimizer step averages the loss over the images of its micro-batches (weighted
     by their sizes), so k micro-batches of b give the update of one batch of k*b.
     `lr_at(fraction of the epoch done)` sets the learning rate before every step.
+    On CPU, a step the meter finds above `memory_budget_bytes` raises the out-of-memory
+    error a GPU of that size would.
     """
     device = split.images.device
     model.train()
@@ -119,6 +123,12 @@ def train_epoch(
         peak_bytes = step_peak_bytes(
             model, optimizer, normalise(split.images[first]), split.labels[first], precision
         )
+        if memory_budget_bytes is not None and peak_bytes > memory_budget_bytes:
+            raise MemoryBudgetExceeded(
+                f"a training step of {plan.batch_size} images needs {peak_bytes / MIB:.0f} MiB, "
+                f"over the budget of {memory_budget_bytes / MIB:.0f} MiB",
+                needed_mb=peak_bytes / MIB,
+            )
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     images_seen = 0

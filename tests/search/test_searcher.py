@@ -8,9 +8,17 @@ OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
 SPACE = {"batch_size": tune.choice([16, 32, 64]), "optimizer": tune.choice(["sgd", "adam"])}
 
 
-def searcher_over(space=SPACE, grid=()) -> FeasibilityAwareOptunaSearch:
-    searcher = build_searcher(OBJECTIVES, optuna.samplers.RandomSampler(seed=0), grid=grid)
-    assert searcher.set_search_properties(None, None, {**space, "epochs": 2})
+FIXED = {"epochs": 2, "model": "small_cnn", "data": {"image_size": 16}}
+
+
+def searcher_over(space=SPACE, grid=(), sampler=None) -> FeasibilityAwareOptunaSearch:
+    searcher = build_searcher(
+        OBJECTIVES,
+        sampler or optuna.samplers.RandomSampler(seed=0),
+        grid=grid,
+        fixed_config=FIXED,
+    )
+    assert searcher.set_search_properties(None, None, {**space, **FIXED})
     return searcher
 
 
@@ -36,15 +44,48 @@ def test_a_trial_that_ended_ok_reaches_optuna_complete_with_its_objective_values
     assert trial.values == [100.0, 0.7, 0.1]
 
 
-@pytest.mark.parametrize("status", ["oom", "diverged"])
-def test_a_trial_that_ran_out_of_memory_or_diverged_is_pruned_not_complete(status):
+@pytest.mark.parametrize("status", ["oom", "oom_predicted", "diverged"])
+def test_a_pruned_trial_reaches_optuna_pruned_and_infeasible_never_complete(status):
     searcher = searcher_over()
     searcher.suggest("a")
-    searcher.on_trial_complete("a", result(status=status))
+    searcher.on_trial_complete("a", result(status=status, throughput=1e9, best_val_acc=1.0))
     (trial,) = searcher.study.trials
     assert trial.state == optuna.trial.TrialState.PRUNED
+    assert trial.values is None
+    assert trial.constraints and all(value > 0 for value in trial.constraints.values())
     assert trial.user_attrs["status"] == status
     assert searcher.study.best_trials == []
+
+
+def test_after_an_oom_a_config_needing_at_least_as_much_memory_is_marked_to_skip_training():
+    searcher = searcher_over(space={"batch_size": tune.choice([64])})
+    first = searcher.suggest("a")
+    assert "oom_predicted_from" not in first
+    searcher.on_trial_complete("a", result(status="oom", batch_size=64))
+    second = searcher.suggest("b")
+    assert second["oom_predicted_from"] == "a"
+    assert set(searcher.failures) == {"a"}
+
+
+def test_a_smaller_config_after_an_oom_still_trains():
+    searcher = searcher_over(space={"batch_size": tune.choice([16, 64])}, grid=[
+        {"batch_size": 64}, {"batch_size": 16},
+    ])  # fmt: skip
+    searcher.suggest("big")
+    searcher.on_trial_complete("big", result(status="oom", batch_size=64))
+    assert "oom_predicted_from" not in searcher.suggest("small")
+
+
+def test_tpe_samples_on_after_pruned_infeasible_trials_without_error():
+    sampler = optuna.samplers.TPESampler(n_startup_trials=2, seed=0)
+    searcher = searcher_over(sampler=sampler)
+    for index in range(6):
+        trial_id = f"t{index}"
+        config = searcher.suggest(trial_id)
+        status = "oom" if config["batch_size"] == 64 else "ok"
+        searcher.on_trial_complete(trial_id, result(status=status, batch_size=config["batch_size"]))
+    states = {trial.state for trial in searcher.study.trials}
+    assert optuna.trial.TrialState.COMPLETE in states
 
 
 def test_a_trial_that_raised_is_failed():

@@ -1,0 +1,26 @@
+"""The trainable a search runs: `train_classifier`, unless the searcher has already
+predicted that the trial's config runs out of memory, in which case it ends at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import tune
+
+from trainables import PreparedData, train_classifier
+from trainables.metrics import STATUS_OOM_PREDICTED, pruned_metrics
+
+# The key the searcher adds to a suggested config it predicts to run out of memory.
+PREDICTED_FROM = "oom_predicted_from"
+
+
+def classifier_trial(config: dict[str, Any], data: PreparedData | None = None) -> None:
+    predicted_from = config.get(PREDICTED_FROM)
+    if predicted_from:
+        detail = (
+            f"not trained: trial {predicted_from} ran out of memory and this config needs "
+            "at least as much"
+        )
+        tune.report(pruned_metrics(STATUS_OOM_PREDICTED, detail, epoch=0))
+        return
+    train_classifier({key: value for key, value in config.items() if key != PREDICTED_FROM}, data)

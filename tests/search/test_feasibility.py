@@ -1,0 +1,76 @@
+from dataclasses import replace
+
+import pytest
+
+from search.feasibility import MemoryFootprint, needs_at_least, predicted_oom
+from trainables.settings import TrainSettings
+
+
+def footprint(**settings) -> MemoryFootprint:
+    return MemoryFootprint.of(TrainSettings(**settings))
+
+
+BASE = {"model": "resnet18", "batch_size": 128, "optimizer": "sgd", "memory_budget_mb": 1000.0}
+FAILED = footprint(**BASE)
+
+
+def test_the_same_config_or_a_larger_batch_needs_at_least_as_much():
+    assert needs_at_least(FAILED, FAILED)
+    assert needs_at_least(footprint(**{**BASE, "batch_size": 256}), FAILED)
+    assert needs_at_least(footprint(**{**BASE, "memory_budget_mb": 500.0}), FAILED)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"batch_size": 64}, "a smaller batch"),
+        ({"model": "small_cnn"}, "another model"),
+        ({"data": {"image_size": 32}}, "smaller images"),
+        ({"amp": True}, "AMP, which the failed trial lacked"),
+        ({"grad_checkpointing": True}, "checkpointing, which the failed trial lacked"),
+        ({"eval_batch_size": 64}, "a smaller evaluation batch"),
+        ({"momentum": 0.0}, "an optimizer with less state"),
+        ({"memory_budget_mb": 2000.0}, "a larger budget"),
+        ({"max_batch_size": 64}, "a physical batch capped below the failed one"),
+    ],
+)
+def test_a_config_that_may_need_less_is_never_predicted(change, why):
+    candidate = footprint(**{**BASE, **change})
+    assert not needs_at_least(candidate, FAILED), why
+
+
+def test_dropping_a_memory_saving_switch_the_failed_trial_had_needs_more():
+    failed = footprint(model="resnet18", batch_size=64, amp=True, grad_checkpointing=True)
+    assert needs_at_least(footprint(model="resnet18", batch_size=64), failed)
+    assert needs_at_least(footprint(model="resnet18", batch_size=64, optimizer="adam"), failed)
+
+
+def test_checkpointing_with_other_segments_is_not_comparable():
+    failed = footprint(model="resnet18", batch_size=64, grad_checkpointing=True)
+    other = footprint(
+        model="resnet18", batch_size=64, grad_checkpointing=True, checkpoint_segments=2
+    )
+    assert not needs_at_least(other, failed)
+
+
+def test_the_autotuner_off_saves_memory_so_it_is_only_predicted_if_the_failure_had_it_off():
+    on = footprint(model="resnet18", batch_size=64, cudnn_benchmark=True)
+    off = footprint(model="resnet18", batch_size=64, cudnn_benchmark=False)
+    assert needs_at_least(on, off) and not needs_at_least(off, on)
+
+
+def test_adabatch_growth_is_judged_by_the_starting_batch_because_growth_never_runs_out():
+    grows = footprint(**{**BASE, "batch_size": 64, "adabatch_growth": 4})
+    assert not needs_at_least(grows, FAILED)
+
+
+def test_the_batch_a_trial_actually_failed_at_is_what_later_trials_are_compared_with():
+    failed_late = MemoryFootprint.of(TrainSettings(model="resnet18", batch_size=32), batch_size=96)
+    assert not needs_at_least(footprint(model="resnet18", batch_size=64), failed_late)
+    assert needs_at_least(footprint(model="resnet18", batch_size=96), failed_late)
+
+
+def test_the_prediction_names_the_trial_it_was_inferred_from():
+    failures = {"a": replace(FAILED, batch_size=512), "b": FAILED}
+    assert predicted_oom(footprint(**{**BASE, "batch_size": 200}), failures) == "b"
+    assert predicted_oom(footprint(**{**BASE, "batch_size": 100}), failures) is None
