@@ -120,16 +120,18 @@ def min_known(*limits: int | None) -> int | None:
 
 def start_trial(
     settings: TrainSettings,
-    data: PreparedData,
+    num_classes: int,
+    image_size: int,
     device: torch.device,
     resume: dict | None,
     gpu_share: float | None = None,
 ) -> Trial:
+    """The model, optimizer and precision of a trial, as new or from a checkpoint."""
     # Set per trial, not per process: Tune reuses a worker process for the next trial.
     torch.backends.cudnn.benchmark = settings.cudnn_benchmark
     limit_cuda_memory(device, gpu_share, settings.memory_budget_mb)
     torch.manual_seed(settings.seed)
-    model = build_model(settings.model, data.num_classes, data.image_size).to(device)
+    model = build_model(settings.model, num_classes, image_size).to(device)
     if settings.grad_checkpointing:
         model.enable_checkpointing(settings.checkpoint_segments)
     optimizer = build_optimizer(settings, model.parameters())
@@ -161,7 +163,9 @@ def fit_classifier(
     pruned: it reports `status` oom or diverged once, and returns. Other errors propagate.
     """
     device = resolve_device(settings.device)
-    trial = start_trial(settings, data, device, resume_state, gpu_share)
+    trial = start_trial(
+        settings, data.num_classes, data.image_size, device, resume_state, gpu_share
+    )
     splits = DeviceSplits.of(data, device, settings)
     for epoch in range(trial.state.epoch + 1, settings.epochs + 1):
         phase, failure, plan, needed_mb = "training", None, None, math.nan

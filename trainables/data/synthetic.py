@@ -80,17 +80,63 @@ _IRIS_WEIGHTS = np.array(
 )
 
 # How strongly the shared latent drives the class cues versus independent
-# per-feature noise.  Together with the Beta concentration below these are
-# the difficulty knobs: more weight on the latent and a sharper Beta means
-# easier, more consistent classes.
-_LATENT_WEIGHT = 0.55
-_LATENT_BETA = (2.2, 4.2)
+# per-feature noise.  Together with the Beta concentration and the position
+# jitter below these are the difficulty knobs: more weight on the latent, a
+# sharper Beta and less jitter mean easier, more consistent classes.
+# Calibrated on the seed study's small CNN at 32 px, 600 training images per
+# class: Adam (lr 1e-3, batch 32) reaches ~0.78 validation accuracy in 5
+# epochs with ~0.86 on training images; SGD at batch 256 ~0.69 after 6; a
+# logistic regression on per-channel colour statistics scores ~0.55.
+_LATENT_WEIGHT = 0.95
+_LATENT_BETA = (1.0, 8.0)
+_POSITION_JITTER = 0.08  # head centre offset, in half-image units
 
 
 def _coords(image_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pixel-centre grid in [-1, 1]; y grows downwards like image rows."""
+    """Pixel-centre grid in [-1, 1]; y grows downwards like image rows.
+
+    Both are read-only ``(H, W)`` broadcast views, so a 2-D window slices
+    them without copying.
+    """
     t = (np.arange(image_size, dtype=np.float32) + 0.5) * (2.0 / image_size) - 1.0
-    return t[None, :], t[:, None]  # broadcastable x (1, W) and y (H, 1)
+    shape = (image_size, image_size)
+    return np.broadcast_to(t[None, :], shape), np.broadcast_to(t[:, None], shape)
+
+
+_Window = tuple[slice, slice]
+
+
+def _window(cx: float, cy: float, radius: float, image_size: int) -> _Window:
+    """Rows and columns of the pixels whose centres lie within ``radius`` of ``(cx, cy)``.
+
+    Coordinates are image units ([-1, 1]).  Every shape is evaluated only in
+    the window that bounds its non-zero coverage: most parts (eyes, nose,
+    whiskers, distractors) are small, and evaluating them over the whole grid
+    made 224 px images several times slower.  The window is padded by a pixel
+    on each side, so the result is the same as a full-grid evaluation.
+    """
+    scale = image_size / 2.0  # image units -> pixels
+
+    def span(c: float) -> slice:
+        lo = int(np.floor((c - radius + 1.0) * scale - 0.5)) - 1
+        hi = int(np.ceil((c + radius + 1.0) * scale - 0.5)) + 2
+        return slice(min(max(lo, 0), image_size), min(max(hi, 0), image_size))
+
+    return span(cy), span(cx)
+
+
+def _ellipse_reach(a: float, b: float, pixel: float) -> float:
+    """Distance from the centre beyond which ``_ellipse_sdf`` gives zero coverage.
+
+    The approximate distance scales with the short semi-axis, so thin
+    ellipses (slit pupils at low resolution) reach further than ``max(a, b)``.
+    """
+    return max(a, b) * (1.0 + 0.5 * pixel / min(a, b))
+
+
+def _teardrop_reach(length: float, width: float, pixel: float) -> float:
+    """Distance from the base beyond which ``_teardrop_sdf`` gives zero coverage."""
+    return float(np.hypot(length + 0.5 * pixel, width + 0.5 * pixel))
 
 
 def _alpha(sdf: np.ndarray, pixel: float) -> np.ndarray:
@@ -170,9 +216,11 @@ def _cue(rng: np.random.Generator, latent: float) -> float:
 
 
 def _draw_background(
-    img: np.ndarray, x: np.ndarray, y: np.ndarray, pixel: float, rng: np.random.Generator
+    img: np.ndarray, x: np.ndarray, y: np.ndarray, rng: np.random.Generator
 ) -> None:
     """Gradient + stripes + distractor shapes, identical in law for both classes."""
+    image_size = img.shape[0]
+    pixel = 2.0 / image_size
     c0, c1 = rng.random(3).astype(np.float32), rng.random(3).astype(np.float32)
     ang = rng.uniform(0.0, 2.0 * np.pi)
     t = np.clip(0.5 + 0.5 * (x * np.cos(ang) + y * np.sin(ang)), 0.0, 1.0)
@@ -198,13 +246,14 @@ def _draw_background(
         cx, cy = rng.uniform(-1.0, 1.0, 2)
         size = rng.uniform(0.08, 0.35)
         if rng.random() < 0.5:
-            sdf = _ellipse_sdf(
-                x, y, cx, cy, size, size * rng.uniform(0.3, 1.0), rng.uniform(0, np.pi)
-            )
+            minor = size * rng.uniform(0.3, 1.0)
+            win = _window(cx, cy, _ellipse_reach(size, minor, pixel), image_size)
+            sdf = _ellipse_sdf(x[win], y[win], cx, cy, size, minor, rng.uniform(0, np.pi))
         else:
+            win = _window(cx, cy, _teardrop_reach(size * 1.5, size * 0.6, pixel), image_size)
             sdf = _teardrop_sdf(
-                x,
-                y,
+                x[win],
+                y[win],
                 cx,
                 cy,
                 rng.uniform(-np.pi, np.pi),
@@ -212,7 +261,7 @@ def _draw_background(
                 size * 0.6,
                 rng.uniform(1.0, 2.5),
             )
-        _paint(img, _alpha(sdf, pixel), color)
+        _paint(img[win], _alpha(sdf, pixel), color)
 
 
 def _draw_head(
@@ -230,7 +279,7 @@ def _draw_head(
 
     # Pose: position, scale and in-plane rotation, same law for both classes.
     r = rng.uniform(0.26, 0.42)
-    cx, cy = rng.uniform(-0.3, 0.3, 2)
+    cx, cy = rng.uniform(-_POSITION_JITTER, _POSITION_JITTER, 2)
     cy += 0.05  # leave room above for upright ears
     theta = rng.normal(0.0, 0.25)
     ct, st = np.cos(theta), np.sin(theta)
@@ -239,6 +288,12 @@ def _draw_head(
     u = (dx * ct + dy * st) / r
     v = (-dx * st + dy * ct) / r
     px = 2.0 / image_size / r  # pixel size in head units
+
+    def around(hx: float, hy: float, reach: float) -> _Window:
+        """Window around head-local point ``(hx, hy)``; ``reach`` in head units."""
+        return _window(
+            cx + r * (hx * ct - hy * st), cy + r * (hx * st + hy * ct), r * reach, image_size
+        )
 
     fur = _jitter_color(rng, _FUR_PALETTE[rng.integers(len(_FUR_PALETTE))], 0.06)
     light = np.clip(
@@ -260,33 +315,37 @@ def _draw_head(
         bx = side * np.sin(base_ang) * 0.92
         by = -np.cos(base_ang) * 0.92
         phi = side * (tilt + rng.normal(0.0, 0.08))
-        sdf = _teardrop_sdf(u, v, bx, by, phi, ear_len, ear_w, k)
-        _paint(img, _alpha(sdf, px), ear_color)
+        win = around(bx, by, _teardrop_reach(ear_len, ear_w, px))
+        sdf = _teardrop_sdf(u[win], v[win], bx, by, phi, ear_len, ear_w, k)
+        _paint(img[win], _alpha(sdf, px), ear_color)
         if droop < 0.5 and rng.random() < 0.7:
             # Inner ear: a smaller pinkish copy, more visible on upright ears.
             inner = np.array([0.9, 0.6, 0.6], np.float32) * rng.uniform(0.7, 1.0)
-            sdf = _teardrop_sdf(u, v, bx, by, phi, ear_len * 0.65, ear_w * 0.5, k)
-            _paint(img, 0.7 * _alpha(sdf, px), inner)
+            sdf = _teardrop_sdf(u[win], v[win], bx, by, phi, ear_len * 0.65, ear_w * 0.5, k)
+            _paint(img[win], 0.7 * _alpha(sdf, px), inner)
 
     # --- head ---------------------------------------------------------------
     aspect = 0.9 + 0.2 * _cue(rng, latent) + rng.normal(0.0, 0.04)
-    head_sdf = _ellipse_sdf(u, v, 0.0, 0.0, 1.0, aspect)
-    head_a = _alpha(head_sdf, px)
-    _paint(img, head_a, fur)
+    head = around(0.0, 0.0, _ellipse_reach(1.0, aspect, px))
+    head_a = _alpha(_ellipse_sdf(u[head], v[head], 0.0, 0.0, 1.0, aspect), px)
+    _paint(img[head], head_a, fur)
     if rng.random() < 0.35:
         # Tabby/brindle stripes for both classes, clipped to the head.
         sang = rng.uniform(-0.4, 0.4)
         wave = np.sin(
-            rng.uniform(7.0, 14.0) * (u * np.cos(sang) + v * np.sin(sang)) + rng.uniform(0, 6.3)
+            rng.uniform(7.0, 14.0) * (u[head] * np.cos(sang) + v[head] * np.sin(sang))
+            + rng.uniform(0, 6.3)
         )
-        _paint(img, head_a * rng.uniform(0.4, 0.8) * np.clip(2.0 * wave - 0.6, 0.0, 1.0), dark)
+        stripes = head_a * rng.uniform(0.4, 0.8) * np.clip(2.0 * wave - 0.6, 0.0, 1.0)
+        _paint(img[head], stripes, dark)
 
     # --- muzzle / snout -------------------------------------------------------
     snout = _cue(rng, latent)
     mw = 0.32 + 0.28 * snout  # half-width
     mh = 0.22 + 0.30 * snout  # half-height: long dog snouts reach below the jaw
     my = 0.35 + 0.30 * snout
-    _paint(img, _alpha(_ellipse_sdf(u, v, 0.0, my, mw, mh), px), light)
+    win = around(0.0, my, _ellipse_reach(mw, mh, px))
+    _paint(img[win], _alpha(_ellipse_sdf(u[win], v[win], 0.0, my, mw, mh), px), light)
 
     # --- eyes -----------------------------------------------------------------
     pupil = _cue(rng, latent)  # 0: vertical slit, 1: round
@@ -294,20 +353,26 @@ def _draw_head(
     ex = rng.uniform(0.32, 0.45)
     ey = rng.uniform(-0.25, -0.05)
     er = rng.uniform(0.12, 0.2)
+    ea, eb = er * (1.25 - 0.2 * pupil), er * (0.8 + 0.2 * pupil)
+    pw = er * (0.25 + 0.6 * pupil)
     for side in (-1.0, 1.0):
-        eye = _ellipse_sdf(
-            u, v, side * ex, ey, er * (1.25 - 0.2 * pupil), er * (0.8 + 0.2 * pupil), side * 0.2
+        # One window holds the iris, the pupil and the glint.
+        win = around(
+            side * ex,
+            ey,
+            max(_ellipse_reach(ea, eb, px), _ellipse_reach(pw, er * 0.85, px), 0.1 + px),
         )
-        _paint(img, _alpha(eye, px), iris_color)
-        pw = er * (0.25 + 0.6 * pupil)
+        uw, vw = u[win], v[win]
+        eye = _ellipse_sdf(uw, vw, side * ex, ey, ea, eb, side * 0.2)
+        _paint(img[win], _alpha(eye, px), iris_color)
         _paint(
-            img,
-            _alpha(_ellipse_sdf(u, v, side * ex, ey, pw, er * 0.85), px),
+            img[win],
+            _alpha(_ellipse_sdf(uw, vw, side * ex, ey, pw, er * 0.85), px),
             np.zeros(3, np.float32),
         )
         _paint(
-            img,
-            _alpha(_ellipse_sdf(u, v, side * ex + 0.04, ey - 0.04, 0.035, 0.035), px),
+            img[win],
+            _alpha(_ellipse_sdf(uw, vw, side * ex + 0.04, ey - 0.04, 0.035, 0.035), px),
             np.ones(3, np.float32),
         )
 
@@ -319,13 +384,19 @@ def _draw_head(
         np.array([0.85, 0.5, 0.55], np.float32) if rng.random() < 0.7 - 0.6 * nose else dark * 0.4
     )
     # Downward-pointing shape: sharp (triangle) for cat-like, lobed for dog-like.
-    sdf = _teardrop_sdf(u, v, 0.0, ny - nw * 0.6, np.pi, nw * 1.4, nw, 1.0 + 1.5 * nose)
-    _paint(img, _alpha(sdf, px), nose_color)
+    win = around(0.0, ny - nw * 0.6, _teardrop_reach(nw * 1.4, nw, px))
+    sdf = _teardrop_sdf(u[win], v[win], 0.0, ny - nw * 0.6, np.pi, nw * 1.4, nw, 1.0 + 1.5 * nose)
+    _paint(img[win], _alpha(sdf, px), nose_color)
     # Mouth: short lines down from the nose.
     mouth = dark * 0.5
     mouth_y = ny + nw * 0.9
     lw = max(0.02, 0.35 * px)
-    _paint(img, _alpha(_segment_sdf(u, v, 0.0, mouth_y, 0.0, mouth_y + 0.12, lw), px), mouth)
+    win = around(0.0, mouth_y, 0.12 + lw + px)
+    _paint(
+        img[win],
+        _alpha(_segment_sdf(u[win], v[win], 0.0, mouth_y, 0.0, mouth_y + 0.12, lw), px),
+        mouth,
+    )
 
     # --- whiskers and tongue ----------------------------------------------------
     if rng.random() < 0.75 - 0.6 * _cue(rng, latent):
@@ -336,21 +407,16 @@ def _draw_head(
         )
         for side in (-1.0, 1.0):
             for j in range(3):
-                y0 = my - 0.05 + 0.07 * j
-                _paint(
-                    img,
-                    0.8
-                    * _alpha(
-                        _segment_sdf(
-                            u, v, side * mw * 0.6, y0, side * (mw + 0.6), y0 + 0.12 * (j - 1), lw
-                        ),
-                        px,
-                    ),
-                    wcol,
-                )
+                x0, y0 = side * mw * 0.6, my - 0.05 + 0.07 * j
+                x1, y1 = side * (mw + 0.6), y0 + 0.12 * (j - 1)
+                win = around(x0, y0, float(np.hypot(x1 - x0, y1 - y0)) + lw + px)
+                sdf = _segment_sdf(u[win], v[win], x0, y0, x1, y1, lw)
+                _paint(img[win], 0.8 * _alpha(sdf, px), wcol)
     if rng.random() < 0.05 + 0.45 * _cue(rng, latent):
-        tongue = _ellipse_sdf(u, v, 0.0, mouth_y + 0.18, 0.1 + 0.05 * snout, 0.14)
-        _paint(img, _alpha(tongue, px), np.array([0.9, 0.35, 0.45], np.float32))
+        ta = 0.1 + 0.05 * snout
+        win = around(0.0, mouth_y + 0.18, _ellipse_reach(ta, 0.14, px))
+        tongue = _ellipse_sdf(u[win], v[win], 0.0, mouth_y + 0.18, ta, 0.14)
+        _paint(img[win], _alpha(tongue, px), np.array([0.9, 0.35, 0.45], np.float32))
 
 
 def draw_image(label: int, image_size: int, rng: np.random.Generator) -> np.ndarray:
@@ -368,7 +434,7 @@ def draw_image(label: int, image_size: int, rng: np.random.Generator) -> np.ndar
     pixel = 2.0 / image_size
     img = np.empty((image_size, image_size, 3), dtype=np.float32)
 
-    _draw_background(img, x, y, pixel, rng)
+    _draw_background(img, x, y, rng)
     _draw_head(img, x, y, image_size, label, rng)
 
     if rng.random() < 0.3:
@@ -376,8 +442,10 @@ def draw_image(label: int, image_size: int, rng: np.random.Generator) -> np.ndar
         # hides an ear or the snout, so no single region is always decisive.
         cxo, cyo = rng.uniform(-0.8, 0.8, 2)
         so = rng.uniform(0.1, 0.25)
-        sdf = _ellipse_sdf(x, y, cxo, cyo, so, so * rng.uniform(0.4, 1.0), rng.uniform(0, np.pi))
-        _paint(img, _alpha(sdf, pixel), rng.random(3).astype(np.float32))
+        minor = so * rng.uniform(0.4, 1.0)
+        win = _window(cxo, cyo, _ellipse_reach(so, minor, pixel), image_size)
+        sdf = _ellipse_sdf(x[win], y[win], cxo, cyo, so, minor, rng.uniform(0, np.pi))
+        _paint(img[win], _alpha(sdf, pixel), rng.random(3).astype(np.float32))
 
     # Global photometric jitter and sensor noise.
     img = (img - 0.5) * rng.uniform(0.75, 1.2) + 0.5 + rng.uniform(-0.12, 0.12)

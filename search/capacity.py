@@ -1,0 +1,296 @@
+"""`python -m search.capacity --config FILE`: the largest batch each technique fits.
+
+Like the seed article's tables 1-4: for the config's model and image size, under the
+trial's memory budget, the largest physical batch for the baseline, with the cuDNN
+autotuner off, with AMP, with gradient checkpointing and with both, then the effective
+batch that accumulation reaches on top; with the step time and peak memory at that batch.
+
+The largest batch is found by doubling, then bisection, over a "does a step of b images
+fit" probe. On a GPU the probe runs real training steps (an out-of-memory error means no).
+On CPU it asks the memory meter, which is affine in the batch (the parameters, gradients
+and optimizer state are fixed; the saved activations grow with each image), so it is
+measured at two small batches and solved exactly instead of allocating batches the host
+could not hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from search.config import ConfigError, SearchConfig, load_config
+from search.errors import Problem
+from trainables.classifier import start_trial
+from trainables.memory import MIB, cuda_peak_bytes, fits_in_memory, reset_cuda_peak, step_peak_bytes
+from trainables.models import StagedClassifier
+from trainables.oom import release_memory
+from trainables.precision import Precision
+from trainables.settings import TrainSettings
+
+EXIT_USAGE = 2
+NUM_CLASSES = 2  # cats and dogs; the memory of the head hardly depends on it
+MAX_BATCH = 1 << 16  # stop doubling here: "fits anything we would try"
+
+# (row name, switches); the seed's baseline ran with the cuDNN autotuner on.
+ROWS: list[tuple[str, dict[str, bool]]] = [
+    ("baseline", {"cudnn_benchmark": True, "amp": False, "grad_checkpointing": False}),
+    ("cuDNN autotuner off", {"cudnn_benchmark": False, "amp": False, "grad_checkpointing": False}),
+    ("AMP", {"cudnn_benchmark": True, "amp": True, "grad_checkpointing": False}),
+    ("checkpointing", {"cudnn_benchmark": True, "amp": False, "grad_checkpointing": True}),
+    ("AMP + checkpointing", {"cudnn_benchmark": True, "amp": True, "grad_checkpointing": True}),
+]
+
+
+def largest_fitting(fits: Callable[[int], bool], limit: int = MAX_BATCH) -> int:
+    """The largest b in [1, limit] with fits(b), assuming fits is monotone; 0 if none.
+
+    Doubling from 1 brackets it, bisection closes the bracket: about 2 log2(b) probes.
+    """
+    if not fits(1):
+        return 0
+    low = 1  # fits
+    while low < limit and fits(min(2 * low, limit)):
+        low = min(2 * low, limit)
+    if low == limit:
+        return limit
+    high = min(2 * low, limit)  # does not fit
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    technique: str
+    max_batch_size: int  # physical
+    accumulation_steps: int
+    effective_batch_size: int
+    step_time_s: float  # one optimizer step at the largest batch
+    peak_mem_mb: float  # at the largest batch
+    timed_batch_size: int  # the batch the step time was measured at (see --host-limit-mb)
+
+
+class Prober:
+    """Builds the model of one row and answers "does a step of b images fit"."""
+
+    def __init__(self, settings: TrainSettings, image_size: int, budget_mb: float) -> None:
+        self.settings = settings
+        self.image_size = image_size
+        self.budget_bytes = int(budget_mb * MIB)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        trial = start_trial(settings, NUM_CLASSES, image_size, self.device, None)
+        self.model: StagedClassifier = trial.model
+        self.optimizer = trial.optimizer
+        self.precision: Precision = trial.precision
+        self._affine: tuple[float, float] | None = None
+        if self.device.type == "cuda":
+            self.time_steps(1, 0)  # the first step allocates the optimizer's state
+
+    def batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs = torch.randn(size, 3, self.image_size, self.image_size, device=self.device)
+        return inputs, torch.randint(0, 2, (size,), device=self.device)
+
+    def peak_bytes(self, size: int) -> float:
+        """The CPU meter's peak for a step of `size` images, from its affine form."""
+        if self._affine is None:
+            small, large = (
+                step_peak_bytes(self.model, self.optimizer, *self.batch(b), self.precision)
+                for b in (2, 4)
+            )
+            slope = (large - small) / 2
+            self._affine = (small - 2 * slope, slope)
+        intercept, slope = self._affine
+        return intercept + slope * size
+
+    def fits(self, size: int) -> bool:
+        if self.device.type == "cuda":
+            return fits_in_memory(
+                self.model, self.optimizer, *self.batch(size), self.precision, None
+            )
+        return self.peak_bytes(size) <= self.budget_bytes
+
+    def time_steps(self, size: int, steps: int) -> tuple[float, float]:
+        """(median seconds per training step, peak MiB) at `size` images."""
+        inputs, targets = self.batch(size)
+        reset_cuda_peak(self.device)
+        durations = []
+        for _ in range(steps + 1):  # the first step warms up kernels and optimizer state
+            started = time.perf_counter()
+            with self.precision.autocast():
+                loss = F.cross_entropy(self.model(inputs), targets)
+            self.precision.backward(loss)
+            self.precision.step(self.optimizer)
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            durations.append(time.perf_counter() - started)
+        if self.device.type == "cuda":
+            peak = cuda_peak_bytes(self.device)
+        else:
+            peak = step_peak_bytes(self.model, self.optimizer, inputs, targets, self.precision)
+        return statistics.median(durations[1:] or durations), peak / MIB
+
+
+def measure_row(
+    name: str, settings: TrainSettings, image_size: int, budget_mb: float, steps: int,
+    host_limit_mb: float,
+) -> CapacityRow:  # fmt: skip
+    prober = Prober(settings, image_size, budget_mb)
+    largest = largest_fitting(prober.fits)
+    if largest == 0:
+        return CapacityRow(name, 0, 1, 0, math.nan, math.nan, 0)
+    timed = largest
+    if prober.device.type == "cpu":  # time what the host can hold; scale per image
+        host_limit = host_limit_mb * MIB
+        timed = max(1, min(largest, largest_fitting(lambda b: prober.peak_bytes(b) <= host_limit)))
+    seconds, measured_mb = prober.time_steps(timed, steps)
+    peak_mb = prober.peak_bytes(largest) / MIB if prober.device.type == "cpu" else measured_mb
+    return CapacityRow(name, largest, 1, largest, seconds * largest / timed, peak_mb, timed)
+
+
+def capacity_table(
+    config: SearchConfig,
+    budget_mb: float,
+    accumulation_steps: int,
+    steps: int,
+    host_limit_mb: float,
+    say: Callable[[str], None] = print,
+) -> list[CapacityRow]:
+    base = TrainSettings.from_config(config.trainable_config())
+    rows = []
+    for name, switches in ROWS:
+        settings = base.model_copy(update={**switches, "accumulation_steps": 1})
+        row = measure_row(name, settings, config.data.image_size, budget_mb, steps, host_limit_mb)
+        say(f"  {name}: largest batch {row.max_batch_size}")
+        rows.append(row)
+        release_memory()
+    best = max(rows, key=lambda row: row.max_batch_size)
+    rows.append(
+        CapacityRow(
+            technique=f"{best.technique} + accumulation x{accumulation_steps}",
+            max_batch_size=best.max_batch_size,
+            accumulation_steps=accumulation_steps,
+            effective_batch_size=best.max_batch_size * accumulation_steps,
+            step_time_s=best.step_time_s * accumulation_steps,
+            peak_mem_mb=best.peak_mem_mb,
+            timed_batch_size=best.timed_batch_size,
+        )
+    )
+    return rows
+
+
+COLUMNS = (
+    ("technique", "40s"),
+    ("max_batch_size", "6d"),
+    ("accumulation_steps", "6d"),
+    ("effective_batch_size", "9d"),
+    ("step_time_s", "8.3f"),
+    ("peak_mem_mb", "9.1f"),
+)
+HEADINGS = ("technique", "batch", "accum", "effective", "step s", "peak MiB")
+
+
+def render(rows: list[CapacityRow]) -> str:
+    """The table; a step time scaled from a smaller timed batch is marked ~."""
+    widths = [int(spec.rstrip("sdf").split(".")[0]) for _, spec in COLUMNS]
+    header = " ".join(
+        f"{title:{width}s}" if i == 0 else f"{title:>{width}s}"
+        for i, (title, width) in enumerate(zip(HEADINGS, widths, strict=True))
+    )
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        values = asdict(row)
+        cells = [format(values[name], spec) for name, spec in COLUMNS]
+        if row.timed_batch_size != row.max_batch_size:
+            cells[4] = "~" + cells[4].lstrip()
+            cells[4] = f"{cells[4]:>8s}"
+        lines.append(" ".join(cells))
+    return "\n".join(lines)
+
+
+def write_csv(rows: list[CapacityRow], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(asdict(rows[0])))
+        writer.writeheader()
+        writer.writerows(asdict(row) for row in rows)
+
+
+def budget_of(config: SearchConfig) -> float:
+    """The trial's memory budget in MiB: the configured one, or its share of the GPU."""
+    if config.resources.memory_budget_mb is not None:
+        return config.resources.memory_budget_mb
+    if torch.cuda.is_available():
+        total = torch.cuda.get_device_properties(0).total_memory / MIB
+        share = config.resources.gpu if 0 < config.resources.gpu < 1 else 1.0
+        return total * share
+    raise ConfigError(
+        config.source,
+        [
+            Problem(
+                "resources.memory_budget_mb",
+                "is needed on a machine without a GPU: the capacity is measured against it "
+                "(e.g. resources.memory_budget_mb=11000 for an 11 GB card)",
+            )
+        ],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m search.capacity", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--out", help="CSV path (default: <storage_path>/<name>-capacity.csv)")
+    parser.add_argument("--accumulation-steps", type=int, default=2, help="for the last row")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per technique")
+    parser.add_argument(
+        "--host-limit-mb",
+        type=float,
+        default=4096,
+        help="CPU: time steps at the largest batch whose metered step fits in this much host "
+        "memory, and scale the time to the full batch (marked ~)",
+    )
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config, args.overrides)
+        budget = budget_of(config)
+    except ConfigError as error:
+        print(error.render(), file=sys.stderr)
+        return EXIT_USAGE
+    torch.set_num_threads(max(1, int(config.resources.cpu)))
+    device = "GPU" if torch.cuda.is_available() else "CPU (memory meter)"
+    print(
+        f"Capacity of {config.train.get('model', 'small_cnn')} at {config.data.image_size} px "
+        f"under {budget:.0f} MiB per trial, {device}:"
+    )
+    rows = capacity_table(config, budget, args.accumulation_steps, args.steps, args.host_limit_mb)
+    out = (
+        Path(args.out)
+        if args.out
+        else Path(config.run.storage_path) / f"{config.name}-capacity.csv"
+    )
+    write_csv(rows, out)
+    print()
+    print(render(rows))
+    print(f"\nWritten to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

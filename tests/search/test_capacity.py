@@ -1,0 +1,59 @@
+import csv
+
+import pytest
+import torch
+
+from search.capacity import Prober, largest_fitting, main
+from tests.conftest import CONFIGS
+from trainables.memory import step_peak_bytes
+from trainables.settings import TrainSettings
+
+
+@pytest.mark.parametrize("threshold", [1, 2, 3, 7, 64, 100, 1000, 4095])
+def test_doubling_then_bisection_finds_the_largest_fitting_batch_in_few_probes(threshold):
+    probes = []
+
+    def fits(batch: int) -> bool:
+        probes.append(batch)
+        return batch <= threshold
+
+    assert largest_fitting(fits) == threshold
+    assert len(probes) <= 2 * threshold.bit_length() + 2
+
+
+def test_nothing_fits_gives_zero_and_everything_fits_stops_at_the_limit():
+    assert largest_fitting(lambda b: False) == 0
+    assert largest_fitting(lambda b: True, limit=300) == 300
+
+
+def test_the_cpu_probe_solves_the_meter_exactly_because_it_is_affine_in_the_batch():
+    settings = TrainSettings(model="resnet18", optimizer="adam", amp=True, grad_checkpointing=True)
+    prober = Prober(settings, image_size=32, budget_mb=100)
+    measured = step_peak_bytes(prober.model, prober.optimizer, *prober.batch(13), prober.precision)
+    assert prober.peak_bytes(13) == pytest.approx(measured, rel=1e-6)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="measures with the CPU meter")
+def test_the_capacity_table_ranks_the_techniques_like_the_seed_article(tmp_path, capsys):
+    out = tmp_path / "capacity.csv"
+    code = main(
+        ["--config", str(CONFIGS / "memory_budget.yaml"), "--out", str(out), "--steps", "1"]
+    )
+    assert code == 0
+    rows = {row["technique"]: row for row in csv.DictReader(out.open())}
+    batch = {name: int(row["max_batch_size"]) for name, row in rows.items()}
+    assert batch["AMP"] > batch["baseline"]
+    assert batch["AMP + checkpointing"] >= batch["AMP"]
+    accumulated = rows["AMP + checkpointing + accumulation x2"]
+    assert int(accumulated["effective_batch_size"]) == 2 * batch["AMP + checkpointing"]
+    for row in rows.values():
+        assert 0 < float(row["peak_mem_mb"]) <= 40.0  # the config's budget
+    assert "largest batch" in capsys.readouterr().out
+
+
+def test_without_a_budget_on_a_cpu_machine_the_command_says_which_key_to_set(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU supplies the budget")
+    code = main(["--config", str(CONFIGS / "smoke.yaml"), "--out", str(tmp_path / "x.csv")])
+    assert code == 2
+    assert "resources.memory_budget_mb" in capsys.readouterr().err
