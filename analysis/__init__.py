@@ -1,10 +1,20 @@
 """Results of a search -> DataFrame -> Pareto front -> charts and report.
 
-Imports nothing from `search`; works on any DataFrame with one row per trial, a
-`status` column and the objective columns.
+Imports nothing from `search`: it reads MLflow or a Ray Tune results folder into a frame
+with one row per trial, and works on any such frame.
 """
 
-from analysis.pareto import mark_front, pareto_ranks
-from analysis.report import Report, write_report
+from analysis.load import frame_from_mlflow, frame_from_tune
+from analysis.pareto import hypervolume, mark_front, pareto_ranks
+from analysis.report import Report, build_report, publish
 
-__all__ = ["Report", "mark_front", "pareto_ranks", "write_report"]
+__all__ = [
+    "Report",
+    "build_report",
+    "frame_from_mlflow",
+    "frame_from_tune",
+    "hypervolume",
+    "mark_front",
+    "pareto_ranks",
+    "publish",
+]

@@ -1,9 +1,13 @@
-"""Charts of the trials: each pair of objectives, the front as a step line."""
+"""Charts of the trials: PNG for a quick look, one interactive HTML page to explore.
+
+Every chart draws infeasible trials (out of memory, diverged, at chance) with their own
+marker instead of dropping them, and the front apart from the rest.
+"""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -14,8 +18,12 @@ import matplotlib.pyplot as plt
 import moocore
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 
-from analysis.pareto import feasible_mask, objective_matrix
+from analysis.load import CONFIG_PREFIX, NOT_SETTINGS
+from analysis.pareto import objective_matrix
+
+FRONT, OTHER, INFEASIBLE = "#ff7f0e", "#1f77b4", "#d62728"  # matplotlib's tab: colours
 
 
 def front_staircase(points: np.ndarray, directions: tuple[str, str]) -> np.ndarray:
@@ -32,46 +40,232 @@ def front_staircase(points: np.ndarray, directions: tuple[str, str]) -> np.ndarr
     return np.array(line)
 
 
+def _pairs(objectives: Mapping[str, str]) -> list[tuple[str, str]]:
+    return list(itertools.combinations(objectives, 2))
+
+
+def _finite(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    return frame[np.isfinite(frame[list(columns)].to_numpy(dtype=float)).all(axis=1)]
+
+
 def pairwise_front_chart(
-    frame: pd.DataFrame, objectives: Mapping[str, str], path: Path, title: str = ""
+    frame: pd.DataFrame,
+    objectives: Mapping[str, str],
+    feasible: np.ndarray,
+    path: Path,
+    title: str = "",
 ) -> Path:
-    """One panel per pair of objectives: trials, their 2D front, infeasible trials as x."""
-    names = list(objectives)
-    pairs = list(itertools.combinations(names, 2)) or [(names[0], names[0])]
+    """One panel per pair of objectives: trials, the pair's front as a step line, the
+    all-objective front highlighted, error bars when seeds were repeated."""
+    pairs = _pairs(objectives) or [(next(iter(objectives)),) * 2]
     figure, axes = plt.subplots(1, len(pairs), figsize=(5.2 * len(pairs), 4.4), squeeze=False)
-    feasible = feasible_mask(frame, objectives)
-    on_front = frame.get("is_pareto", pd.Series(False, index=frame.index)).to_numpy(dtype=bool)
+    on_front = frame["is_pareto"].fillna(False).to_numpy(dtype=bool)
     for axis, (x_name, y_name) in zip(axes[0], pairs, strict=True):
         pair = {x_name: objectives[x_name], y_name: objectives[y_name]}
-        good = frame.loc[feasible]
-        axis.scatter(good[x_name], good[y_name], s=28, c="tab:blue", alpha=0.6, label="trial")
-        front = frame.loc[feasible & on_front]
-        axis.scatter(
-            front[x_name],
-            front[y_name],
-            s=60,
-            c="tab:orange",
-            edgecolors="k",
-            label="Pareto front (all objectives)",
+        good = _finite(frame.loc[feasible], pair)
+        axis.errorbar(
+            good[x_name],
+            good[y_name],
+            xerr=good.get(f"{x_name}_std"),
+            yerr=good.get(f"{y_name}_std"),
+            fmt="o",
+            ms=5,
+            color=OTHER,
+            alpha=0.6,
+            label="trial",
         )
+        front = _finite(frame.loc[feasible & on_front], pair)
+        axis.scatter(front[x_name], front[y_name], s=70, c=FRONT, edgecolors="k", zorder=3,
+                     label="Pareto front (all objectives)")  # fmt: skip
         if len(good):
             nondominated = moocore.is_nondominated(objective_matrix(good, pair))
             points = good.loc[nondominated, [x_name, y_name]].to_numpy(dtype=float)
             line = front_staircase(points, (pair[x_name], pair[y_name]))
-            axis.plot(line[:, 0], line[:, 1], c="tab:orange", lw=1.2, label="front of this pair")
-        bad = frame.loc[~feasible, [x_name, y_name]].dropna()
+            axis.plot(line[:, 0], line[:, 1], c=FRONT, lw=1.2, label="front of this pair")
+        bad = _finite(frame.loc[~feasible], pair)
         if len(bad):
-            axis.scatter(bad[x_name], bad[y_name], marker="x", c="tab:red", label="infeasible")
+            axis.scatter(bad[x_name], bad[y_name], marker="x", c=INFEASIBLE, label="infeasible")
         missing = int((~feasible).sum()) - len(bad)
         if missing:
-            axis.plot([], [], "x", c="tab:red", label=f"{missing} infeasible, no values")
+            axis.plot([], [], "x", c=INFEASIBLE, label=f"{missing} infeasible without values")
         axis.set_xlabel(f"{x_name} ({objectives[x_name]})")
         axis.set_ylabel(f"{y_name} ({objectives[y_name]})")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
     figure.suptitle(title or "Trials and Pareto front")
+    return _save(figure, path)
+
+
+def front_3d_chart(
+    frame: pd.DataFrame,
+    objectives: Mapping[str, str],
+    feasible: np.ndarray,
+    path: Path,
+    title: str = "",
+) -> Path | None:
+    """The first three objectives in 3D; None with fewer than three."""
+    names = list(objectives)[:3]
+    if len(names) < 3:
+        return None
+    figure = plt.figure(figsize=(7, 6))
+    axis = figure.add_subplot(projection="3d")
+    on_front = frame["is_pareto"].fillna(False).to_numpy(dtype=bool)
+    groups = [
+        (feasible & ~on_front, OTHER, "o", "trial"),
+        (feasible & on_front, FRONT, "o", "Pareto front"),
+        (~feasible, INFEASIBLE, "x", "infeasible"),
+    ]
+    for mask, color, marker, label in groups:
+        shown = _finite(frame.loc[mask], names)
+        axis.scatter(*(shown[name] for name in names), c=color, marker=marker, s=40, label=label)
+    for setter, name in zip(
+        (axis.set_xlabel, axis.set_ylabel, axis.set_zlabel), names, strict=True
+    ):
+        setter(f"{name} ({objectives[name]})", fontsize=8)
+    axis.legend(fontsize=7)
+    figure.suptitle(title or "Pareto front in 3D")
+    return _save(figure, path)
+
+
+def varied_params(frame: pd.DataFrame) -> list[str]:
+    """The settings that differ between trials: what the search sampled."""
+    columns = [
+        c
+        for c in frame.columns
+        if c.startswith(CONFIG_PREFIX) and c.removeprefix(CONFIG_PREFIX) not in NOT_SETTINGS
+    ]
+    return [c for c in columns if frame[c].map(str).nunique() > 1]
+
+
+def _axis_values(column: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """A param as positions in [0, 1] and its tick labels: numbers on a linear or (spanning a
+    decade or more) log scale with their ends labelled, anything else as categories."""
+    numeric = pd.to_numeric(column, errors="coerce")
+    if numeric.notna().all() and not column.map(type).isin([bool, str]).any():
+        low, high = float(numeric.min()), float(numeric.max())
+        if low > 0 and high / low >= 10:
+            scaled, span = np.log10(numeric / low), np.log10(high / low)
+        else:
+            scaled, span = numeric - low, (high - low) or 1.0
+        return (scaled / span).to_numpy(dtype=float), [f"{low:.3g}", f"{high:.3g}"]
+    text = column.map(str)
+    categories = sorted(text.unique())
+    position = {value: i / max(1, len(categories) - 1) for i, value in enumerate(categories)}
+    return text.map(position).to_numpy(dtype=float), categories
+
+
+def parallel_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | None:
+    """Parallel coordinates of the sampled params, one line per trial, coloured by rank."""
+    params = varied_params(frame)
+    if not params:
+        return None
+    figure, axis = plt.subplots(figsize=(max(6, 1.6 * len(params)), 4.6))
+    positions = {param: _axis_values(frame[param]) for param in params}
+    ranks = frame["pareto_rank"].to_numpy(dtype=float)
+    worst = np.nanmax(ranks) if np.isfinite(ranks).any() else 1.0
+    colormap = plt.get_cmap("viridis")
+    for row_index in range(len(frame)):
+        ys = [positions[param][0][row_index] for param in params]
+        rank = ranks[row_index]
+        if np.isnan(rank):
+            axis.plot(range(len(params)), ys, c=INFEASIBLE, ls="--", lw=0.8, alpha=0.5)
+        elif rank == 0:
+            axis.plot(range(len(params)), ys, c=FRONT, lw=2.2, alpha=0.9)
+        else:
+            axis.plot(range(len(params)), ys, c=colormap(0.3 + 0.6 * rank / max(worst, 1)),
+                      lw=1, alpha=0.6)  # fmt: skip
+    axis.set_xticks(range(len(params)), [p.removeprefix(CONFIG_PREFIX) for p in params],
+                    rotation=20, fontsize=8)  # fmt: skip
+    for i, param in enumerate(params):
+        labels = positions[param][1]
+        for j, label in enumerate(labels):
+            y = j / max(1, len(labels) - 1)
+            axis.annotate(label, (i, y), fontsize=7, xytext=(3, 0), textcoords="offset points")
+    axis.set_yticks([])
+    axis.plot([], [], c=FRONT, lw=2.2, label="front")
+    axis.plot([], [], c=colormap(0.6), label="ranked behind the front")
+    axis.plot([], [], c=INFEASIBLE, ls="--", label="infeasible")
+    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3)
+    axis.set_title(title or "Sampled settings by Pareto rank", fontsize=10)
+    return _save(figure, path)
+
+
+def _save(figure: plt.Figure, path: Path) -> Path:
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def _hover(frame: pd.DataFrame) -> list[str]:
+    """The text shown over a point: the trial, its status and its whole config."""
+    params = [c for c in frame.columns if c.startswith(CONFIG_PREFIX)]
+    texts = []
+    for _, row in frame.iterrows():
+        lines = [f"trial {row['trial_id']}: {row.get('status')}"]
+        if isinstance(row.get("status_detail"), str) and row["status_detail"]:
+            lines.append(row["status_detail"][:120])
+        lines += [f"{p.removeprefix(CONFIG_PREFIX)} = {row[p]}" for p in params if pd.notna(row[p])]
+        texts.append("<br>".join(lines))
+    return texts
+
+
+def interactive_figures(
+    frame: pd.DataFrame, objectives: Mapping[str, str], feasible: np.ndarray
+) -> list[go.Figure]:
+    """Plotly figures with each trial's config on hover: every pair, 3D, parallel coordinates."""
+    hover = np.array(_hover(frame), dtype=object)
+    on_front = frame["is_pareto"].fillna(False).to_numpy(dtype=bool)
+    groups = [
+        (feasible & ~on_front, OTHER, "circle", "trial"),
+        (feasible & on_front, FRONT, "diamond", "Pareto front"),
+        (~feasible, INFEASIBLE, "x", "infeasible"),
+    ]
+    figures = []
+    for x_name, y_name in _pairs(objectives):
+        figure = go.Figure()
+        for mask, color, symbol, label in groups:
+            figure.add_trace(go.Scatter(
+                x=frame.loc[mask, x_name], y=frame.loc[mask, y_name], mode="markers", name=label,
+                marker={"color": color, "symbol": symbol, "size": 9}, text=hover[mask],
+                hovertemplate="%{text}<extra></extra>",
+            ))  # fmt: skip
+        figure.update_layout(
+            title=f"{x_name} ({objectives[x_name]}) vs {y_name} ({objectives[y_name]})",
+            xaxis_title=x_name,
+            yaxis_title=y_name,
+        )
+        figures.append(figure)
+    names = list(objectives)[:3]
+    if len(names) == 3:
+        figure = go.Figure()
+        for mask, color, symbol, label in groups:
+            figure.add_trace(go.Scatter3d(
+                x=frame.loc[mask, names[0]], y=frame.loc[mask, names[1]],
+                z=frame.loc[mask, names[2]], mode="markers", name=label, text=hover[mask],
+                marker={"color": color, "symbol": "x" if symbol == "x" else "circle", "size": 5},
+                hovertemplate="%{text}<extra></extra>",
+            ))  # fmt: skip
+        figure.update_layout(title="Three objectives", scene={
+            "xaxis_title": names[0], "yaxis_title": names[1], "zaxis_title": names[2]})  # fmt: skip
+        figures.append(figure)
+    params = varied_params(frame)
+    if params:
+        ranks = frame["pareto_rank"].fillna(-1).to_numpy(dtype=float)
+        dimensions = []
+        for param in params:
+            values, labels = _axis_values(frame[param])
+            dimension = {"label": param.removeprefix(CONFIG_PREFIX), "values": values}
+            if len(labels) > 2 or not labels[0].replace(".", "").lstrip("-").isdigit():
+                dimension["tickvals"] = [i / max(1, len(labels) - 1) for i in range(len(labels))]
+                dimension["ticktext"] = labels
+            dimensions.append(dimension)
+        dimensions.append({"label": "pareto rank (-1: infeasible)", "values": ranks})
+        figure = go.Figure(go.Parcoords(
+            line={"color": ranks, "colorscale": "Viridis_r", "showscale": True},
+            dimensions=dimensions,
+        ))  # fmt: skip
+        figure.update_layout(title="Sampled settings by Pareto rank")
+        figures.append(figure)
+    return figures

@@ -1,10 +1,14 @@
 """Pareto maths over a trials DataFrame: pure functions of numbers, tested alone.
 
 Directions are turned into "lower is better" exactly once, in `objective_matrix`.
+Feasible trials are those that may sit on a front: status ok, every objective measured,
+and (when asked) an accuracy above chance: a model that predicts one class "generalizes"
+perfectly and would otherwise crowd the front.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import moocore
@@ -12,6 +16,17 @@ import numpy as np
 import pandas as pd
 
 FEASIBLE_STATUS = "ok"
+Bounds = dict[str, tuple[float, float]]  # objective -> (low, high), mapped to [0, 1]
+
+# Declared normalisation ranges of the objectives that have natural limits.
+NATURAL_BOUNDS: Bounds = {
+    "best_val_acc": (0.0, 1.0),
+    "val_acc": (0.0, 1.0),
+    "test_acc": (0.0, 1.0),
+    "train_eval_acc": (0.0, 1.0),
+    "gen_gap": (-1.0, 1.0),  # a difference of two accuracies
+    "val_test_gap": (0.0, 1.0),
+}
 
 
 def objective_matrix(frame: pd.DataFrame, objectives: Mapping[str, str]) -> np.ndarray:
@@ -21,32 +36,100 @@ def objective_matrix(frame: pd.DataFrame, objectives: Mapping[str, str]) -> np.n
     return values * signs
 
 
-def feasible_mask(frame: pd.DataFrame, objectives: Mapping[str, str]) -> np.ndarray:
-    """Trials that may sit on the front: status ok and no objective missing (NaN)."""
+def feasible_mask(
+    frame: pd.DataFrame, objectives: Mapping[str, str], min_accuracy: float | None = None
+) -> np.ndarray:
+    """Trials that may sit on the front (see the module docstring)."""
     ok = (frame["status"] == FEASIBLE_STATUS).to_numpy() if "status" in frame else True
     values = frame[list(objectives)].to_numpy(dtype=float)
-    return np.asarray(ok & ~np.isnan(values).any(axis=1), dtype=bool)
+    mask = np.asarray(ok & ~np.isnan(values).any(axis=1), dtype=bool)
+    if min_accuracy is not None and "best_val_acc" in frame:
+        mask &= frame["best_val_acc"].to_numpy(dtype=float) >= min_accuracy
+    return mask
 
 
-def pareto_ranks(frame: pd.DataFrame, objectives: Mapping[str, str]) -> pd.Series:
+def pareto_ranks(
+    frame: pd.DataFrame, objectives: Mapping[str, str], min_accuracy: float | None = None
+) -> pd.Series:
     """Non-dominated sorting: 0 for the front, 1 for the front once it is removed, ...
 
     Infeasible trials get no rank (NaN); equal points share a rank.
     """
     ranks = pd.Series(np.nan, index=frame.index, name="pareto_rank")
-    mask = feasible_mask(frame, objectives)
+    mask = feasible_mask(frame, objectives, min_accuracy)
     if mask.any():
         points = objective_matrix(frame.loc[mask], objectives)
         ranks.loc[mask] = moocore.pareto_rank(points)
     return ranks
 
 
-def mark_front(frame: pd.DataFrame, objectives: Mapping[str, str]) -> pd.DataFrame:
+def mark_front(
+    frame: pd.DataFrame, objectives: Mapping[str, str], min_accuracy: float | None = None
+) -> pd.DataFrame:
     """`frame` plus `pareto_rank` and `is_pareto`, ordered by rank, then the first objective."""
     marked = frame.copy()
-    marked["pareto_rank"] = pareto_ranks(frame, objectives)
+    marked["pareto_rank"] = pareto_ranks(frame, objectives, min_accuracy)
     marked["is_pareto"] = marked["pareto_rank"] == 0
     first, direction = next(iter(objectives.items()))
     return marked.sort_values(
         ["pareto_rank", first], ascending=[True, direction == "min"], na_position="last"
     )
+
+
+def declared_bounds(
+    frame: pd.DataFrame, objectives: Mapping[str, str], given: Bounds | None = None
+) -> Bounds:
+    """Normalisation range per objective: given, else natural, else [0, the next power of
+    ten above the largest finite value] (throughput, times, memory have no natural top)."""
+    bounds: Bounds = {}
+    for name in objectives:
+        if given and name in given:
+            bounds[name] = given[name]
+        elif name in NATURAL_BOUNDS:
+            bounds[name] = NATURAL_BOUNDS[name]
+        else:
+            values = frame[name].to_numpy(dtype=float)
+            finite = values[np.isfinite(values)]
+            top = float(finite.max()) if finite.size else 1.0
+            bounds[name] = (0.0, 10.0 ** math.ceil(math.log10(top)) if top > 0 else 1.0)
+    return bounds
+
+
+def normalised(frame: pd.DataFrame, objectives: Mapping[str, str], bounds: Bounds) -> np.ndarray:
+    """Objectives in [0, 1] with 0 best and 1 worst (beyond the bounds clipped; inf worst)."""
+    columns = []
+    for name, direction in objectives.items():
+        low, high = bounds[name]
+        values = frame[name].to_numpy(dtype=float)
+        scaled = (values - low) / (high - low)
+        columns.append(1.0 - scaled if direction == "max" else scaled)
+    matrix = np.column_stack(columns) if columns else np.empty((len(frame), 0))
+    return np.clip(np.nan_to_num(matrix, nan=1.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
+
+
+def hypervolume(
+    frame: pd.DataFrame,
+    objectives: Mapping[str, str],
+    bounds: Bounds,
+    min_accuracy: float | None = None,
+) -> float:
+    """Share of the normalised objective box, up to the worst corner (reference point
+    (1, ..., 1)), that the feasible trials dominate: 0 for nothing, 1 for the ideal point."""
+    mask = feasible_mask(frame, objectives, min_accuracy)
+    if not mask.any():
+        return 0.0
+    points = normalised(frame.loc[mask], objectives, bounds)
+    return float(moocore.hypervolume(points, ref=np.ones(len(objectives))))
+
+
+def knee_point(frame: pd.DataFrame, objectives: Mapping[str, str]) -> object | None:
+    """The index of the front trial closest to the ideal point, each objective scaled by
+    the front's own range: the most balanced compromise. None without a front."""
+    front = frame[frame.get("is_pareto", False) == True]  # noqa: E712 (NaN-safe)
+    if front.empty:
+        return None
+    points = objective_matrix(front, objectives)
+    low, high = points.min(axis=0), points.max(axis=0)
+    span = np.where(high > low, high - low, 1.0)
+    distances = np.linalg.norm((points - low) / span, axis=1)
+    return front.index[int(np.argmin(distances))]

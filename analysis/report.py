@@ -1,29 +1,300 @@
-"""The report of a search: the trials table with Pareto flags (CSV) and the front chart."""
+"""The report of a search: the front, what it means, charts; written to a folder and MLflow.
+
+    python -m analysis.report --experiment NAME [--tracking-uri URI] [--run-name RUN]
+                              [--out DIR] [--objectives throughput:max,best_val_acc:max]
+
+The same report is written at the end of every `search.run`.
+"""
 
 from __future__ import annotations
 
+import argparse
+import html
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import plotly.io
+from mlflow.entities import RunTag
+from mlflow.tracking import MlflowClient
 
-from analysis.charts import pairwise_front_chart
-from analysis.pareto import mark_front
+from analysis.charts import (
+    front_3d_chart,
+    interactive_figures,
+    pairwise_front_chart,
+    parallel_chart,
+    varied_params,
+)
+from analysis.load import CONFIG_PREFIX, child_runs, find_parent_run, frame_from_mlflow
+from analysis.pareto import (
+    Bounds,
+    declared_bounds,
+    feasible_mask,
+    hypervolume,
+    knee_point,
+    mark_front,
+)
+from analysis.repeats import aggregate_repeats
+from analysis.techniques import technique_effects
+
+DEFAULT_OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
+# Two classes: a model under chance + 5 points learned nothing, whatever its gap.
+DEFAULT_MIN_ACCURACY = 0.55
 
 
 @dataclass(frozen=True)
 class Report:
-    frame: pd.DataFrame  # one row per trial, with pareto_rank and is_pareto, front first
-    files: tuple[Path, ...]  # what was written, for logging as artifacts
+    frame: pd.DataFrame  # one row per config (seeds averaged), ranked, front first
+    objectives: dict[str, str]
+    bounds: Bounds
+    hypervolume: float
+    knee: object | None  # index into frame of the most balanced front trial
+    effects: pd.DataFrame
+    min_accuracy: float | None
+    files: tuple[Path, ...]
+
+    def rank_of_trial(self) -> dict[str, float]:
+        """Each trial's rank; repeats of a config share their config's rank."""
+        ranks = {}
+        for trial_ids, rank in zip(self.frame["trial_id"], self.frame["pareto_rank"], strict=True):
+            for trial_id in str(trial_ids).split("+"):
+                ranks[trial_id] = rank
+        return ranks
 
 
-def write_report(
-    frame: pd.DataFrame, objectives: Mapping[str, str], out_dir: Path, title: str = ""
+def build_report(
+    frame: pd.DataFrame,
+    objectives: Mapping[str, str],
+    out_dir: Path,
+    title: str = "",
+    bounds: Bounds | None = None,
+    min_accuracy: float | None = DEFAULT_MIN_ACCURACY,
 ) -> Report:
-    marked = mark_front(frame, objectives)
+    """Rank the trials, chart them, and write the report files into `out_dir`."""
+    objectives = dict(objectives)
+    for name in objectives:
+        if name not in frame:
+            frame = frame.assign(**{name: np.nan})
+    grouped = aggregate_repeats(frame, objectives)
+    marked = mark_front(grouped, objectives, min_accuracy).reset_index(drop=True)
+    feasible = feasible_mask(marked, objectives, min_accuracy)
+    declared = declared_bounds(marked, objectives, bounds)
+    report = Report(
+        frame=marked,
+        objectives=objectives,
+        bounds=declared,
+        hypervolume=hypervolume(marked, objectives, declared, min_accuracy),
+        knee=knee_point(marked, objectives),
+        effects=technique_effects(marked, objectives, feasible),
+        min_accuracy=min_accuracy,
+        files=(),
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = out_dir / "trials.csv"
-    marked.to_csv(table, index=False)
-    chart = pairwise_front_chart(marked, objectives, out_dir / "pareto_front.png", title=title)
-    return Report(frame=marked, files=(table, chart))
+    title = title or "search"
+    files = [out_dir / "trials.csv"]
+    marked.to_csv(files[0], index=False)
+    charts = [
+        pairwise_front_chart(marked, objectives, feasible, out_dir / "pareto_front.png", title),
+        front_3d_chart(marked, objectives, feasible, out_dir / "pareto_3d.png", title),
+        parallel_chart(marked, out_dir / "parallel.png", title),
+    ]
+    files += [chart for chart in charts if chart is not None]
+    markdown = out_dir / "report.md"
+    markdown.write_text(render_markdown(report, title, [c.name for c in charts if c]))
+    page = out_dir / "report.html"
+    page.write_text(render_html(report, title, feasible))
+    files += [markdown, page]
+    return Report(**{**report.__dict__, "files": tuple(files)})
+
+
+def _status_counts(frame: pd.DataFrame) -> str:
+    counts = frame["status"].value_counts()
+    return ", ".join(f"{count} {status}" for status, count in counts.items())
+
+
+def _front_table(report: Report) -> pd.DataFrame:
+    params = varied_params(report.frame)
+    front = report.frame[report.frame["is_pareto"] == True]  # noqa: E712
+    columns = ["trial_id", *params, *report.objectives]
+    columns += [f"{name}_std" for name in report.objectives if f"{name}_std" in front]
+    shown = front[columns].rename(columns={p: p.removeprefix(CONFIG_PREFIX) for p in params})
+    return shown.round(4)
+
+
+def _infeasible_table(report: Report) -> pd.DataFrame:
+    bad = report.frame[report.frame["pareto_rank"].isna()]
+    columns = ["trial_id", "status", "status_detail", *varied_params(report.frame)]
+    columns = [c for c in columns if c in bad]
+    shown = bad[columns].copy()
+    if report.min_accuracy is not None and "best_val_acc" in bad:
+        at_chance = (bad["status"] == "ok") & (bad["best_val_acc"] < report.min_accuracy)
+        shown.loc[at_chance, "status_detail"] = (
+            f"best_val_acc below {report.min_accuracy}: learned nothing"
+        )
+    return shown.rename(columns={c: c.removeprefix(CONFIG_PREFIX) for c in columns})
+
+
+def _summary_lines(report: Report) -> list[str]:
+    objectives = ", ".join(f"{name} ({way})" for name, way in report.objectives.items())
+    bounds = ", ".join(f"{name} [{low:g}, {high:g}]" for name, (low, high) in report.bounds.items())
+    lines = [
+        f"Trials: {len(report.frame)} ({_status_counts(report.frame)}); "
+        f"on the front: {int(report.frame['is_pareto'].sum())}.",
+        f"Objectives: {objectives}.",
+        f"Hypervolume: {report.hypervolume:.4f} of the normalised box (bounds {bounds}; "
+        "reference point: the worst corner).",
+    ]
+    if report.min_accuracy is not None:
+        lines.append(
+            f"Trials below best_val_acc {report.min_accuracy} are kept off the front: at "
+            "chance a model's gap is trivially small."
+        )
+    if report.knee is not None:
+        knee = report.frame.loc[report.knee]
+        values = ", ".join(f"{name} {knee[name]:.4g}" for name in report.objectives)
+        settings = ", ".join(
+            f"{p.removeprefix(CONFIG_PREFIX)}={_short(knee[p])}"
+            for p in varied_params(report.frame)
+        )
+        lines.append(
+            f"Knee point (most balanced front trial): {knee['trial_id']}: {values}; {settings}."
+        )
+    return lines
+
+
+def _short(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def render_markdown(report: Report, title: str, charts: list[str]) -> str:
+    parts = [f"# {title}: speed / accuracy / generalization", ""]
+    parts += [f"- {line}" for line in _summary_lines(report)]
+    parts += ["", "## The front", "", _front_table(report).to_markdown(index=False), ""]
+    if not report.effects.empty:
+        parts += [
+            "## What each technique does",
+            "",
+            "Share of the front that uses it against its share of feasible trials, and the "
+            "median effect on each objective (on minus off, feasible trials).",
+            "",
+            report.effects.round(4).to_markdown(index=False),
+            "",
+        ]
+    infeasible = _infeasible_table(report)
+    if not infeasible.empty:
+        parts += ["## Kept off the front", "", infeasible.to_markdown(index=False), ""]
+    parts += ["## Charts", ""] + [f"![{name}]({name})" for name in charts]
+    return "\n".join(parts) + "\n"
+
+
+def render_html(report: Report, title: str, feasible: np.ndarray) -> str:
+    figures = interactive_figures(report.frame, report.objectives, feasible)
+    plots = [
+        plotly.io.to_html(figure, full_html=False, include_plotlyjs="inline" if i == 0 else False)
+        for i, figure in enumerate(figures)
+    ]
+    summary = "".join(f"<li>{html.escape(line)}</li>" for line in _summary_lines(report))
+    sections = [
+        f"<h1>{html.escape(title)}: speed / accuracy / generalization</h1><ul>{summary}</ul>",
+        "<h2>The front</h2>" + _front_table(report).to_html(index=False),
+    ]
+    if not report.effects.empty:
+        sections.append(
+            "<h2>What each technique does</h2>" + report.effects.round(4).to_html(index=False)
+        )
+    infeasible = _infeasible_table(report)
+    if not infeasible.empty:
+        sections.append("<h2>Kept off the front</h2>" + infeasible.to_html(index=False))
+    sections.append("<h2>Charts (hover a point for its config)</h2>" + "".join(plots))
+    return PAGE.format(title=html.escape(title), body="".join(sections))
+
+
+PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; }}
+td, th {{ padding: 2px 8px; border: 1px solid #ccc; }}
+</style></head>
+<body>{body}</body></html>
+"""
+
+
+def publish(client: MlflowClient, parent_run_id: str, report: Report) -> None:
+    """Attach the report to the search's run and tag every trial's run with its rank, so
+    that `tags.is_pareto = 'true'` filters the front in the MLflow UI."""
+    for path in report.files:
+        client.log_artifact(parent_run_id, str(path), artifact_path="report")
+    client.log_metric(parent_run_id, "hypervolume", report.hypervolume)
+    ranks = report.rank_of_trial()
+    parent = client.get_run(parent_run_id)
+    for run in child_runs(client, parent):
+        rank = ranks.get(run.data.tags.get("trial_id", ""), np.nan)
+        tags = [
+            RunTag("pareto_rank", "-" if np.isnan(rank) else str(int(rank))),
+            RunTag("is_pareto", "true" if rank == 0 else "false"),
+        ]
+        client.log_batch(run.info.run_id, tags=tags)
+
+
+def objectives_from_parent(params: Mapping[str, str]) -> dict[str, str]:
+    """The objectives a search ran with, read back from its parent run's params."""
+    prefix = "search.objectives."
+    found = {
+        key.removeprefix(prefix): value for key, value in params.items() if key.startswith(prefix)
+    }
+    return found or dict(DEFAULT_OBJECTIVES)
+
+
+def parse_objectives(text: str) -> dict[str, str]:
+    objectives = {}
+    for item in text.split(","):
+        name, _, direction = item.strip().partition(":")
+        if direction not in ("max", "min"):
+            raise ValueError(f"objective {item!r} must look like name:max or name:min")
+        objectives[name] = direction
+    return objectives
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.report", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--experiment", required=True, help="MLflow experiment of the search")
+    parser.add_argument("--tracking-uri", default=f"sqlite:///{Path.cwd() / 'mlflow.db'}")
+    parser.add_argument("--run-name", help="the search's run (default: the newest)")
+    parser.add_argument("--out", help="folder for the report (default: reports/<run name>)")
+    parser.add_argument("--objectives", help="e.g. throughput:max,best_val_acc:max,gen_gap:min")
+    parser.add_argument("--min-accuracy", type=float, default=DEFAULT_MIN_ACCURACY)
+    args = parser.parse_args(argv)
+    client = MlflowClient(args.tracking_uri)
+    try:
+        parent = find_parent_run(client, args.experiment, args.run_name)
+        objectives = (
+            parse_objectives(args.objectives)
+            if args.objectives
+            else objectives_from_parent(parent.data.params)
+        )
+    except (LookupError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    frame = frame_from_mlflow(client, parent)
+    if frame.empty:
+        print(f"error: search run {parent.info.run_name!r} has no trial runs", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path("reports") / parent.info.run_name
+    report = build_report(
+        frame, objectives, out, parent.info.run_name, min_accuracy=args.min_accuracy
+    )
+    publish(client, parent.info.run_id, report)
+    for line in _summary_lines(report):
+        print(line)
+    print(f"Report: {out / 'report.html'} (and report.md); attached to run {parent.info.run_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,7 +17,8 @@ import ray
 import torch
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
-from analysis import write_report
+from analysis import build_report, frame_from_tune, publish
+from analysis.load import flatten
 from search.config import ConfigError, SearchConfig, load_config
 from search.console import plan, say, summary_table
 from search.errors import Problem
@@ -27,17 +28,18 @@ from search.experiment import (
     find_resumable,
     new_run_name,
 )
-from search.results import results_frame
 from search.tracking import (
     MlflowTrialCallback,
     ParentRun,
     TrackingUnavailable,
     check_reachable,
-    flatten,
     git_commit,
 )
 from search.tuner import build_tuner, restore_tuner
 from trainables import TrainSettings, prepare_data
+from trainables.metrics import METRICS
+
+METRIC_NAMES = tuple(METRICS)
 
 EXIT_USAGE = 2
 
@@ -181,17 +183,19 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
         )
         print(f"The search stopped early; to continue it: {resume}", file=sys.stderr)
         raise
-    report = write_report(
-        results_frame(grid), config.objectives, experiment_dir / "report", title=experiment_dir.name
+    del grid  # the results folder holds every trial, including those of earlier runs
+    frame = frame_from_tune(experiment_dir, METRIC_NAMES)
+    report = build_report(
+        frame, config.objectives, experiment_dir / "report", title=experiment_dir.name
     )
-    for path in report.files:
-        parent.client.log_artifact(parent.run_id, str(path), artifact_path="report")
+    publish(parent.client, parent.run_id, report)
     parent.finish("FINISHED")
     say()
     say(summary_table(report.frame, list(config.space), list(config.objectives)))
     say()
     say(f"Results: {experiment_dir}")
-    say(f"Report:  {experiment_dir / 'report'}")
+    say(f"Report:  {experiment_dir / 'report' / 'report.html'}")
+    say(f"Hypervolume of the front: {report.hypervolume:.4f}")
     say(f"MLflow:  {config.tracking.uri}")
     return 0
 

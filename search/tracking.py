@@ -49,18 +49,6 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
         ) from None
 
 
-def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """{"data": {"seed": 0}} -> {"data.seed": 0}."""
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            flat.update(flatten(name, value))
-        else:
-            flat[name] = value
-    return flat
-
-
 def git_commit(directory: Path) -> str | None:
     try:
         out = subprocess.run(

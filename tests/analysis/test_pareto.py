@@ -3,7 +3,15 @@ import pandas as pd
 import pytest
 
 from analysis.charts import front_staircase
-from analysis.pareto import mark_front, objective_matrix, pareto_ranks
+from analysis.pareto import (
+    declared_bounds,
+    hypervolume,
+    knee_point,
+    mark_front,
+    normalised,
+    objective_matrix,
+    pareto_ranks,
+)
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
 
@@ -70,3 +78,65 @@ def test_the_staircase_between_two_front_points_passes_their_worse_corner():
     assert both_max.tolist() == [[1.0, 3.0], [1.0, 1.0], [2.0, 1.0]]
     both_min = front_staircase(np.array([[2.0, 1.0], [1.0, 3.0]]), ("min", "min"))
     assert both_min.tolist() == [[1.0, 3.0], [2.0, 3.0], [2.0, 1.0]]
+
+
+def test_trials_at_chance_are_kept_off_the_front_when_asked():
+    points = np.array([[2000.0, 0.50, -0.02], [1000.0, 0.80, 0.10]])
+    frame = frame_of(points)
+    assert pareto_ranks(frame, OBJECTIVES).tolist() == [0, 0]
+    assert pareto_ranks(frame, OBJECTIVES, min_accuracy=0.55).tolist()[1] == 0
+    assert np.isnan(pareto_ranks(frame, OBJECTIVES, min_accuracy=0.55).tolist()[0])
+
+
+TWO = {"best_val_acc": "max", "gen_gap": "min"}
+
+
+def test_hypervolume_of_known_fronts_in_the_normalised_box():
+    bounds = {"best_val_acc": (0.0, 1.0), "gen_gap": (0.0, 1.0)}
+    one = pd.DataFrame({"best_val_acc": [0.5], "gen_gap": [0.5], "status": "ok"})
+    assert hypervolume(one, TWO, bounds) == pytest.approx(0.25)
+    two = pd.DataFrame({"best_val_acc": [0.5, 0.75], "gen_gap": [0.25, 0.5], "status": "ok"})
+    # union of [0.5,1]x[0,0.75]... in normalised (1 - acc, gap) space: 0.5*0.75 + 0.25*0.5
+    assert hypervolume(two, TWO, bounds) == pytest.approx(0.5 * 0.75 + 0.25 * 0.5)
+    ideal = pd.DataFrame({"best_val_acc": [1.0], "gen_gap": [0.0], "status": "ok"})
+    assert hypervolume(ideal, TWO, bounds) == pytest.approx(1.0)
+    nothing = one.assign(status="oom")
+    assert hypervolume(nothing, TWO, bounds) == 0.0
+
+
+def test_hypervolume_grows_when_a_dominating_trial_is_added():
+    bounds = {"best_val_acc": (0.0, 1.0), "gen_gap": (-1.0, 1.0)}
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {"best_val_acc": rng.uniform(0.5, 0.8, 20), "gen_gap": rng.uniform(0, 0.3, 20)}
+    ).assign(status="ok")
+    better = pd.concat(
+        [frame, pd.DataFrame([{"best_val_acc": 0.9, "gen_gap": -0.1, "status": "ok"}])]
+    )
+    assert hypervolume(better, TWO, bounds) > hypervolume(frame, TWO, bounds)
+
+
+def test_bounds_are_natural_for_accuracies_and_gaps_and_a_power_of_ten_for_throughput():
+    frame = pd.DataFrame({"throughput": [120.0, 3400.0], "best_val_acc": [0.5, 0.9],
+                          "gen_gap": [0.1, 0.2]})  # fmt: skip
+    bounds = declared_bounds(frame, OBJECTIVES)
+    assert bounds == {"throughput": (0.0, 10000.0), "best_val_acc": (0.0, 1.0),
+                      "gen_gap": (-1.0, 1.0)}  # fmt: skip
+    assert declared_bounds(frame, OBJECTIVES, {"throughput": (0, 5000)})["throughput"] == (0, 5000)
+
+
+def test_normalising_maps_best_to_zero_worst_to_one_and_infinite_times_to_worst():
+    objectives = {"time_to_target_s": "min", "best_val_acc": "max"}
+    frame = pd.DataFrame({"time_to_target_s": [0.0, 50.0, np.inf], "best_val_acc": [1.0, 0.5, 0.0]})
+    scaled = normalised(frame, objectives, {"time_to_target_s": (0, 100), "best_val_acc": (0, 1)})
+    assert scaled.tolist() == [[0.0, 0.0], [0.5, 0.5], [1.0, 1.0]]
+
+
+def test_the_knee_is_the_balanced_front_point_not_an_extreme():
+    frame = pd.DataFrame({
+        "best_val_acc": [0.60, 0.78, 0.80],
+        "gen_gap": [0.00, 0.02, 0.30],
+        "status": "ok",
+    })  # fmt: skip
+    marked = mark_front(frame, TWO)
+    assert marked.loc[knee_point(marked, TWO), "best_val_acc"] == 0.78

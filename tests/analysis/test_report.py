@@ -1,8 +1,10 @@
 import numpy as np
 import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from analysis.report import write_report
+from analysis.report import build_report, main, objectives_from_parent, parse_objectives
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
 
@@ -12,27 +14,91 @@ def trials(n: int = 12) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             "trial_id": [f"t{i}" for i in range(n)],
-            "batch_size": rng.choice([16, 64, 256], n),
+            "config.batch_size": rng.choice([16, 64, 256], n),
+            "config.amp": rng.choice([True, False], n),
+            "config.lr": rng.uniform(1e-4, 1e-1, n),
             "throughput": rng.uniform(100, 2000, n),
-            "best_val_acc": rng.uniform(0.5, 0.9, n),
+            "best_val_acc": rng.uniform(0.6, 0.9, n),
             "gen_gap": rng.uniform(0.0, 0.3, n),
             "status": "ok",
+            "status_detail": "",
         }
     )
-    frame.loc[0, "status"] = "oom"  # ran out of memory: values of its last epoch remain
-    objectives = list(OBJECTIVES)
-    frame.loc[1, "status"] = "oom"  # ran out of memory before its first epoch: no values
-    frame.loc[1, objectives] = np.nan
+    frame.loc[0, ["status", "status_detail"]] = ["oom", "out of memory in training"]
+    frame.loc[1, "status"] = "oom_predicted"
+    frame.loc[1, list(OBJECTIVES)] = np.nan  # never trained: no values at all
     return frame
 
 
-def test_the_report_writes_the_trials_table_with_pareto_flags_and_a_non_empty_chart(tmp_path):
-    report = write_report(trials(), OBJECTIVES, tmp_path, title="test")
-    table, chart = report.files
-    written = pd.read_csv(table)
-    assert len(written) == 12 and {"pareto_rank", "is_pareto"} <= set(written.columns)
-    assert written["is_pareto"].iloc[0]  # the front comes first
-    assert not written.loc[written["status"] == "oom", "is_pareto"].any()
-    with Image.open(chart) as image:
-        assert image.size[0] > 1000 and image.size[1] > 300
-        assert len(set(image.convert("L").getdata())) > 20  # drawn on, not blank
+def non_empty_png(path) -> bool:
+    with Image.open(path) as image:
+        return image.size[0] > 300 and len(set(image.convert("L").getdata())) > 20
+
+
+def test_a_search_with_oom_trials_gets_every_chart_and_both_report_pages(tmp_path):
+    report = build_report(trials(), OBJECTIVES, tmp_path, title="test")
+    names = {path.name for path in report.files}
+    assert names == {"trials.csv", "pareto_front.png", "pareto_3d.png", "parallel.png",
+                     "report.md", "report.html"}  # fmt: skip
+    for name in ("pareto_front.png", "pareto_3d.png", "parallel.png"):
+        assert non_empty_png(tmp_path / name), name
+    written = pd.read_csv(tmp_path / "trials.csv")
+    assert written["is_pareto"].iloc[0]
+    assert not written.loc[written["status"] != "ok", "is_pareto"].any()
+    markdown = (tmp_path / "report.md").read_text()
+    assert "## The front" in markdown and "Hypervolume" in markdown and "oom_predicted" in markdown
+    page = (tmp_path / "report.html").read_text()
+    assert "batch_size = " in page  # a trial's config is on hover
+    assert (page.count("plotly") > 10 and "Parcoords" in page) or "parcoords" in page
+
+
+def test_objectives_come_from_the_search_or_the_command_line():
+    params = {"search.objectives.throughput": "max", "search.objectives.gen_gap": "min", "x": "1"}
+    assert objectives_from_parent(params) == {"throughput": "max", "gen_gap": "min"}
+    assert parse_objectives("val_test_gap:min,time_to_target_s:min") == {
+        "val_test_gap": "min", "time_to_target_s": "min",
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="name:max"):
+        parse_objectives("throughput")
+
+
+@pytest.fixture
+def search_in_mlflow(tmp_path):
+    """A search as MLflow holds it: a parent with the objectives and trial children."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("cats")
+    parent = client.create_run(experiment, run_name="cats-1")
+    for name, direction in OBJECTIVES.items():
+        client.log_param(parent.info.run_id, f"search.objectives.{name}", direction)
+    for _, row in trials().iterrows():
+        child = client.create_run(experiment, tags={
+            "mlflow.parentRunId": parent.info.run_id, "trial_id": row["trial_id"],
+            "status": row["status"],
+        })  # fmt: skip
+        for key in ("batch_size", "amp", "lr"):
+            client.log_param(child.info.run_id, key, str(row[f"config.{key}"]))
+        for name in OBJECTIVES:
+            if not np.isnan(row[name]):
+                client.log_metric(child.info.run_id, name, row[name], step=1)
+    return uri, client, parent
+
+
+def test_the_command_writes_the_report_attaches_it_and_tags_every_trial(search_in_mlflow, tmp_path):
+    uri, client, parent = search_in_mlflow
+    out = tmp_path / "out"
+    assert main(["--experiment", "cats", "--tracking-uri", uri, "--out", str(out)]) == 0
+    assert (out / "report.html").exists()
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert "report/report.md" in artifacts and "report/pareto_front.png" in artifacts
+    front = client.search_runs([parent.info.experiment_id], "tags.is_pareto = 'true'")
+    assert front and all(run.data.tags["status"] == "ok" for run in front)
+    tagged = client.search_runs([parent.info.experiment_id], "tags.pareto_rank != ''")
+    assert len(tagged) == 12
+    assert client.get_run(parent.info.run_id).data.metrics["hypervolume"] > 0
+
+
+def test_the_command_names_a_missing_experiment(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["--experiment", "nope", "--tracking-uri", uri]) == 2
+    assert "no MLflow experiment named 'nope'" in capsys.readouterr().err

@@ -8,7 +8,6 @@ from search.tracking import (
     ParentRun,
     TrackingUnavailable,
     check_reachable,
-    flatten,
 )
 from tests.fakes import FakeTrial, schema_result
 
@@ -96,7 +95,3 @@ def test_the_parent_run_carries_the_config_as_params_and_ends_when_told(parent, 
 def test_an_unreachable_server_is_reported_within_seconds():
     with pytest.raises(TrackingUnavailable, match="cannot reach the MLflow server"):
         check_reachable("http://127.0.0.1:9", timeout_s=2)
-
-
-def test_flatten_joins_nested_keys_with_dots():
-    assert flatten("", {"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}

@@ -1,0 +1,143 @@
+"""Results of a search -> one pandas DataFrame, one row per trial.
+
+Columns: `trial_id`, `config.<key>` for every trainable key (nested keys joined with dots,
+as MLflow keeps params apart from metrics: `lr` is the metric, `config.lr` the setting),
+the metric schema's names with each trial's last reported values, `status` and
+`status_detail`. Two sources give the same frame: MLflow (any tracking URI) and a Ray
+Tune results folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
+CONFIG_PREFIX = "config."
+# Config keys that are not settings of a trial: the repeat's seed and the search's notes.
+NOT_SETTINGS = frozenset({"seed", "repeat_of", "oom_predicted_from"})
+PARENT_TAG = "mlflow.parentRunId"
+STATUS_ERROR = "error"  # the trial raised: a bug or a crash, not a pruned trial
+# Keys every result carries that are not part of the metric schema (Tune's bookkeeping).
+_TEXT_FIELDS = ("status", "status_detail")
+
+
+def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """{"data": {"seed": 0}} -> {"data.seed": 0}."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten(name, value))
+        else:
+            flat[name] = value
+    return flat
+
+
+def trial_row(
+    trial_id: str,
+    config: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    error: str | None = None,
+) -> dict[str, Any]:
+    row: dict[str, Any] = {"trial_id": trial_id}
+    row.update({f"{CONFIG_PREFIX}{key}": value for key, value in flatten("", config).items()})
+    row.update(metrics)
+    if error is not None:
+        row["status"] = STATUS_ERROR
+        row["status_detail"] = error
+    row.setdefault("status", STATUS_ERROR)
+    return row
+
+
+def frame_from_tune(experiment_dir: Path, metric_names: tuple[str, ...]) -> pd.DataFrame:
+    """One row per trial folder of a Ray Tune experiment: params.json and the last line of
+    result.json; a trial with an error.txt is an `error` row."""
+    rows = []
+    for params in sorted(Path(experiment_dir).glob("*/params.json")):
+        trial_dir = params.parent
+        config = json.loads(params.read_text())
+        last = _last_result(trial_dir / "result.json")
+        error_file = trial_dir / "error.txt"
+        error = _last_line(error_file.read_text()) if error_file.exists() else None
+        trial_id = str(last.get("trial_id") or trial_dir.name.removeprefix("trial_"))
+        metrics = {name: last[name] for name in metric_names if name in last}
+        rows.append(trial_row(trial_id, config, metrics, error))
+    return pd.DataFrame(rows)
+
+
+def _last_result(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def find_parent_run(client: MlflowClient, experiment: str, run_name: str | None = None) -> Run:
+    """The search's parent run in `experiment`: the one named `run_name`, or the newest."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise LookupError(f"no MLflow experiment named {experiment!r}")
+    name_filter = f" and attributes.run_name = '{run_name}'" if run_name else ""
+    runs = client.search_runs(
+        [found.experiment_id],
+        filter_string=f"tags.`{PARENT_TAG}` IS NULL{name_filter}",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    if not runs:
+        what = f"named {run_name!r}" if run_name else "at all"
+        raise LookupError(f"experiment {experiment!r} has no search run {what}")
+    return runs[0]
+
+
+def child_runs(client: MlflowClient, parent: Run) -> list[Run]:
+    runs, token = [], None
+    while True:
+        page = client.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
+            max_results=1000,
+            page_token=token,
+        )
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def frame_from_mlflow(client: MlflowClient, parent: Run) -> pd.DataFrame:
+    """One row per child run of `parent`: params (typed back from text), latest metrics,
+    and the status tags."""
+    rows = []
+    for run in child_runs(client, parent):
+        config = {key: _typed(value) for key, value in run.data.params.items()}
+        metrics: dict[str, Any] = dict(run.data.metrics)
+        metrics.update({key: run.data.tags[key] for key in _TEXT_FIELDS if key in run.data.tags})
+        row = trial_row(run.data.tags.get("trial_id", run.info.run_id), config, metrics)
+        row["run_id"] = run.info.run_id
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _typed(text: str) -> Any:
+    """MLflow keeps params as text; read them back as the YAML scalars they were."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, float) and math.isnan(value):
+        return text
+    return value if isinstance(value, str | int | float | bool) or value is None else text

@@ -1,0 +1,55 @@
+"""Several seeds per config: one row per config with the mean, and the spread kept.
+
+Trials are the same config when every `config.` column but the seed (and the search's
+own bookkeeping) is equal. With one trial per config the frame is returned unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from analysis.load import CONFIG_PREFIX, NOT_SETTINGS
+
+STATUS_ORDER = ["error", "diverged", "oom", "oom_predicted", "ok"]  # worst first
+
+
+def _severity(status: str) -> int:
+    return STATUS_ORDER.index(status) if status in STATUS_ORDER else 0
+
+
+def config_columns(frame: pd.DataFrame) -> list[str]:
+    return [
+        column
+        for column in frame.columns
+        if column.startswith(CONFIG_PREFIX)
+        and column.removeprefix(CONFIG_PREFIX) not in NOT_SETTINGS
+    ]
+
+
+def aggregate_repeats(frame: pd.DataFrame, objectives: Mapping[str, str]) -> pd.DataFrame:
+    """Mean of each objective over a config's seeds, with `<objective>_std` and `seeds`.
+
+    A config is ok only if every seed was ok; otherwise it takes its worst status.
+    """
+    keys = config_columns(frame)
+    if not keys or not frame.duplicated(subset=keys, keep=False).any():
+        return frame
+    groups = frame.groupby(keys, dropna=False, sort=False)
+    rows = []
+    for _, group in groups:
+        row = group.iloc[0].to_dict()
+        row["seeds"] = len(group)
+        row["trial_id"] = "+".join(group["trial_id"].astype(str))
+        worst = min(
+            group["status"], key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else 0
+        )
+        row["status"] = worst
+        for name in objectives:
+            values = group[name].to_numpy(dtype=float)
+            row[name] = float(np.mean(values))
+            row[f"{name}_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,71 @@
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from analysis.load import find_parent_run, flatten, frame_from_mlflow, frame_from_tune
+
+METRICS = ("epoch", "val_acc", "throughput", "status", "status_detail")
+
+
+def test_flatten_joins_nested_keys_with_dots():
+    assert flatten("", {"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
+
+
+def write_trial(folder, name, config, results, error=None):
+    trial = folder / name
+    trial.mkdir(parents=True)
+    (trial / "params.json").write_text(json.dumps(config))
+    (trial / "result.json").write_text("\n".join(json.dumps(r) for r in results) + "\n")
+    if error:
+        (trial / "error.txt").write_text(f"Traceback...\n{error}\n")
+
+
+def test_a_tune_folder_becomes_one_row_per_trial_with_its_last_result(tmp_path):
+    write_trial(tmp_path, "trial_a", {"batch_size": 32, "data": {"seed": 0}}, [
+        {"trial_id": "a", "epoch": 1, "val_acc": 0.6, "status": "ok"},
+        {"trial_id": "a", "epoch": 2, "val_acc": 0.7, "status": "ok", "time_total_s": 3},
+    ])  # fmt: skip
+    write_trial(tmp_path, "trial_b", {"batch_size": 256}, [], error="RuntimeError: boom")
+    frame = frame_from_tune(tmp_path, METRICS).set_index("trial_id")
+    assert frame.loc["a", "val_acc"] == 0.7 and frame.loc["a", "epoch"] == 2
+    assert frame.loc["a", "config.data.seed"] == 0 and frame.loc["a", "status"] == "ok"
+    assert "time_total_s" not in frame.columns  # Tune's bookkeeping stays out
+    assert frame.loc["b", "status"] == "error"
+    assert frame.loc["b", "status_detail"] == "RuntimeError: boom"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("search")
+    for name in ("older", "newer"):
+        parent = client.create_run(experiment, run_name=name)
+        for trial_id, batch, status in (("t1", 32, "ok"), ("t2", 256, "oom")):
+            child = client.create_run(experiment, tags={
+                "mlflow.parentRunId": parent.info.run_id, "trial_id": trial_id, "status": status,
+            })  # fmt: skip
+            client.log_param(child.info.run_id, "batch_size", str(batch))
+            client.log_param(child.info.run_id, "amp", "True")
+            client.log_param(child.info.run_id, "optimizer", "sgd")
+            for epoch in (1, 2):
+                client.log_metric(child.info.run_id, "val_acc", 0.5 + epoch / 10, step=epoch)
+    return client
+
+
+def test_the_newest_search_run_is_found_unless_one_is_named(store):
+    assert find_parent_run(store, "search").info.run_name == "newer"
+    assert find_parent_run(store, "search", "older").info.run_name == "older"
+    with pytest.raises(LookupError, match="no MLflow experiment"):
+        find_parent_run(store, "nope")
+
+
+def test_mlflow_child_runs_become_rows_with_typed_params_and_latest_metrics(store):
+    frame = frame_from_mlflow(store, find_parent_run(store, "search")).set_index("trial_id")
+    assert sorted(frame.index) == ["t1", "t2"]
+    assert frame.loc["t1", "config.batch_size"] == 32
+    assert frame.loc["t1", "config.amp"] is True or frame.loc["t1", "config.amp"] == True  # noqa: E712
+    assert frame.loc["t1", "config.optimizer"] == "sgd"
+    assert frame.loc["t1", "val_acc"] == pytest.approx(0.7)
+    assert frame.loc["t2", "status"] == "oom"

@@ -1,0 +1,70 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.pareto import feasible_mask, mark_front
+from analysis.repeats import aggregate_repeats
+from analysis.techniques import switch_column, technique_effects
+
+OBJECTIVES = {"throughput": "max", "best_val_acc": "max"}
+
+
+def test_seeds_of_one_config_become_one_row_with_mean_and_spread():
+    frame = pd.DataFrame({
+        "trial_id": ["a", "b", "c"],
+        "config.batch_size": [32, 32, 64],
+        "config.seed": [0, 1, 0],
+        "throughput": [100.0, 140.0, 300.0],
+        "best_val_acc": [0.7, 0.8, 0.6],
+        "status": ["ok", "ok", "ok"],
+    })  # fmt: skip
+    grouped = aggregate_repeats(frame, OBJECTIVES).set_index("config.batch_size")
+    assert grouped.loc[32, "throughput"] == 120.0 and grouped.loc[32, "seeds"] == 2
+    assert grouped.loc[32, "best_val_acc_std"] == pytest.approx(np.std([0.7, 0.8], ddof=1))
+    assert grouped.loc[32, "trial_id"] == "a+b" and grouped.loc[64, "seeds"] == 1
+
+
+def test_a_config_with_one_failed_seed_is_not_feasible():
+    frame = pd.DataFrame({
+        "trial_id": ["a", "b"], "config.batch_size": [32, 32], "config.seed": [0, 1],
+        "throughput": [100.0, np.nan], "best_val_acc": [0.7, np.nan], "status": ["ok", "oom"],
+    })  # fmt: skip
+    assert aggregate_repeats(frame, OBJECTIVES)["status"].tolist() == ["oom"]
+
+
+def test_without_repeats_the_frame_is_unchanged():
+    frame = pd.DataFrame({
+        "trial_id": ["a", "b"], "config.batch_size": [32, 64],
+        "throughput": [1.0, 2.0], "best_val_acc": [0.5, 0.6], "status": "ok",
+    })  # fmt: skip
+    assert aggregate_repeats(frame, OBJECTIVES) is frame
+
+
+def trials() -> pd.DataFrame:
+    return pd.DataFrame({
+        "trial_id": list("abcdef"),
+        "config.amp": [True, True, True, False, False, False],
+        "config.accumulation_steps": [1, 1, 1, 1, 1, 1],  # not varied
+        "config.optimizer": ["adam", "sgd", "adam", "sgd", "sgd", "adam"],
+        "throughput": [300.0, 280.0, 310.0, 100.0, 90.0, 110.0],
+        "best_val_acc": [0.70, 0.72, 0.71, 0.60, 0.62, 0.61],
+        "status": ["ok", "ok", "oom", "ok", "ok", "ok"],
+    })  # fmt: skip
+
+
+def test_only_switches_the_search_varied_are_described():
+    frame = trials()
+    assert switch_column(frame, "amp").tolist() == [True, True, True, False, False, False]
+    assert switch_column(frame, "accumulation") is None
+    assert switch_column(frame, "adabatch") is None  # not in the config at all
+
+
+def test_effects_are_medians_on_minus_off_and_front_shares_over_feasible_trials():
+    marked = mark_front(trials(), OBJECTIVES)
+    effects = technique_effects(marked, OBJECTIVES, feasible_mask(marked, OBJECTIVES))
+    amp = effects.set_index("technique").loc["amp"]
+    assert amp["trials_on"] == 3 and amp["trials_off"] == 3
+    assert amp["effect on throughput"] == pytest.approx(290.0 - 100.0)  # the oom trial left out
+    assert amp["share_of_front"] == 1.0
+    assert amp["share_of_feasible"] == pytest.approx(2 / 5)
+    assert set(effects["technique"]) == {"amp", "optimizer adam"}
