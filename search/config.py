@@ -38,6 +38,9 @@ class SearchSection(BaseModel):
     max_concurrent_trials: int | None = Field(None, gt=0, **_STRICT_INT)  # None: as resources allow
     sampler: Literal["tpe", "nsga2", "random"] = "tpe"  # Optuna sampler, sized to num_samples
     seed: int = Field(0, **_STRICT_INT)  # the sampler's seed
+    repeats: int = Field(
+        1, gt=0, **_STRICT_INT
+    )  # seeds per sampled config; the front uses the mean
     objectives: dict[str, Literal["max", "min"]] = Field(
         default_factory=lambda: dict(DEFAULT_OBJECTIVES), min_length=1
     )
@@ -299,16 +302,30 @@ def _field_type(key: str) -> TypeAdapter:
 
 
 def _search_problems(config: SearchConfig) -> list[Problem]:
+    search = config.search
+    problems = []
     points = grid_points(config.space)
-    if len(points) > config.search.num_samples:
-        return [
+    if len(points) * search.repeats > search.num_samples:
+        problems.append(
             Problem(
                 "search.num_samples",
-                f"must be at least the {len(points)} grid combinations of `space`, "
-                f"got {config.search.num_samples}",
+                f"must be at least the {len(points)} grid combinations of `space` times "
+                f"search.repeats ({search.repeats}), got {search.num_samples}",
             )
-        ]
-    return []
+        )
+    if search.num_samples % search.repeats:
+        problems.append(
+            Problem(
+                "search.num_samples",
+                f"must be a multiple of search.repeats ({search.repeats}): each sampled "
+                f"config runs with that many seeds, got {search.num_samples}",
+            )
+        )
+    if search.repeats > 1 and "seed" in config.space:
+        problems.append(
+            Problem("space.seed", "cannot be sampled while search.repeats sets the seeds")
+        )
+    return problems
 
 
 def _known_keys(location: tuple[Any, ...]) -> list[str]:

@@ -15,7 +15,7 @@ import optuna
 from ray.tune.search.optuna import OptunaSearch
 
 from search.feasibility import MemoryFootprint, predicted_oom
-from search.trainable import PREDICTED_FROM
+from search.trainable import PREDICTED_FROM, REPEAT_OF, SEARCH_NOTES
 from trainables.metrics import STATUS_OK, STATUS_OOM
 from trainables.settings import TrainSettings
 
@@ -47,6 +47,8 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
     - Once a trial runs out of memory, a later suggestion that needs at least as much
       memory (`search.feasibility`) is marked so that it ends before training.
     - Partial points (the `grid` entries of a space) are suggested first.
+    - With `repeats` > 1 every sampled config is suggested that many times in a row, with
+      seeds seed, seed + 1, ...; all of them carry `repeat_of`: the first trial's id.
     """
 
     def __init__(
@@ -54,26 +56,39 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
         *args: Any,
         grid: Sequence[dict[str, Any]] = (),
         fixed_config: Mapping[str, Any] | None = None,
+        repeats: int = 1,
         **kwargs: Any,
     ) -> None:
-        # Ray's points_to_evaluate demands every key; Optuna fills in the rest of a
-        # partial point itself, so the grid is enqueued once the study exists.
         self._grid = list(grid)
         self._fixed_config = dict(fixed_config or {})
+        self._repeats = repeats
+        self._pending_repeats: list[dict[str, Any]] = []  # suggestions still to repeat
         self._settings: dict[str, TrainSettings] = {}  # by Tune trial id
         self._failures: dict[str, MemoryFootprint] = {}  # trials that ran out of memory
         super().__init__(*args, **kwargs)
 
-    def _setup_study(self, mode: str | list[str]) -> None:
-        super()._setup_study(mode)
-        for point in self._grid:
-            self._ot_study.enqueue_trial(point)
-
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        # Exactly one point is enqueued right before each ask, so repeats and the grid keep
+        # their order. Ray's points_to_evaluate would demand every key; Optuna fills in
+        # the rest of a partial (grid) point itself.
+        repeat = self._pending_repeats.pop(0) if self._pending_repeats else None
+        if repeat is not None:
+            self._ot_study.enqueue_trial(repeat["params"])
+        elif self._grid:
+            self._ot_study.enqueue_trial(self._grid.pop(0))
         suggestion = super().suggest(trial_id)
         if suggestion is None:
             return None
-        settings = TrainSettings.from_config({**self._fixed_config, **suggestion})
+        if repeat is not None:
+            suggestion = {**suggestion, "seed": repeat["seed"], REPEAT_OF: repeat["of"]}
+        elif self._repeats > 1:
+            seed = TrainSettings.from_config(self._fixed_config).seed
+            self._pending_repeats += [
+                {"params": dict(suggestion), "seed": seed + k, "of": trial_id}
+                for k in range(1, self._repeats)
+            ]
+            suggestion = {**suggestion, "seed": seed, REPEAT_OF: trial_id}
+        settings = TrainSettings.from_config({**self._fixed_config, **_without_notes(suggestion)})
         self._settings[trial_id] = settings
         source = predicted_oom(MemoryFootprint.of(settings), self._failures)
         return {**suggestion, PREDICTED_FROM: source} if source else suggestion
@@ -105,6 +120,10 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
         return dict(self._failures)
 
 
+def _without_notes(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in config.items() if key not in SEARCH_NOTES}
+
+
 def _whole(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
@@ -116,6 +135,7 @@ def build_searcher(
     fixed_config: Mapping[str, Any] | None = None,
     storage: str | None = None,
     study_name: str | None = None,
+    repeats: int = 1,
 ) -> FeasibilityAwareOptunaSearch:
     """`storage`: an Optuna RDB URL, so the study outlives the process (resume, review)."""
     return FeasibilityAwareOptunaSearch(
@@ -124,6 +144,7 @@ def build_searcher(
         sampler=sampler,
         grid=grid,
         fixed_config=fixed_config,
+        repeats=repeats,
         storage=optuna.storages.RDBStorage(storage) if storage else None,
         study_name=study_name,
     )

@@ -10,8 +10,10 @@ from ray import tune
 from trainables import PreparedData, train_classifier
 from trainables.metrics import STATUS_OOM_PREDICTED, pruned_metrics
 
-# The key the searcher adds to a suggested config it predicts to run out of memory.
-PREDICTED_FROM = "oom_predicted_from"
+# Notes the searcher adds to a suggested config; they are not trainable settings.
+PREDICTED_FROM = "oom_predicted_from"  # the trial whose OOM predicts this one's
+REPEAT_OF = "repeat_of"  # the first trial of a config that is run with several seeds
+SEARCH_NOTES = frozenset({PREDICTED_FROM, REPEAT_OF})
 
 
 def classifier_trial(config: dict[str, Any], data: PreparedData | None = None) -> None:
@@ -23,4 +25,4 @@ def classifier_trial(config: dict[str, Any], data: PreparedData | None = None) -
         )
         tune.report(pruned_metrics(STATUS_OOM_PREDICTED, detail, epoch=0))
         return
-    train_classifier({key: value for key, value in config.items() if key != PREDICTED_FROM}, data)
+    train_classifier({key: value for key, value in config.items() if key not in SEARCH_NOTES}, data)

@@ -67,6 +67,7 @@ def build_tuner(
         fixed_config=config.trainable_config(),
         storage=f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
         study_name=run_name,
+        repeats=search.repeats,
     )
     return tune.Tuner(
         trainable(config, data),

@@ -157,3 +157,13 @@ def test_the_config_is_frozen():
     config = load_config(CONFIGS / "smoke.yaml")
     with pytest.raises(Exception, match="frozen"):
         config.name = "other"
+
+
+def test_repeats_must_divide_the_samples_and_leave_the_seed_to_the_search(tmp_path):
+    path = write(
+        tmp_path,
+        "name: x\nsearch: {num_samples: 5, repeats: 2}\nspace: {seed: {choice: [0, 1]}}\n",
+    )
+    problems = problems_of(path)
+    assert "multiple of search.repeats (2)" in problems["search.num_samples"]
+    assert "search.repeats sets the seeds" in problems["space.seed"]

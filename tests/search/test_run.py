@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -70,7 +71,10 @@ def test_resume_with_nothing_to_resume_says_so(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.slow
 def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_trials(tmp_path):
-    finished = run_cli("--config", str(SMOKE), "--name", "smoke-e2e", cwd=tmp_path)
+    # Each sampled config twice, with seeds 0 and 1: the report averages them.
+    finished = run_cli(
+        "--config", str(SMOKE), "--name", "smoke-e2e", "search.repeats=2", cwd=tmp_path
+    )
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert "Results:" in finished.stdout and "rank" in finished.stdout
 
@@ -96,5 +100,9 @@ def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_
         assert "training_iteration" not in child.data.metrics
     assert {c.data.params["optimizer"] for c in children} == {"sgd", "adam"}  # the grid ran
 
-    report = tmp_path / "ray_results" / "smoke-e2e" / "report" / "trials.csv"
-    assert report.exists()
+    assert sorted(c.data.params["seed"] for c in children) == ["0", "0", "1", "1"]
+    report = pd.read_csv(tmp_path / "ray_results" / "smoke-e2e" / "report" / "trials.csv")
+    assert report["seeds"].tolist() == [2, 2]  # one row per config, its two seeds averaged
+    assert {"throughput_std", "best_val_acc_std", "gen_gap_std"} <= set(report.columns)
+    front = client.search_runs([experiment.experiment_id], "tags.is_pareto = 'true'")
+    assert front and all(run.data.tags["status"] == "ok" for run in front)

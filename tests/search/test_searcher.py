@@ -101,3 +101,21 @@ def test_grid_points_are_suggested_first_and_the_other_keys_are_still_sampled():
     first, second = searcher.suggest("a"), searcher.suggest("b")
     assert [first["optimizer"], second["optimizer"]] == ["sgd", "adam"]
     assert first["batch_size"] in (16, 32, 64) and second["batch_size"] in (16, 32, 64)
+
+
+def test_with_repeats_each_sampled_config_comes_again_with_the_next_seeds():
+    searcher = build_searcher(
+        OBJECTIVES,
+        optuna.samplers.RandomSampler(seed=0),
+        grid=[{"optimizer": "adam"}],
+        fixed_config={**FIXED, "seed": 7},
+        repeats=3,
+    )
+    searcher.set_search_properties(None, None, {**SPACE, **FIXED})
+    configs = [searcher.suggest(f"t{i}") for i in range(6)]
+    assert [c["seed"] for c in configs] == [7, 8, 9, 7, 8, 9]
+    assert [c["repeat_of"] for c in configs] == ["t0"] * 3 + ["t3"] * 3
+    first, second = configs[:3], configs[3:]
+    assert all(c["optimizer"] == "adam" for c in first)  # the grid point, repeated
+    assert len({(c["batch_size"], c["optimizer"]) for c in second}) == 1
+    assert len(searcher.study.trials) == 6  # each repeat is its own Optuna trial
