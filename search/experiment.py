@@ -9,6 +9,8 @@ from pathlib import Path
 
 from ray import tune
 
+from analysis.load import flatten
+
 STATE_FILE = "search_state.json"
 
 
@@ -19,6 +21,12 @@ class SearchState:
     parent_run_id: str
     tracking_uri: str
     experiment: str
+    config: dict  # the resolved config the search started with
+
+    def differences(self, config: dict) -> list[str]:
+        """Key paths whose values differ from the config the search started with."""
+        before, now = flatten("", self.config), flatten("", config)
+        return sorted(key for key in before.keys() | now.keys() if before.get(key) != now.get(key))
 
     def save(self, experiment_dir: Path) -> None:
         experiment_dir.mkdir(parents=True, exist_ok=True)

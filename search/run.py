@@ -28,6 +28,7 @@ from search.experiment import (
     find_resumable,
     new_run_name,
 )
+from search.recovery import Outcome, fit_with_recovery
 from search.tracking import (
     MlflowTrialCallback,
     ParentRun,
@@ -136,7 +137,18 @@ def check_local_devices(config: SearchConfig, options: RunOptions) -> None:
 def locate_experiment(config: SearchConfig, options: RunOptions) -> Path:
     storage = Path(config.run.storage_path)
     if options.resume:
-        return find_resumable(storage, config.name, options.run_name)
+        experiment_dir = find_resumable(storage, config.name, options.run_name)
+        state = SearchState.load(experiment_dir)
+        changed = state.differences(config.as_yaml_dict()) if state else []
+        if changed:
+            raise ConfigError(
+                config.source,
+                [
+                    Problem(key, f"differs from the config {experiment_dir.name} started with")
+                    for key in changed
+                ],
+            )
+        return experiment_dir
     experiment_dir = storage / (options.run_name or new_run_name(config.name))
     if experiment_dir.exists():
         raise FileExistsError(
@@ -146,16 +158,15 @@ def locate_experiment(config: SearchConfig, options: RunOptions) -> Path:
     return experiment_dir
 
 
+AUTOMATIC_RESUMES = 2  # after Ray's memory monitor aborts a fit; then the user decides
+EXIT_STOPPED = 1
+
+
 def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> int:
     say(plan(config, experiment_dir, options.resume))
     data = prepare_data(config.data)
     say(f"Data: {data.description}")
-    ray.init(
-        address=options.address,
-        include_dashboard=False,
-        log_to_driver=False,  # trial errors still reach the terminal through Tune
-        ignore_reinit_error=True,
-    )
+    start_ray(options.address)
     try:
         check_cluster_devices(config)
     except ConfigError as error:
@@ -171,24 +182,39 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
         ),
     )
     try:
-        if options.resume:
-            tuner = restore_tuner(config, data, experiment_dir)
-        else:
-            tuner = build_tuner(config, data, experiment_dir.name, [callback])
-        grid = tuner.fit()
-    except BaseException:
-        parent.finish("FAILED")
-        resume = (
-            f"python -m search.run --config {config.source} --name {experiment_dir.name} --resume"
+        result = fit_with_recovery(
+            first_tuner=lambda: (
+                restore_tuner(config, data, experiment_dir)
+                if options.resume
+                else build_tuner(config, data, experiment_dir.name, [callback])
+            ),
+            restored_tuner=lambda: restore_tuner(config, data, experiment_dir),
+            expected_trials=config.search.num_samples,
+            automatic_resumes=AUTOMATIC_RESUMES,
+            say=say,
         )
-        print(f"The search stopped early; to continue it: {resume}", file=sys.stderr)
+    except BaseException:
+        stop_early(parent, config, experiment_dir, "the search failed")
         raise
-    del grid  # the results folder holds every trial, including those of earlier runs
-    frame = frame_from_tune(experiment_dir, METRIC_NAMES)
+    if result.outcome is not Outcome.FINISHED:
+        reason = {
+            Outcome.INTERRUPTED: f"the search was interrupted ({result.detail})",
+            Outcome.HOST_MEMORY: (
+                f"Ray's memory monitor killed trials {result.automatic_resumes + 1} times "
+                f"({result.detail}); free memory or lower resources.memory_budget_mb / "
+                "search.max_concurrent_trials"
+            ),
+        }[result.outcome]
+        stop_early(parent, config, experiment_dir, reason)
+        return EXIT_STOPPED
     report = build_report(
-        frame, config.objectives, experiment_dir / "report", title=experiment_dir.name
+        frame_from_tune(experiment_dir, METRIC_NAMES),
+        config.objectives,
+        experiment_dir / "report",
+        title=experiment_dir.name,
     )
     publish(parent.client, parent.run_id, report)
+    parent.close_unfinished_trials("lost")  # trials whose runs died with an earlier driver
     parent.finish("FINISHED")
     say()
     say(summary_table(report.frame, list(config.space), list(config.objectives)))
@@ -198,6 +224,34 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
     say(f"Hypervolume of the front: {report.hypervolume:.4f}")
     say(f"MLflow:  {config.tracking.uri}")
     return 0
+
+
+def resume_command(config: SearchConfig, experiment_dir: Path) -> str:
+    return f"python -m search.run --config {config.source} --name {experiment_dir.name} --resume"
+
+
+def stop_early(parent: ParentRun, config: SearchConfig, experiment_dir: Path, reason: str) -> None:
+    """Leave no run RUNNING, and say how to continue."""
+    parent.close_unfinished_trials("interrupted")
+    parent.finish("FAILED")
+    print(f"Stopped: {reason}.", file=sys.stderr)
+    print(
+        f"To continue where it stopped: {resume_command(config, experiment_dir)}", file=sys.stderr
+    )
+
+
+def start_ray(address: str | None) -> None:
+    if address is None:
+        # Ray's own services listen on the machine's address (Ray turns a loopback node
+        # address into a reachable one); its token authentication, on by default since
+        # 2.59, guards them and is never turned off here. No dashboard is started.
+        ray.init(
+            include_dashboard=False,
+            log_to_driver=False,  # trial errors still reach the terminal through Tune
+            ignore_reinit_error=True,
+        )
+    else:
+        ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
 
 
 def check_cluster_devices(config: SearchConfig) -> None:
@@ -240,7 +294,10 @@ def open_parent_run(config: SearchConfig, experiment_dir: Path, resume: bool) ->
     )
     if previous is None:
         SearchState(
-            parent.run_id, config.tracking.uri or "", config.tracking.experiment or ""
+            parent.run_id,
+            config.tracking.uri or "",
+            config.tracking.experiment or "",
+            config.as_yaml_dict(),
         ).save(experiment_dir)
         parent.client.log_dict(parent.run_id, config.as_yaml_dict(), "resolved_config.yaml")
     return parent

@@ -111,6 +111,22 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
         self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
         self._completed_trials.add(trial_id)
 
+    def restore(self, checkpoint_path: str) -> None:
+        """After a driver was killed, trials the study started after the last saved state
+        belong to no Tune trial; they are told FAIL so that none stays RUNNING."""
+        super().restore(checkpoint_path)
+        live = {
+            trial.number
+            for trial_id, trial in self._ot_trials.items()
+            if trial_id not in self._completed_trials
+        }
+        running = self._ot_study.get_trials(
+            deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
+        )
+        for orphan in running:
+            if orphan.number not in live:
+                self._ot_study.tell(orphan.number, state=optuna.trial.TrialState.FAIL)
+
     @property
     def study(self) -> optuna.Study:
         return self._ot_study

@@ -101,6 +101,21 @@ class ParentRun:
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.run_id, status=status)
 
+    def close_unfinished_trials(self, why: str) -> int:
+        """End every trial run of this search still RUNNING as FAILED, tagged with why:
+        after an interruption, or runs whose trial was lost with a killed driver."""
+        running = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=(
+                f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{self.run_id}' and attributes.status = 'RUNNING'"
+            ),
+            max_results=10_000,
+        )
+        for run in running:
+            self.client.set_tag(run.info.run_id, "status", why)
+            self.client.set_terminated(run.info.run_id, status="FAILED")
+        return len(running)
+
 
 class MlflowTrialCallback(tune.Callback):
     """Logs each trial as a child run of the search's parent run (driver side)."""

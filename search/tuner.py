@@ -73,7 +73,8 @@ def build_tuner(
         trainable(config, data),
         param_space=param_space(config),
         tune_config=tune.TuneConfig(
-            search_alg=searcher,
+            # Nothing to sample: Tune's own generator runs the fixed config num_samples times.
+            search_alg=searcher if config.space else None,
             num_samples=search.num_samples,
             max_concurrent_trials=search.max_concurrent_trials,
             # Trials of one search all ask for the same resources, so a finished trial's

@@ -24,11 +24,19 @@ def tiny_data() -> PreparedData:
 
 
 @pytest.fixture(scope="session")
-def ray_instance():
-    """One local Ray instance shared by every test that needs Ray (start-up costs seconds)."""
+def _ray_shutdown_at_end():
+    import ray
+
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def ray_instance(_ray_shutdown_at_end):
+    """One local Ray instance shared by the tests that need Ray (start-up costs seconds);
+    started again only if a test had to shut it down (the two-node cluster test)."""
     import ray
 
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
-    yield ray
-    ray.shutdown()
+    return ray

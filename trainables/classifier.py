@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import ray
 import torch
 from ray import tune
 from torch import nn
@@ -63,7 +64,9 @@ def train_classifier(config: dict[str, Any], data: PreparedData | None = None) -
 
 def _report_to_tune(metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
     checkpoint = tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
-    tune.report(metrics, checkpoint=checkpoint)
+    # Where the epoch ran: on a cluster the nodes may share one address.
+    node = ray.get_runtime_context().get_node_id()
+    tune.report({**metrics, "node": node}, checkpoint=checkpoint)
 
 
 def _trial_cpu_share() -> int:

@@ -46,9 +46,10 @@ METRICS: dict[str, MetricSpec] = {
         "needed no more memory ran out); diverged (non-finite loss)"
     ),
     "status_detail": MetricSpec("why a trial was pruned: the error, or the trial it follows"),
+    "node": MetricSpec("the Ray node that ran the epoch (set by the Tune trainable)"),
 }
 
-TEXT_METRICS = frozenset({"status", "status_detail"})
+TEXT_METRICS = frozenset({"status", "status_detail", "node"})
 NUMERIC_METRICS: tuple[str, ...] = tuple(name for name in METRICS if name not in TEXT_METRICS)
 OBJECTIVE_METRICS: tuple[str, ...] = tuple(
     name for name, spec in METRICS.items() if spec.direction is not None

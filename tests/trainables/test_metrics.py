@@ -21,9 +21,9 @@ def test_the_schema_names_every_metric_of_the_design_once():
         "epoch", "train_loss", "train_acc", "train_eval_acc", "val_acc", "val_loss",
         "test_acc", "best_val_acc", "best_epoch", "gen_gap", "val_test_gap", "throughput",
         "epoch_time_s", "time_to_target_s", "batch_size", "accumulation_steps",
-        "effective_batch_size", "lr", "peak_mem_mb", "status", "status_detail",
+        "effective_batch_size", "lr", "peak_mem_mb", "status", "status_detail", "node",
     }  # fmt: skip
-    assert "status" not in NUMERIC_METRICS and "status_detail" not in NUMERIC_METRICS
+    assert not {"status", "status_detail", "node"} & set(NUMERIC_METRICS)
     assert {"throughput", "best_val_acc", "gen_gap", "time_to_target_s"} <= set(OBJECTIVE_METRICS)
 
 

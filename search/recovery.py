@@ -1,0 +1,82 @@
+"""Fitting that survives what long searches meet: Ray's memory monitor killing a trial
+(which Ray 2.60 turns into an abort of the whole `Tuner.fit`), and interruptions.
+
+A fit ends in one of three ways: finished (every trial terminated or errored),
+interrupted (Ctrl-C: Tune saved its state and returned early), or stopped by the host's
+memory monitor more often than it may be resumed automatically. The last two leave a
+search that `--resume` continues.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import ray.exceptions
+from ray import tune
+
+MEMORY_MONITOR_MESSAGE = "running low on memory"  # Ray's words when its monitor kills
+
+
+class Outcome(enum.Enum):
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+    HOST_MEMORY = "host memory"
+
+
+@dataclass(frozen=True)
+class FitResult:
+    outcome: Outcome
+    automatic_resumes: int  # how often the fit was restored after the memory monitor
+    detail: str = ""
+
+
+def is_host_memory_kill(error: BaseException) -> bool:
+    """Ray's memory monitor killed a worker: `OutOfMemoryError`, possibly wrapped."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ray.exceptions.OutOfMemoryError):
+            return True
+        if MEMORY_MONITOR_MESSAGE in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def fit_with_recovery(
+    first_tuner: Callable[[], tune.Tuner],
+    restored_tuner: Callable[[], tune.Tuner],
+    expected_trials: int,
+    automatic_resumes: int,
+    say: Callable[[str], None],
+) -> FitResult:
+    """Fit; after a memory-monitor kill, restore and fit again, up to `automatic_resumes`."""
+    make = first_tuner
+    for attempt in range(automatic_resumes + 1):
+        try:
+            grid = make().fit()
+        except Exception as error:
+            if not is_host_memory_kill(error):
+                raise
+            detail = _first_line(error)
+            if attempt == automatic_resumes:
+                return FitResult(Outcome.HOST_MEMORY, attempt, detail)
+            say(
+                f"Ray's memory monitor killed a trial ({detail}); continuing the search from "
+                f"its saved state ({attempt + 1} of {automatic_resumes} automatic resumes)"
+            )
+            make = restored_tuner
+            continue
+        done = grid.num_terminated + grid.num_errors
+        if done < expected_trials:
+            return FitResult(
+                Outcome.INTERRUPTED, attempt, f"{done} of {expected_trials} trials finished"
+            )
+        return FitResult(Outcome.FINISHED, attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:200]

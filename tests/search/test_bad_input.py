@@ -1,0 +1,170 @@
+"""Every way a user can get a config wrong ends in one message and exit code 2, never a
+traceback: the shipped configs mutated key by key, and broken files."""
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from search import run as search_run
+from search.run import main
+from tests.conftest import CONFIGS, REPO
+
+SHIPPED = sorted(CONFIGS.glob("*.yaml"))
+NEEDS_GPU = {"cats_dogs_gpu.yaml"}
+
+
+def leaves(node: Any, path: tuple = ()) -> list[tuple[tuple, Any]]:
+    """Every (key path, value) under mappings; lists are leaves."""
+    if isinstance(node, dict):
+        return [leaf for key, value in node.items() for leaf in leaves(value, (*path, key))]
+    return [(path, node)]
+
+
+def with_value(raw: dict, path: tuple, value: Any) -> dict:
+    changed = copy.deepcopy(raw)
+    node = changed
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return changed
+
+
+def without(raw: dict, path: tuple) -> dict:
+    changed = copy.deepcopy(raw)
+    node = changed
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    return changed
+
+
+def mutations(raw: dict) -> list[tuple[str, dict, str | None]]:
+    """(what, mutated config, the key path the error must name; None: still valid)."""
+    cases = []
+    for path, value in leaves(raw):
+        key = ".".join(map(str, path))
+        if path[0] == "space":  # an entry of the space: {kind: [...]}
+            cases.append(
+                (f"{key} not a range", with_value(raw, path[:2], "wide"), key[: key.rfind(".")])
+            )
+            continue
+        if isinstance(value, int | float):  # bool is an int too
+            cases.append((f"{key} as text", with_value(raw, path, "not-a-number"), key))
+            if not path[-1].endswith("seed") and not isinstance(value, bool):
+                cases.append((f"{key} negative", with_value(raw, path, -7), key))
+        if value is not None:
+            cases.append((f"{key} as a list", with_value(raw, path, [1, 2]), key))
+        cases.append((f"{key} removed", without(raw, path), "name" if path == ("name",) else None))
+    for path, _ in leaves(raw):
+        typo = (*path[:-1], f"{path[-1]}x")
+        if len(path) > 1 and path[0] != "space":
+            cases.append((f"{typo} unknown", with_value(raw, typo, 1), ".".join(map(str, typo))))
+    cases.append(("unknown section", {**raw, "trian": {"epochs": 1}}, "trian"))
+    return cases
+
+
+CASES = [
+    pytest.param(config, *case[1:], id=f"{config.stem}: {case[0]}")
+    for config in SHIPPED
+    for case in mutations(yaml.safe_load(config.read_text()))
+]
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch, tmp_path):
+    """Valid configs would start a search; record that instead."""
+    started = []
+    monkeypatch.setattr(search_run, "run_search", lambda *args: started.append(args) or 0)
+    monkeypatch.chdir(tmp_path)
+    return started
+
+
+def test_the_mutations_cover_every_shipped_config_many_times():
+    assert len(SHIPPED) >= 4 and len(CASES) > 400
+
+
+@pytest.mark.parametrize(("config", "mutated", "named_key"), CASES)
+def test_a_mutated_config_is_one_message_naming_file_and_key_or_it_runs(
+    config: Path, mutated: dict, named_key: str | None, tmp_path, nothing_runs, capsys
+):
+    path = tmp_path / config.name
+    path.write_text(yaml.safe_dump(mutated))
+    code = main(["--config", str(path)])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    needs_missing_gpu = config.name in NEEDS_GPU and not torch.cuda.is_available()
+    if named_key is None and not needs_missing_gpu:
+        assert code == 0 and len(nothing_runs) == 1, err
+        return
+    assert code == 2 and not nothing_runs
+    assert str(path) in err
+    assert (named_key or "resources.gpu") in err, err
+
+
+BROKEN_FILES = {
+    "empty": "",
+    "only a comment": "# nothing here\n",
+    "unclosed bracket": "name: x\nspace: {batch_size: {choice: [16, 32}\n",
+    "tab indentation": "name: x\ntrain:\n\tepochs: 3\n",
+    "duplicate colon": "name: x: y\n",
+    "a list, not a mapping": "- name: x\n",
+    "a scalar": "just words\n",
+    "binary": "\x00\x01\x02 name",
+    "python object tag": "name: !!python/object/apply:os.system ['echo pwned']\n",
+    "unterminated string": "name: 'x\n",
+}
+
+
+@pytest.mark.parametrize("text", BROKEN_FILES.values(), ids=BROKEN_FILES.keys())
+def test_a_file_that_is_not_a_config_is_one_message(text, tmp_path, nothing_runs, capsys):
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    assert main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "Traceback" not in err and not nothing_runs
+
+
+def test_a_missing_file_or_a_folder_is_one_message(tmp_path, nothing_runs, capsys):
+    for path in (tmp_path / "nope.yaml", tmp_path):
+        assert main(["--config", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert str(path) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["train.epochs=many", "space.lr={loguniform: [0, 1]}", "nonsense", "search.=3", "name.x=1"],
+)
+def test_a_bad_override_on_the_command_line_is_one_message(override, nothing_runs, capsys):
+    assert main(["--config", str(CONFIGS / "smoke.yaml"), override]) == 2
+    err = capsys.readouterr().err
+    assert "smoke.yaml" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [["--config"], ["--num-samples", "x", "--config", "c.yaml"], []])
+def test_bad_command_line_arguments_exit_2_with_usage(args, capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(args)
+    assert caught.value.code == 2 and "usage:" in capsys.readouterr().err
+
+
+def test_as_a_real_process_a_bad_config_prints_no_traceback(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ntrain: {epochs: -1, batch_sise: 3}\n")
+    finished = subprocess.run(
+        [sys.executable, "-m", "search.run", "--config", str(path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    assert finished.returncode == 2
+    assert "Traceback" not in finished.stderr + finished.stdout
+    assert "train.epochs" in finished.stderr and "train.batch_sise" in finished.stderr

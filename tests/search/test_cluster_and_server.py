@@ -1,0 +1,113 @@
+"""The same command on a Ray cluster and against an MLflow server, both real."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import ray
+from mlflow.tracking import MlflowClient
+
+from search.run import RAY_ENVIRONMENT, main
+from tests.conftest import CONFIGS
+
+pytestmark = pytest.mark.slow
+SMOKE = str(CONFIGS / "smoke.yaml")
+
+
+@pytest.fixture
+def search_environment(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    for key, value in RAY_ENVIRONMENT.items():
+        monkeypatch.setenv(key, value)
+    return tmp_path
+
+
+@pytest.fixture
+def two_node_cluster():
+    """A real Ray cluster of two nodes, one CPU each, on this machine."""
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():  # the session's shared instance would be in the way
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_a_search_on_a_two_node_cluster_runs_trials_on_both_nodes(
+    two_node_cluster, search_environment
+):
+    code = main(["--config", SMOKE, "--name", "cluster", "--address", two_node_cluster.address])
+    assert code == 0
+    client = MlflowClient(f"sqlite:///{search_environment / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
+    nodes = {run.data.tags["node"] for run in runs if "node" in run.data.tags}
+    (worker,) = two_node_cluster.worker_nodes
+    assert nodes == {two_node_cluster.head_node.node_id, worker.node_id}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """`mlflow server` on loopback, in its own process group so that its workers end too."""
+    port = free_port()
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--workers", "1"]
+    command += ["--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}"]
+    command += ["--artifacts-destination", str(tmp_path / "artifacts")]
+    server = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2):
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        os.killpg(server.pid, signal.SIGKILL)
+        pytest.fail("mlflow server did not start within 90 s")
+    yield uri
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+
+
+@pytest.mark.ray
+def test_a_search_logs_to_a_real_mlflow_server(ray_instance, mlflow_server, search_environment):
+    code = main(["--config", SMOKE, "--name", "served", "--tracking-uri", mlflow_server])
+    assert code == 0
+    client = MlflowClient(mlflow_server)
+    runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1 and len(runs) == 5
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")}
+    assert "report/report.html" in artifacts
+    assert not (search_environment / "mlflow.db").exists()  # nothing went to the default
+
+
+def test_an_unreachable_server_is_refused_within_seconds_before_anything_runs(
+    search_environment, capsys
+):
+    started = time.monotonic()
+    code = main(["--config", SMOKE, "--tracking-uri", f"http://127.0.0.1:{free_port()}"])
+    assert code == 2 and time.monotonic() - started < 10
+    assert "cannot reach the MLflow server" in capsys.readouterr().err
+    assert not (search_environment / "ray_results").exists()

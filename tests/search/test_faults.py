@@ -1,0 +1,220 @@
+"""Long searches meet killed processes: nothing may be lost, nothing left RUNNING."""
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from search import run as search_run
+from search.recovery import is_host_memory_kill
+from search.run import RAY_ENVIRONMENT, main
+from tests.conftest import CONFIGS
+from tests.processes import (
+    cli_env,
+    processes_with_env,
+    ray_temp_dir,
+    run_cli,
+    start_cli,
+    wait_for,
+)
+from trainables.classifier import fit_classifier
+from trainables.data import prepare_data
+from trainables.metrics import METRICS
+from trainables.settings import TrainSettings
+
+pytestmark = pytest.mark.slow
+SMOKE = str(CONFIGS / "smoke.yaml")
+TIMING = {"throughput", "epoch_time_s", "time_to_target_s", "peak_mem_mb"}
+
+
+def mlflow_client(workdir: Path) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+
+
+def trial_runs(workdir: Path) -> list:
+    client = mlflow_client(workdir)
+    experiment = client.get_experiment_by_name("smoke")
+    if experiment is None:
+        return []
+    return [
+        run
+        for run in client.search_runs([experiment.experiment_id])
+        if "mlflow.parentRunId" in run.data.tags
+    ]
+
+
+def epochs_logged(workdir: Path) -> list[int]:
+    client = mlflow_client(workdir)
+    return [len(client.get_metric_history(r.info.run_id, "epoch")) for r in trial_runs(workdir)]
+
+
+def test_a_trial_killed_mid_epoch_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(
+    tmp_path,
+):
+    args = [
+        "--config", SMOKE, "--name", "killed-trial", "--num-samples", "1",
+        "space.batch_size={choice: [32]}", "space.optimizer={choice: [adam]}",
+        "space.lr={choice: [0.001]}", "train.epochs=4", "data.train_per_class=400",
+    ]  # fmt: skip
+    with ray_temp_dir() as ray_tmp:
+        env = cli_env(ray_tmp)
+        search = start_cli(args, tmp_path, env)
+        wait_for(lambda: any(n >= 2 for n in epochs_logged(tmp_path)), 180, "epoch 2")
+        (worker,) = processes_with_env("RAY_TMPDIR", str(ray_tmp), name="ImplicitFunc")
+        os.kill(worker, signal.SIGKILL)  # mid-epoch 3
+        _, err = search.communicate(timeout=240)
+    assert search.returncode == 0, err[-3000:]
+
+    (run,) = trial_runs(tmp_path)  # the same child run, continued
+    assert run.info.status == "FINISHED" and run.data.tags["status"] == "ok"
+    history = mlflow_client(tmp_path).get_metric_history(run.info.run_id, "epoch")
+    assert sorted(m.step for m in history) == [1, 2, 3, 4]
+
+    trial_dir = next((tmp_path / "ray_results" / "killed-trial").glob("trial_*"))
+    last = json.loads((trial_dir / "result.json").read_text().splitlines()[-1])
+    assert last["pid"] != worker  # finished by a new process
+    config = json.loads((trial_dir / "params.json").read_text())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the trial did: same arithmetic, same numbers
+    try:
+        settings = TrainSettings.from_config(config)
+        straight = fit_classifier(settings, prepare_data(settings.data), lambda m, c: None)
+    finally:
+        torch.set_num_threads(threads)
+    for name in set(METRICS) - TIMING - {"status_detail", "node"}:
+        assert last[name] == pytest.approx(straight[name]), name
+
+
+def test_a_killed_driver_resumed_finishes_without_rerunning_or_duplicating_anything(tmp_path):
+    args = ["--config", SMOKE, "--name", "killed-driver", "--num-samples", "6",
+            "search.max_concurrent_trials=1", "search.sampler=tpe"]  # fmt: skip
+    with ray_temp_dir() as ray_tmp:
+        search = start_cli(args, tmp_path, cli_env(ray_tmp))
+        wait_for(lambda: sum(n >= 3 for n in epochs_logged(tmp_path)) >= 2, 180, "2 trials")
+        os.killpg(search.pid, signal.SIGKILL)  # the driver and everything in its group
+        search.wait()
+    finished_before = {
+        run.data.tags["trial_id"] for run in trial_runs(tmp_path) if run.info.status == "FINISHED"
+    }
+    assert len(finished_before) >= 2
+
+    with ray_temp_dir() as ray_tmp:
+        resumed = run_cli([*args, "--resume"], tmp_path, cli_env(ray_tmp))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming killed-driver" in resumed.stdout
+
+    runs = trial_runs(tmp_path)
+    trial_ids = [run.data.tags["trial_id"] for run in runs]
+    finished = [run for run in runs if run.data.tags.get("status") == "ok"]
+    assert len(finished) == 6 and len(set(trial_ids)) == len(trial_ids)  # none duplicated
+    assert all(run.info.status in ("FINISHED", "FAILED") for run in runs)  # none RUNNING
+    client = mlflow_client(tmp_path)
+    for run in finished:  # no trial ran twice: one value per epoch
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "epoch")]
+        assert sorted(steps) == [1, 2, 3], run.data.tags["trial_id"]
+    (parent,) = [
+        r
+        for r in client.search_runs([runs[0].info.experiment_id])
+        if "mlflow.parentRunId" not in r.data.tags
+    ]
+    assert parent.info.status == "FINISHED"
+
+    study = optuna.load_study(
+        study_name="killed-driver",
+        storage=f"sqlite:///{tmp_path / 'ray_results' / 'killed-driver' / 'optuna.db'}",
+    )
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 6  # the study continued where it stopped
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+
+
+def test_resuming_with_a_changed_config_names_the_keys_that_differ(tmp_path, capsys, monkeypatch):
+    experiment = tmp_path / "ray_results" / "smoke-x"
+    experiment.mkdir(parents=True)
+    (experiment / "tuner.pkl").write_bytes(b"")
+    (experiment / "experiment_state-1.json").write_text("{}")
+    state = {"parent_run_id": "r", "tracking_uri": "u", "experiment": "smoke", "config": {
+        "name": "smoke", "train": {"epochs": 9}}}  # fmt: skip
+    (experiment / "search_state.json").write_text(json.dumps(state))
+    monkeypatch.chdir(tmp_path)
+    assert main(["--config", SMOKE, "--name", "smoke-x", "--resume"]) == 2
+    assert "train.epochs: differs from the config smoke-x started with" in capsys.readouterr().err
+
+
+class HostMemoryKill(RuntimeError):
+    """What Tuner.fit raises in Ray 2.60 when its memory monitor kills a trial's worker."""
+
+
+def test_a_memory_monitor_kill_is_recognised_even_wrapped():
+    wrapped = RuntimeError(
+        "Caught unexpected exception: 2 worker(s) were killed due to the node running low on "
+        "memory. Memory on the node (IP: 127.0.0.1) was 1.66GB used / 23.54GB limit"
+    )
+    assert is_host_memory_kill(wrapped)
+    import ray.exceptions
+
+    try:
+        try:
+            raise ray.exceptions.OutOfMemoryError("killed")
+        except ray.exceptions.OutOfMemoryError as cause:
+            raise RuntimeError("fit failed") from cause
+    except RuntimeError as error:
+        assert is_host_memory_kill(error)
+    assert not is_host_memory_kill(RuntimeError("Trial raised ValueError"))
+
+
+@pytest.mark.ray
+def test_the_search_resumes_by_itself_after_the_memory_monitor_aborts_a_fit(
+    ray_instance, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    for key, value in RAY_ENVIRONMENT.items():
+        monkeypatch.setenv(key, value)
+    real_fit, calls = search_run.fit_with_recovery, []
+
+    def first_fit_killed(first_tuner, restored_tuner, **kwargs):
+        def killed_after_a_trial():
+            tuner = first_tuner()
+            calls.append("first")
+            tuner.fit()  # runs the whole search; then pretend the monitor struck
+            raise HostMemoryKill("1 worker(s) were killed due to the node running low on memory")
+
+        return real_fit(killed_after_a_trial, restored_tuner, **kwargs)
+
+    monkeypatch.setattr(search_run, "fit_with_recovery", first_fit_killed)
+    code = main(["--config", SMOKE, "--name", "monitor", "--num-samples", "2"])
+    assert code == 0 and calls == ["first"]
+    runs = [r for r in trial_runs(tmp_path)]
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
+
+
+@pytest.mark.ray
+def test_a_search_the_memory_monitor_keeps_killing_stops_with_the_exact_resume_command(
+    ray_instance, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    for key, value in RAY_ENVIRONMENT.items():
+        monkeypatch.setenv(key, value)
+
+    real_fit = search_run.fit_with_recovery
+
+    def always_killed(first_tuner, restored_tuner, **kwargs):
+        def killed():
+            first_tuner()  # builds the experiment, so that it can be resumed
+            raise HostMemoryKill("1 worker(s) were killed due to the node running low on memory")
+
+        return real_fit(killed, killed, **kwargs)
+
+    monkeypatch.setattr(search_run, "fit_with_recovery", always_killed)
+    code = main(["--config", SMOKE, "--name", "doomed", "--num-samples", "2"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert f"python -m search.run --config {SMOKE} --name doomed --resume" in err
+    client = mlflow_client(tmp_path)
+    runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
+    assert runs and all(run.info.status == "FAILED" for run in runs)
