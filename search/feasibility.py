@@ -40,7 +40,7 @@ class MemoryFootprint:
             1,
             batch_size=settings.batch_size,
             accumulation_steps=settings.accumulation_steps,
-            lr=settings.lr,
+            lr=settings.base_lr,
             capacity=settings.max_batch_size,
         )
         buffers = {"adam": 2, "sgd": 1 if settings.momentum > 0 else 0}[settings.optimizer]

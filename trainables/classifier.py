@@ -94,7 +94,7 @@ class Trial:
             epoch,
             batch_size=settings.batch_size,
             accumulation_steps=settings.accumulation_steps,
-            lr=settings.lr,
+            lr=settings.base_lr,
             growth=settings.adabatch_growth,
             interval=settings.adabatch_interval,
             lr_decay=settings.adabatch_lr_decay,
@@ -380,11 +380,11 @@ def build_optimizer(
     if settings.optimizer == "sgd":
         return torch.optim.SGD(
             parameters,
-            lr=settings.lr,
+            lr=settings.base_lr,
             momentum=settings.momentum,
             weight_decay=settings.weight_decay,
         )
-    return torch.optim.Adam(parameters, lr=settings.lr, weight_decay=settings.weight_decay)
+    return torch.optim.Adam(parameters, lr=settings.base_lr, weight_decay=settings.weight_decay)
 
 
 def _to_device(split: Split, device: torch.device) -> DeviceSplit:

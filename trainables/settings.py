@@ -15,6 +15,8 @@ from trainables.data.settings import DataSettings
 from trainables.models import ModelName
 from trainables.precision import AmpDtype
 
+DEFAULT_LR = {"sgd": 0.01, "adam": 0.001}
+
 # Integers and booleans are strict: a quoted "64" in YAML is a mistake worth reporting.
 # Floats stay lax because YAML 1.1 reads `1e-4` (no dot) as a string.
 _STRICT = {"strict": True}
@@ -26,7 +28,8 @@ class TrainSettings(BaseModel):
     model: ModelName = "small_cnn"
     batch_size: int = Field(32, gt=0, **_STRICT)  # images per forward pass (AdaBatch: at start)
     optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: float = Field(0.01, gt=0)  # learning rate per optimizer step
+    lr: float | None = Field(None, gt=0)  # per optimizer step; None: sgd 0.01, adam 0.001
+    lr_scaling_batch: int | None = Field(None, gt=0, **_STRICT)  # lr is per this many images
     momentum: float = Field(0.9, ge=0, lt=1)  # SGD only
     weight_decay: float = Field(1e-4, ge=0)  # L2, coupled (torch's weight_decay)
     epochs: int = Field(5, gt=0, **_STRICT)
@@ -52,6 +55,19 @@ class TrainSettings(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when there is one
     num_threads: int | None = Field(None, gt=0, **_STRICT)  # torch threads; None: trial's CPU share
     data: DataSettings = DataSettings()  # used when no prepared data is passed in
+
+    @property
+    def base_lr(self) -> float:
+        """The learning rate of the first epoch's steps, before warmup.
+
+        Without `lr`, each optimizer's customary default (Keras' and the seed study's).
+        With `lr_scaling_batch`, Goyal et al.'s linear scaling rule: lr is given for that
+        many images and scales with the effective batch.
+        """
+        lr = self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
+        if self.lr_scaling_batch is not None:
+            lr *= self.batch_size * self.accumulation_steps / self.lr_scaling_batch
+        return lr
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> TrainSettings:
