@@ -38,6 +38,7 @@ from analysis.pareto import (
     mark_front,
 )
 from analysis.repeats import aggregate_repeats
+from analysis.tables import trend_table
 from analysis.techniques import technique_effects
 
 DEFAULT_OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
@@ -269,6 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="folder for the report (default: reports/<run name>)")
     parser.add_argument("--objectives", help="e.g. throughput:max,best_val_acc:max,gen_gap:min")
     parser.add_argument("--min-accuracy", type=float, default=DEFAULT_MIN_ACCURACY)
+    parser.add_argument(
+        "--trend",
+        action="append",
+        default=[],
+        metavar="ROWS[,COLUMNS]",
+        help="also print --trend-value by one or two settings, e.g. batch_size,optimizer",
+    )
+    parser.add_argument("--trend-value", default="best_val_acc", help="metric of --trend tables")
     args = parser.parse_args(argv)
     client = MlflowClient(args.tracking_uri)
     try:
@@ -292,6 +301,14 @@ def main(argv: list[str] | None = None) -> int:
     publish(client, parent.info.run_id, report)
     for line in _summary_lines(report):
         print(line)
+    try:
+        trends = [trend_table(frame, args.trend_value, *spec.split(",", 1)) for spec in args.trend]
+    except KeyError as error:
+        print(f"error: {error.args[0]}", file=sys.stderr)
+        return 2
+    for spec, table in zip(args.trend, trends, strict=True):
+        print(f"\n{args.trend_value} by {spec.replace(',', ' and ')} (mean ± std over seeds):")
+        print(table.to_markdown())
     print(f"Report: {out / 'report.html'} (and report.md); attached to run {parent.info.run_id}")
     return 0
 

@@ -68,3 +68,19 @@ def test_effects_are_medians_on_minus_off_and_front_shares_over_feasible_trials(
     assert amp["share_of_front"] == 1.0
     assert amp["share_of_feasible"] == pytest.approx(2 / 5)
     assert set(effects["technique"]) == {"amp", "optimizer adam"}
+
+
+def test_a_trend_table_gives_the_mean_and_seed_spread_by_two_settings():
+    from analysis.tables import trend_table
+
+    frame = pd.DataFrame({
+        "config.batch_size": [16, 16, 256, 256, 256],
+        "config.optimizer": ["sgd", "sgd", "sgd", "adam", "adam"],
+        "best_val_acc": [0.80, 0.84, 0.60, 0.70, np.nan],
+        "status": ["ok", "ok", "ok", "ok", "oom"],
+    })  # fmt: skip
+    table = trend_table(frame, "best_val_acc", "batch_size", "optimizer")
+    assert table.loc[16, "sgd"] == "0.820 ± 0.028 (n=2)"
+    assert table.loc[256, "adam"] == "0.700" and table.loc[16, "adam"] == "-"
+    with pytest.raises(KeyError, match="augment"):
+        trend_table(frame, "best_val_acc", "augment")
