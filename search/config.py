@@ -349,15 +349,33 @@ def _section_order(problem: Problem) -> tuple[int, str]:
     return (_SECTIONS.index(head) if head in _SECTIONS else -1, problem.path)
 
 
+def _absolute(path: str, cwd: Path) -> str:
+    """`path` as an absolute path, a relative one taken from the user's working directory.
+    URIs (s3://...) are left as they are: Ray and the stores read them."""
+    if "://" in path:
+        return path
+    resolved = Path(path).expanduser()
+    return str((resolved if resolved.is_absolute() else cwd / resolved).resolve())
+
+
 def _resolve_paths(config: SearchConfig, cwd: Path) -> SearchConfig:
-    storage = Path(config.run.storage_path).expanduser()
-    storage = storage if storage.is_absolute() else cwd / storage
+    """Every path made absolute: trials run in other working directories, on other nodes."""
     uri = config.tracking.uri or f"sqlite:///{cwd / 'mlflow.db'}"
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = f"sqlite:///{cwd / uri.removeprefix('sqlite:///')}"  # relative to the user's cwd
+    data = config.data.model_copy(
+        update={
+            key: _absolute(value, cwd)
+            for key, value in (("root", config.data.root), ("cache_dir", config.data.cache_dir))
+            if value
+        }
+    )
     return config.model_copy(
         update={
-            "run": config.run.model_copy(update={"storage_path": str(storage.resolve())}),
+            "data": data,
+            "run": config.run.model_copy(
+                update={"storage_path": _absolute(config.run.storage_path, cwd)}
+            ),
             "tracking": config.tracking.model_copy(
                 update={"uri": uri, "experiment": config.tracking.experiment or config.name}
             ),

@@ -38,6 +38,7 @@ from search.tracking import (
 )
 from search.tuner import build_tuner, restore_tuner
 from trainables import TrainSettings, prepare_data
+from trainables.data import DataUnavailable, PreparedData
 from trainables.metrics import METRICS
 
 METRIC_NAMES = tuple(METRICS)
@@ -164,7 +165,11 @@ EXIT_STOPPED = 1
 
 def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> int:
     say(plan(config, experiment_dir, options.resume))
-    data = prepare_data(config.data)
+    try:
+        data = prepare_data(config.data)
+    except DataUnavailable as error:
+        print(ConfigError(config.source, [Problem("data", str(error))]).render(), file=sys.stderr)
+        return EXIT_USAGE
     say(f"Data: {data.description}")
     start_ray(options.address)
     try:
@@ -172,7 +177,7 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
     except ConfigError as error:
         print(error.render(), file=sys.stderr)
         return EXIT_USAGE
-    parent = open_parent_run(config, experiment_dir, options.resume)
+    parent = open_parent_run(config, experiment_dir, options.resume, data)
     callback = MlflowTrialCallback(
         config.tracking.uri or "",
         parent.experiment_id,
@@ -281,15 +286,20 @@ def check_cluster_devices(config: SearchConfig) -> None:
         )
 
 
-def open_parent_run(config: SearchConfig, experiment_dir: Path, resume: bool) -> ParentRun:
+def open_parent_run(
+    config: SearchConfig, experiment_dir: Path, resume: bool, data: PreparedData
+) -> ParentRun:
     previous = SearchState.load(experiment_dir) if resume else None
     commit = git_commit(Path(__file__).resolve().parent)
+    tags = {"data_source": data.source, "data": data.description[:5000]}
+    if commit:
+        tags[MLFLOW_GIT_COMMIT] = commit
     parent = ParentRun.start(
         tracking_uri=config.tracking.uri or "",
         experiment=config.tracking.experiment or config.name,
         run_name=experiment_dir.name,
         params=flatten("", config.as_yaml_dict()),
-        tags={MLFLOW_GIT_COMMIT: commit} if commit else {},
+        tags=tags,
         resume_run_id=previous.parent_run_id if previous else None,
     )
     if previous is None:

@@ -7,13 +7,14 @@ This package never imports `search`: other people's searches use it on its own.
 """
 
 from trainables.classifier import fit_classifier, train_classifier
-from trainables.data import DataSettings, PreparedData, prepare_data
+from trainables.data import DataSettings, DataUnavailable, PreparedData, prepare_data
 from trainables.metrics import METRICS
 from trainables.settings import TrainSettings
 
 __all__ = [
     "METRICS",
     "DataSettings",
+    "DataUnavailable",
     "PreparedData",
     "TrainSettings",
     "fit_classifier",

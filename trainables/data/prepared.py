@@ -41,6 +41,7 @@ class PreparedData:
     description: str  # one line for logs and MLflow: where the images came from
     mean: tuple[float, float, float]  # per-channel mean of the training split, in [0, 1]
     std: tuple[float, float, float]  # per-channel std of the training split, in [0, 1]
+    source: str  # the source used: "synthetic", "image_folder" or "oxford_pets" (auto: one)
 
     @property
     def image_size(self) -> int:

@@ -1,0 +1,62 @@
+"""A real, messy folder of JPEGs through whole searches: decoded once, nothing crashes."""
+
+import json
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+import trainables.data.cache as cache_module
+from search.run import RAY_ENVIRONMENT, main
+from tests.conftest import CONFIGS
+from tests.image_folders import Quirks, write_pet_folder
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+EVERY_QUIRK = Quirks(empty=2, truncated=2, non_image=3, grayscale=2, cmyk=2, transparent=3,
+                     png_as_jpg=2, rotated=2)  # fmt: skip
+
+
+def search(workdir, name: str, folder, cache) -> list[str]:
+    return [
+        "--config", str(CONFIGS / "smoke.yaml"), "--name", name,
+        "data.source=image_folder", f"data.root={folder}", f"data.cache_dir={cache}",
+        "data.train_per_class=400", "data.val_per_class=100", "data.test_per_class=100",
+    ]  # fmt: skip
+
+
+def test_a_messy_folder_of_2000_jpegs_runs_whole_searches_and_is_decoded_once(
+    ray_instance, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    for key, value in RAY_ENVIRONMENT.items():
+        monkeypatch.setenv(key, value)
+    folder = write_pet_folder(tmp_path / "PetImages", per_class=1000, quirks=EVERY_QUIRK)
+    files = sum(1 for path in folder.root.rglob("*") if path.is_file())
+    assert files >= 2000
+    cache = tmp_path / "cache"
+
+    assert main(search(tmp_path, "first", folder.root, cache)) == 0
+    first = capsys.readouterr().out
+    assert "image_folder" in first and "decoded now" in first
+    trials = pd.read_csv(tmp_path / "ray_results" / "first" / "report" / "trials.csv")
+    assert set(trials["status"]) == {"ok"}  # no trial crashed on a broken file
+    (manifest_path,) = cache.glob("decoded/PetImages-32px-*/manifest.json")
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["files"] == files
+    assert manifest["skipped_by_reason"] == dict(folder.skipped)  # the skip count is exact
+    assert manifest["converted_by_reason"] == dict(folder.converted)
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("the second search decoded an image")
+
+    monkeypatch.setattr(cache_module, "decode_image", no_decoding)
+    assert main(search(tmp_path, "second", folder.root, cache)) == 0
+    assert "cache reused" in capsys.readouterr().out
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("smoke")
+    parents = [
+        run
+        for run in client.search_runs([experiment.experiment_id])
+        if "mlflow.parentRunId" not in run.data.tags
+    ]
+    assert {run.data.tags["data_source"] for run in parents} == {"image_folder"}
