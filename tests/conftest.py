@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,16 @@ from trainables.data import DataSettings, PreparedData, prepare_data
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """`search.run.main` sets Ray's variables for its process; tests that call it in-process
+    must not hand them on to the next test."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 TINY_DATA = DataSettings(

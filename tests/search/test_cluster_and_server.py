@@ -12,7 +12,7 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
-from search.run import RAY_ENVIRONMENT, main
+from search.run import main
 from tests.conftest import CONFIGS
 
 pytestmark = pytest.mark.slow
@@ -22,8 +22,6 @@ SMOKE = str(CONFIGS / "smoke.yaml")
 @pytest.fixture
 def search_environment(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    for key, value in RAY_ENVIRONMENT.items():
-        monkeypatch.setenv(key, value)
     return tmp_path
 
 

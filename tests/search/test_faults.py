@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from search import run as search_run
 from search.recovery import is_host_memory_kill
-from search.run import RAY_ENVIRONMENT, main
+from search.run import main
 from tests.conftest import CONFIGS
 from tests.processes import (
     cli_env,
@@ -173,8 +173,6 @@ def test_the_search_resumes_by_itself_after_the_memory_monitor_aborts_a_fit(
     ray_instance, tmp_path, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)
-    for key, value in RAY_ENVIRONMENT.items():
-        monkeypatch.setenv(key, value)
     real_fit, calls = search_run.fit_with_recovery, []
 
     def first_fit_killed(first_tuner, restored_tuner, **kwargs):
@@ -198,8 +196,6 @@ def test_a_search_the_memory_monitor_keeps_killing_stops_with_the_exact_resume_c
     ray_instance, tmp_path, monkeypatch, capsys
 ):
     monkeypatch.chdir(tmp_path)
-    for key, value in RAY_ENVIRONMENT.items():
-        monkeypatch.setenv(key, value)
 
     real_fit = search_run.fit_with_recovery
 

@@ -7,7 +7,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import trainables.data.cache as cache_module
-from search.run import RAY_ENVIRONMENT, main
+from search.run import main
 from tests.conftest import CONFIGS
 from tests.image_folders import Quirks, write_pet_folder
 
@@ -28,8 +28,6 @@ def test_a_messy_folder_of_2000_jpegs_runs_whole_searches_and_is_decoded_once(
     ray_instance, tmp_path, monkeypatch, capsys
 ):
     monkeypatch.chdir(tmp_path)
-    for key, value in RAY_ENVIRONMENT.items():
-        monkeypatch.setenv(key, value)
     folder = write_pet_folder(tmp_path / "PetImages", per_class=1000, quirks=EVERY_QUIRK)
     files = sum(1 for path in folder.root.rglob("*") if path.is_file())
     assert files >= 2000

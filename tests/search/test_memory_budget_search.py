@@ -1,37 +1,42 @@
 """A whole search in which memory decides what is possible (issue: OOM pruning)."""
 
+import os
+
 import optuna
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from search.run import RAY_ENVIRONMENT, main
+from search.run import main
 from tests.conftest import CONFIGS
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-@pytest.fixture
-def finished_search(ray_instance, tmp_path_factory, monkeypatch):
+@pytest.fixture(scope="module")
+def finished_search(tmp_path_factory):
+    """One search for every test here (it takes tens of seconds)."""
     workdir = tmp_path_factory.mktemp("budget")
-    monkeypatch.chdir(workdir)
-    for key, value in RAY_ENVIRONMENT.items():
-        monkeypatch.setenv(key, value)
-    code = main(
-        [
-            "--config", str(CONFIGS / "memory_budget.yaml"), "--name", "budget",
-            "--num-samples", "12",
-            "search.sampler=random", "search.max_concurrent_trials=1",
-            # every batch size with each optimizer, the largest first; then sampled. After
-            # (256, sgd) runs out of memory, (256, adam) needs more and is never trained.
-            "space.batch_size={grid: [256, 128, 64, 32, 16]}",
-            "space.optimizer={grid: [sgd, adam]}",
-            "space.amp=null",
-            "train.epochs=1", "train.train_eval_size=20",
-            # 256 training images: a batch of 256 is a real batch of 256
-            "data.train_per_class=128", "data.val_per_class=10", "data.test_per_class=10",
-        ]
-    )  # fmt: skip
+    saved = dict(os.environ)  # main sets Ray's variables for its process
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(workdir)
+        code = main(
+            [
+                "--config", str(CONFIGS / "memory_budget.yaml"), "--name", "budget",
+                "--num-samples", "12",
+                "search.sampler=random", "search.max_concurrent_trials=1",
+                # every batch size with each optimizer, the largest first; then sampled. After
+                # (256, sgd) runs out of memory, (256, adam) needs more and is never trained.
+                "space.batch_size={grid: [256, 128, 64, 32, 16]}",
+                "space.optimizer={grid: [sgd, adam]}",
+                "space.amp=null",
+                "train.epochs=1", "train.train_eval_size=20",
+                # 256 training images: a batch of 256 is a real batch of 256
+                "data.train_per_class=128", "data.val_per_class=10", "data.test_per_class=10",
+            ]
+        )  # fmt: skip
+    os.environ.clear()
+    os.environ.update(saved)
     assert code == 0
     return workdir
 

@@ -10,17 +10,10 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
-from search.run import RAY_ENVIRONMENT, main
+from search.run import main
 from tests.conftest import CONFIGS, REPO
 
 SMOKE = CONFIGS / "smoke.yaml"
-
-
-@pytest.fixture(autouse=True)
-def environment_restored(monkeypatch):
-    """`main` sets Ray's output variables for its process; undo that for other tests."""
-    for key, value in RAY_ENVIRONMENT.items():
-        monkeypatch.setenv(key, value)
 
 
 def run_cli(*args: str, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
