@@ -38,7 +38,7 @@ from analysis.pareto import (
     mark_front,
 )
 from analysis.repeats import aggregate_repeats
-from analysis.tables import trend_table
+from analysis.tables import select, trend_table
 from analysis.techniques import technique_effects
 
 DEFAULT_OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
@@ -141,8 +141,11 @@ def _infeasible_table(report: Report) -> pd.DataFrame:
 def _summary_lines(report: Report) -> list[str]:
     objectives = ", ".join(f"{name} ({way})" for name, way in report.objectives.items())
     bounds = ", ".join(f"{name} [{low:g}, {high:g}]" for name, (low, high) in report.bounds.items())
+    count = f"Trials: {len(report.frame)}"
+    if "seeds" in report.frame:
+        count = f"Configs: {len(report.frame)}, {int(report.frame['seeds'].sum())} trials"
     lines = [
-        f"Trials: {len(report.frame)} ({_status_counts(report.frame)}); "
+        f"{count} ({_status_counts(report.frame)}); "
         f"on the front: {int(report.frame['is_pareto'].sum())}.",
         f"Objectives: {objectives}.",
         f"Hypervolume: {report.hypervolume:.4f} of the normalised box (bounds {bounds}; "
@@ -278,6 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         help="also print --trend-value by one or two settings, e.g. batch_size,optimizer",
     )
     parser.add_argument("--trend-value", default="best_val_acc", help="metric of --trend tables")
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="--trend tables over the trials with this setting only, e.g. augment=false",
+    )
     args = parser.parse_args(argv)
     client = MlflowClient(args.tracking_uri)
     try:
@@ -302,12 +312,17 @@ def main(argv: list[str] | None = None) -> int:
     for line in _summary_lines(report):
         print(line)
     try:
-        trends = [trend_table(frame, args.trend_value, *spec.split(",", 1)) for spec in args.trend]
+        selected = select(frame, args.where)
+        trends = [
+            trend_table(selected, args.trend_value, *spec.split(",", 1)) for spec in args.trend
+        ]
     except KeyError as error:
         print(f"error: {error.args[0]}", file=sys.stderr)
         return 2
+    where = f" where {', '.join(args.where)}" if args.where else ""
     for spec, table in zip(args.trend, trends, strict=True):
-        print(f"\n{args.trend_value} by {spec.replace(',', ' and ')} (mean ± std over seeds):")
+        by = spec.replace(",", " and ")
+        print(f"\n{args.trend_value} by {by}{where} (mean ± std over seeds):")
         print(table.to_markdown())
     print(f"Report: {out / 'report.html'} (and report.md); attached to run {parent.info.run_id}")
     return 0

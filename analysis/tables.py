@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from analysis.load import CONFIG_PREFIX
 
@@ -37,3 +38,16 @@ def trend_table(
     if columns:
         table.columns.name = columns
     return table.fillna("-").replace({np.nan: "-"})
+
+
+def select(frame: pd.DataFrame, conditions: list[str]) -> pd.DataFrame:
+    """The trials whose settings match every `name=value` (value read as YAML)."""
+    chosen = frame
+    for condition in conditions:
+        name, _, text = condition.partition("=")
+        column = f"{CONFIG_PREFIX}{name}"
+        if column not in frame:
+            raise KeyError(f"no setting {name!r} among the trials")
+        wanted = yaml.safe_load(text)
+        chosen = chosen[chosen[column] == wanted]
+    return chosen

@@ -17,8 +17,8 @@ import ray
 import torch
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
-from analysis import build_report, frame_from_tune, publish
-from analysis.load import flatten
+from analysis.load import flatten, frame_from_tune
+from analysis.report import build_report, publish
 from search.config import ConfigError, SearchConfig, load_config
 from search.console import plan, say, summary_table
 from search.errors import Problem

@@ -84,3 +84,15 @@ def test_a_trend_table_gives_the_mean_and_seed_spread_by_two_settings():
     assert table.loc[256, "adam"] == "0.700" and table.loc[16, "adam"] == "-"
     with pytest.raises(KeyError, match="augment"):
         trend_table(frame, "best_val_acc", "augment")
+
+
+def test_trials_are_selected_by_settings_read_as_yaml():
+    from analysis.tables import select
+
+    frame = pd.DataFrame(
+        {"config.augment": [True, False, False], "config.batch_size": [16, 16, 32]}
+    )
+    assert len(select(frame, ["augment=false"])) == 2
+    assert len(select(frame, ["augment=false", "batch_size=32"])) == 1
+    with pytest.raises(KeyError, match="momentum"):
+        select(frame, ["momentum=0.9"])

@@ -98,6 +98,17 @@ def test_the_command_writes_the_report_attaches_it_and_tags_every_trial(search_i
     assert client.get_run(parent.info.run_id).data.metrics["hypervolume"] > 0
 
 
+def test_the_command_prints_trend_tables_over_selected_trials(search_in_mlflow, tmp_path, capsys):
+    uri, _, _ = search_in_mlflow
+    args = ["--experiment", "cats", "--tracking-uri", uri, "--out", str(tmp_path / "o")]
+    assert main([*args, "--trend", "batch_size,amp", "--where", "amp=true"]) == 0
+    out = capsys.readouterr().out
+    assert "best_val_acc by batch_size and amp where amp=true" in out
+    assert "| False" not in out  # only the selected trials
+    assert main([*args, "--trend", "momentum"]) == 2
+    assert "no setting 'momentum'" in capsys.readouterr().err
+
+
 def test_the_command_names_a_missing_experiment(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert main(["--experiment", "nope", "--tracking-uri", uri]) == 2
