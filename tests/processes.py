@@ -51,8 +51,12 @@ def kill_processes_with_env(key: str, value: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def cli_env(ray_tmp: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "RAY_TMPDIR": str(ray_tmp), **extra}
+def cli_env(ray_tmp: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment a user's shell would give the CLI, with this checkout importable."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), **extra}
+    if ray_tmp is not None:
+        env["RAY_TMPDIR"] = str(ray_tmp)
+    return env
 
 
 def start_cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:

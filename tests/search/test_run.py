@@ -1,9 +1,5 @@
 """The command users run: `python -m search.run --config ...`."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
 import torch
@@ -11,20 +7,10 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from search.run import main
-from tests.conftest import CONFIGS, REPO
+from tests.conftest import CONFIGS
+from tests.processes import cli_env, run_cli
 
 SMOKE = CONFIGS / "smoke.yaml"
-
-
-def run_cli(*args: str, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "search.run", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
-    )
 
 
 def test_a_config_with_three_mistakes_exits_2_naming_all_of_them_without_a_traceback(tmp_path):
@@ -36,7 +22,7 @@ def test_a_config_with_three_mistakes_exits_2_naming_all_of_them_without_a_trace
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
 
-    finished = run_cli("--config", str(path), cwd=tmp_path, timeout=120)
+    finished = run_cli(["--config", str(path)], tmp_path, cli_env(), timeout=120)
 
     assert finished.returncode == 2
     assert "Traceback" not in finished.stderr + finished.stdout
@@ -66,7 +52,7 @@ def test_resume_with_nothing_to_resume_says_so(tmp_path, capsys, monkeypatch):
 def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_trials(tmp_path):
     # Each sampled config twice, with seeds 0 and 1: the report averages them.
     finished = run_cli(
-        "--config", str(SMOKE), "--name", "smoke-e2e", "search.repeats=2", cwd=tmp_path
+        ["--config", str(SMOKE), "--name", "smoke-e2e", "search.repeats=2"], tmp_path, cli_env()
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert "Results:" in finished.stdout and "rank" in finished.stdout
