@@ -49,7 +49,10 @@ def aggregate_repeats(frame: pd.DataFrame, objectives: Mapping[str, str]) -> pd.
         row["status"] = worst
         for name in objectives:
             values = group[name].to_numpy(dtype=float)
-            row[name] = float(np.mean(values))
-            row[f"{name}_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+            # A seed that never reached a target (inf) makes the mean inf and the spread
+            # undefined: said as it is, without numpy's warnings.
+            with np.errstate(invalid="ignore"):
+                row[name] = float(np.mean(values))
+                row[f"{name}_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
         rows.append(row)
     return pd.DataFrame(rows)

@@ -16,8 +16,11 @@ could not hold.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import ctypes
 import math
+import os
 import statistics
 import sys
 import time
@@ -162,6 +165,13 @@ def measure_row(
     return CapacityRow(name, largest, 1, largest, seconds * largest / timed, peak_mb, timed)
 
 
+def give_back_freed_memory() -> None:
+    """Return freed heap to the system between rows: glibc keeps it otherwise, and the
+    next technique's model and batches would pile up on top (Linux; elsewhere a no-op)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def capacity_table(
     config: SearchConfig,
     budget_mb: float,
@@ -178,6 +188,7 @@ def capacity_table(
         say(f"  {name}: largest batch {row.max_batch_size}")
         rows.append(row)
         release_memory()
+        give_back_freed_memory()
     best = max(rows, key=lambda row: row.max_batch_size)
     rows.append(
         CapacityRow(
@@ -261,9 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--host-limit-mb",
         type=float,
-        default=4096,
-        help="CPU: time steps at the largest batch whose metered step fits in this much host "
-        "memory, and scale the time to the full batch (marked ~)",
+        default=1024,
+        help="CPU: time steps at the largest batch whose metered step fits in this much, and "
+        "scale the time to the full batch (marked ~); the host needs several times the meter's "
+        "figure (operator workspaces, allocator caches)",
     )
     parser.add_argument("overrides", nargs="*", metavar="key.path=value")
     args = parser.parse_args(argv)
@@ -273,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(error.render(), file=sys.stderr)
         return EXIT_USAGE
-    torch.set_num_threads(max(1, int(config.resources.cpu)))
+    torch.set_num_threads(max(1, min(int(config.resources.cpu), os.cpu_count() or 1)))
     device = "GPU" if torch.cuda.is_available() else "CPU (memory meter)"
     print(
         f"Capacity of {config.train.get('model', 'small_cnn')} at {config.data.image_size} px "
