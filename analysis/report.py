@@ -127,6 +127,8 @@ def _front_table(report: Report) -> pd.DataFrame:
 
 def _infeasible_table(report: Report) -> pd.DataFrame:
     bad = report.frame[report.frame["pareto_rank"].isna()]
+    if "status_detail" not in bad:  # MLflow keeps only non-empty tags
+        bad = bad.assign(status_detail="")
     columns = ["trial_id", "status", "status_detail", *varied_params(report.frame)]
     columns = [c for c in columns if c in bad]
     shown = bad[columns].copy()

@@ -355,6 +355,7 @@ def epoch_metrics(
         "val_test_gap": progress.val_test_gap,
         "throughput": throughput(result.images, result.seconds),
         "epoch_time_s": result.seconds,
+        "train_time_s": progress.train_seconds,
         "time_to_target_s": progress.time_to_target_s,
         "batch_size": plan.batch_size,
         "accumulation_steps": plan.accumulation_steps,

@@ -33,6 +33,7 @@ METRICS: dict[str, MetricSpec] = {
     "val_test_gap": MetricSpec("abs(val_acc - test_acc) at the best-val epoch", "min"),
     "throughput": MetricSpec("training images per second over the epoch, eval excluded", "max"),
     "epoch_time_s": MetricSpec("wall seconds of the epoch's training part", "min"),
+    "train_time_s": MetricSpec("training seconds of all epochs so far, eval excluded", "min"),
     "time_to_target_s": MetricSpec(
         "training seconds until val_acc >= target_acc; inf if never", "min"
     ),
@@ -50,6 +51,11 @@ METRICS: dict[str, MetricSpec] = {
 }
 
 TEXT_METRICS = frozenset({"status", "status_detail", "node"})
+# Measurements of the machine rather than of the training: they vary between runs of the
+# same seed, everything else repeats exactly (on the same device and thread count).
+MACHINE_METRICS = frozenset(
+    {"throughput", "epoch_time_s", "train_time_s", "time_to_target_s", "peak_mem_mb", "node"}
+)
 NUMERIC_METRICS: tuple[str, ...] = tuple(name for name in METRICS if name not in TEXT_METRICS)
 OBJECTIVE_METRICS: tuple[str, ...] = tuple(
     name for name, spec in METRICS.items() if spec.direction is not None

@@ -52,6 +52,14 @@ def test_a_search_with_oom_trials_gets_every_chart_and_both_report_pages(tmp_pat
     assert (page.count("plotly") > 10 and "Parcoords" in page) or "parcoords" in page
 
 
+def test_a_search_without_any_status_detail_and_nothing_infeasible_still_reports(tmp_path):
+    frame = trials().drop(columns="status_detail").assign(status="ok", best_val_acc=0.8)
+    frame = frame.fillna({"throughput": 1.0, "gen_gap": 0.1})
+    report = build_report(frame, OBJECTIVES, tmp_path)
+    assert "## Kept off the front" not in (tmp_path / "report.md").read_text()
+    assert report.frame["pareto_rank"].notna().all()
+
+
 def test_objectives_come_from_the_search_or_the_command_line():
     params = {"search.objectives.throughput": "max", "search.objectives.gen_gap": "min", "x": "1"}
     assert objectives_from_parent(params) == {"throughput": "max", "gen_gap": "min"}

@@ -24,12 +24,11 @@ from tests.processes import (
 )
 from trainables.classifier import fit_classifier
 from trainables.data import prepare_data
-from trainables.metrics import METRICS
+from trainables.metrics import MACHINE_METRICS, METRICS
 from trainables.settings import TrainSettings
 
 pytestmark = pytest.mark.slow
 SMOKE = str(CONFIGS / "smoke.yaml")
-TIMING = {"throughput", "epoch_time_s", "time_to_target_s", "peak_mem_mb"}
 
 
 def mlflow_client(workdir: Path) -> MlflowClient:
@@ -86,7 +85,7 @@ def test_a_trial_killed_mid_epoch_resumes_from_its_checkpoint_and_ends_as_if_nev
         straight = fit_classifier(settings, prepare_data(settings.data), lambda m, c: None)
     finally:
         torch.set_num_threads(threads)
-    for name in set(METRICS) - TIMING - {"status_detail", "node"}:
+    for name in set(METRICS) - MACHINE_METRICS - {"status_detail"}:
         assert last[name] == pytest.approx(straight[name]), name
 
 

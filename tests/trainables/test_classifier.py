@@ -5,11 +5,9 @@ import pytest
 
 from trainables.classifier import fit_classifier
 from trainables.data import PreparedData
-from trainables.metrics import METRICS, STATUS_OK
+from trainables.metrics import MACHINE_METRICS, METRICS, STATUS_OK
 from trainables.settings import TrainSettings
 from trainables.trial_state import STATE_FILE, load_trial_state
-
-TIMING = {"throughput", "epoch_time_s", "time_to_target_s", "peak_mem_mb"}
 
 
 class Reports:
@@ -94,7 +92,7 @@ def test_a_trial_resumed_from_its_checkpoint_ends_like_one_that_never_stopped(
     fit_classifier(settings(**switches), tiny_data, resumed, resume_state=stopped.states[-1])
 
     assert [m["epoch"] for m in resumed.metrics] == [2, 3]
-    for name in set(METRICS) - TIMING - {"node"}:
+    for name in set(METRICS) - MACHINE_METRICS:
         assert resumed.metrics[-1][name] == pytest.approx(straight.metrics[-1][name]), name
     if switches:
         assert straight.metrics[-1]["accumulation_steps"] == 8  # grown x4 on a capped batch
