@@ -82,6 +82,16 @@ class RunSection(BaseModel):
     )  # retries of a crashed trial from its checkpoint
     checkpoints_to_keep: int = Field(1, gt=0, **_STRICT_INT)  # per trial, newest kept
 
+    @field_validator("storage_path")
+    @classmethod
+    def _a_folder(cls, path: str) -> str:
+        if "://" in path:
+            raise ValueError(
+                "must be a folder (on a cluster: one every node can reach, such as a shared "
+                f"file system); the search keeps its own state next to Tune's there, got {path!r}"
+            )
+        return path
+
 
 class TrackingSection(BaseModel):
     model_config = _FROZEN
