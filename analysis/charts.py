@@ -23,7 +23,21 @@ import plotly.graph_objects as go
 from analysis.load import CONFIG_PREFIX, NOT_SETTINGS
 from analysis.pareto import objective_matrix
 
-FRONT, OTHER, INFEASIBLE = "#ff7f0e", "#1f77b4", "#d62728"  # matplotlib's tab: colours
+FRONT, OTHER, INFEASIBLE, AT_CHANCE = "#ff7f0e", "#1f77b4", "#d62728", "#7f7f7f"  # tab: colours
+
+
+def off_front_groups(
+    frame: pd.DataFrame, feasible: np.ndarray
+) -> list[tuple[np.ndarray, str, str]]:
+    """The trials kept off the front, in the two kinds a reader must tell apart:
+    (mask, colour, label) for those pruned (out of memory, diverged) and for those that
+    finished but learned nothing (or lack an objective's value)."""
+    finished = (frame["status"] == "ok").to_numpy() if "status" in frame else np.ones(len(frame))
+    finished = np.asarray(finished, dtype=bool)
+    return [
+        (~feasible & ~finished, INFEASIBLE, "pruned (oom, diverged)"),
+        (~feasible & finished, AT_CHANCE, "finished, kept off (at chance)"),
+    ]
 
 
 def front_staircase(points: np.ndarray, directions: tuple[str, str]) -> np.ndarray:
@@ -82,12 +96,13 @@ def pairwise_front_chart(
             points = good.loc[nondominated, [x_name, y_name]].to_numpy(dtype=float)
             line = front_staircase(points, (pair[x_name], pair[y_name]))
             axis.plot(line[:, 0], line[:, 1], c=FRONT, lw=1.2, label="front of this pair")
-        bad = _finite(frame.loc[~feasible], pair)
-        if len(bad):
-            axis.scatter(bad[x_name], bad[y_name], marker="x", c=INFEASIBLE, label="infeasible")
-        missing = int((~feasible).sum()) - len(bad)
-        if missing:
-            axis.plot([], [], "x", c=INFEASIBLE, label=f"{missing} infeasible without values")
+        for mask, color, label in off_front_groups(frame, feasible):
+            bad = _finite(frame.loc[mask], pair)
+            if len(bad):
+                axis.scatter(bad[x_name], bad[y_name], marker="x", c=color, label=label)
+            missing = int(mask.sum()) - len(bad)
+            if missing:
+                axis.plot([], [], "x", c=color, label=f"{missing} {label} without values")
         axis.set_xlabel(f"{x_name} ({objectives[x_name]})")
         axis.set_ylabel(f"{y_name} ({objectives[y_name]})")
         axis.grid(alpha=0.3)
@@ -113,10 +128,12 @@ def front_3d_chart(
     groups = [
         (feasible & ~on_front, OTHER, "o", "trial"),
         (feasible & on_front, FRONT, "o", "Pareto front"),
-        (~feasible, INFEASIBLE, "x", "infeasible"),
+        *((mask, color, "x", label) for mask, color, label in off_front_groups(frame, feasible)),
     ]
     for mask, color, marker, label in groups:
         shown = _finite(frame.loc[mask], names)
+        if shown.empty:
+            continue
         axis.scatter(*(shown[name] for name in names), c=color, marker=marker, s=40, label=label)
     for setter, name in zip(
         (axis.set_xlabel, axis.set_ylabel, axis.set_zlabel), names, strict=True
@@ -154,26 +171,35 @@ def _axis_values(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     return text.map(position).to_numpy(dtype=float), categories
 
 
+def _rank_colour(rank: float, worst: float) -> tuple[float, ...]:
+    return plt.get_cmap("viridis")(0.15 + 0.75 * (rank - 1) / max(worst - 1, 1))
+
+
 def parallel_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | None:
-    """Parallel coordinates of the sampled params, one line per trial, coloured by rank."""
+    """Parallel coordinates of the sampled params, one line per trial, coloured by rank;
+    trials kept off the front dashed, in their group's colour."""
     params = varied_params(frame)
     if not params:
         return None
     figure, axis = plt.subplots(figsize=(max(6, 1.6 * len(params)), 4.6))
     positions = {param: _axis_values(frame[param]) for param in params}
     ranks = frame["pareto_rank"].to_numpy(dtype=float)
-    worst = np.nanmax(ranks) if np.isfinite(ranks).any() else 1.0
-    colormap = plt.get_cmap("viridis")
+    worst = float(np.nanmax(ranks)) if np.isfinite(ranks).any() else 1.0
+    off_front = np.full(len(frame), "", dtype=object)
+    legend: dict[str, dict] = {}
+    for mask, color, label in off_front_groups(frame, np.isfinite(ranks)):
+        off_front[mask] = color
+        if mask.any():
+            legend[label] = {"c": color, "ls": "--"}
     for row_index in range(len(frame)):
         ys = [positions[param][0][row_index] for param in params]
         rank = ranks[row_index]
         if np.isnan(rank):
-            axis.plot(range(len(params)), ys, c=INFEASIBLE, ls="--", lw=0.8, alpha=0.5)
+            axis.plot(range(len(params)), ys, c=off_front[row_index], ls="--", lw=0.8, alpha=0.5)
         elif rank == 0:
-            axis.plot(range(len(params)), ys, c=FRONT, lw=2.2, alpha=0.9)
+            axis.plot(range(len(params)), ys, c=FRONT, lw=2.2, alpha=0.9, zorder=3)
         else:
-            axis.plot(range(len(params)), ys, c=colormap(0.3 + 0.6 * rank / max(worst, 1)),
-                      lw=1, alpha=0.6)  # fmt: skip
+            axis.plot(range(len(params)), ys, c=_rank_colour(rank, worst), lw=1, alpha=0.7)
     axis.set_xticks(range(len(params)), [p.removeprefix(CONFIG_PREFIX) for p in params],
                     rotation=20, fontsize=8)  # fmt: skip
     for i, param in enumerate(params):
@@ -182,10 +208,14 @@ def parallel_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | N
             y = j / max(1, len(labels) - 1)
             axis.annotate(label, (i, y), fontsize=7, xytext=(3, 0), textcoords="offset points")
     axis.set_yticks([])
-    axis.plot([], [], c=FRONT, lw=2.2, label="front")
-    axis.plot([], [], c=colormap(0.6), label="ranked behind the front")
-    axis.plot([], [], c=INFEASIBLE, ls="--", label="infeasible")
-    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3)
+    entries = {"front": {"c": FRONT, "lw": 2.2}}
+    if worst >= 1:
+        entries["rank 1"] = {"c": _rank_colour(1, worst)}
+    if worst >= 2:
+        entries[f"rank {worst:.0f}"] = {"c": _rank_colour(worst, worst)}
+    for label, style in {**entries, **legend}.items():
+        axis.plot([], [], label=label, **style)
+    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=5)
     axis.set_title(title or "Sampled settings by Pareto rank", fontsize=10)
     return _save(figure, path)
 
@@ -220,12 +250,14 @@ def interactive_figures(
     groups = [
         (feasible & ~on_front, OTHER, "circle", "trial"),
         (feasible & on_front, FRONT, "diamond", "Pareto front"),
-        (~feasible, INFEASIBLE, "x", "infeasible"),
+        *((mask, color, "x", label) for mask, color, label in off_front_groups(frame, feasible)),
     ]
     figures = []
     for x_name, y_name in _pairs(objectives):
         figure = go.Figure()
         for mask, color, symbol, label in groups:
+            if not mask.any():
+                continue
             figure.add_trace(go.Scatter(
                 x=frame.loc[mask, x_name], y=frame.loc[mask, y_name], mode="markers", name=label,
                 marker={"color": color, "symbol": symbol, "size": 9}, text=hover[mask],
@@ -241,6 +273,8 @@ def interactive_figures(
     if len(names) == 3:
         figure = go.Figure()
         for mask, color, symbol, label in groups:
+            if not mask.any():
+                continue
             figure.add_trace(go.Scatter3d(
                 x=frame.loc[mask, names[0]], y=frame.loc[mask, names[1]],
                 z=frame.loc[mask, names[2]], mode="markers", name=label, text=hover[mask],
@@ -261,7 +295,7 @@ def interactive_figures(
                 dimension["tickvals"] = [i / max(1, len(labels) - 1) for i in range(len(labels))]
                 dimension["ticktext"] = labels
             dimensions.append(dimension)
-        dimensions.append({"label": "pareto rank (-1: infeasible)", "values": ranks})
+        dimensions.append({"label": "pareto rank (-1: kept off)", "values": ranks})
         figure = go.Figure(go.Parcoords(
             line={"color": ranks, "colorscale": "Viridis_r", "showscale": True},
             dimensions=dimensions,
