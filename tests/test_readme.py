@@ -29,3 +29,10 @@ def test_the_readme_gives_the_install_main_test_and_mlflow_commands():
     assert "mlflow ui --backend-store-uri" in README
     ci = (REPO / ".ci" / "run").read_text()
     assert 'pip install -e ".[dev]"' in ci and "python -m pytest" in ci
+
+
+def test_every_shipped_config_and_benchmark_is_introduced():
+    for config in sorted((REPO / "configs").glob("*.yaml")):
+        assert f"`configs/{config.name}`" in README, config.name
+    for script in sorted((REPO / "bench").glob("*.py")):
+        assert f"python bench/{script.name}" in README, script.name
