@@ -139,7 +139,11 @@ def front_3d_chart(
         (axis.set_xlabel, axis.set_ylabel, axis.set_zlabel), names, strict=True
     ):
         setter(f"{name} ({objectives[name]})", fontsize=8)
-    axis.legend(fontsize=7)
+    if axis.collections:
+        axis.legend(fontsize=7)
+    else:  # e.g. time_to_target_s is inf for every trial that never reached the target
+        axis.text2D(0.5, 0.5, "no trial has finite values of all three objectives",
+                    transform=axis.transAxes, ha="center")  # fmt: skip
     figure.suptitle(title or "Pareto front in 3D")
     return _save(figure, path)
 

@@ -2,7 +2,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import to_hex
 
-from analysis.charts import AT_CHANCE, INFEASIBLE, interactive_figures, off_front_groups
+from analysis.charts import (
+    AT_CHANCE,
+    INFEASIBLE,
+    front_3d_chart,
+    interactive_figures,
+    off_front_groups,
+)
 from analysis.pareto import feasible_mask, mark_front
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max"}
@@ -45,3 +51,13 @@ def test_every_trial_is_in_exactly_one_group_when_all_finished_well():
     frame = searched().query("status == 'ok' and best_val_acc > 0.55")
     feasible = feasible_mask(frame, OBJECTIVES, min_accuracy=0.55)
     assert all(not mask.any() for mask, _, _ in off_front_groups(frame, feasible))
+
+
+def test_a_3d_chart_without_any_finite_point_says_so_instead_of_drawing_an_empty_legend(
+    tmp_path, recwarn
+):
+    objectives = {**OBJECTIVES, "time_to_target_s": "min"}
+    frame = searched().assign(time_to_target_s=np.inf)
+    feasible = feasible_mask(frame, objectives, min_accuracy=0.55)
+    assert front_3d_chart(frame, objectives, feasible, tmp_path / "3d.png").stat().st_size > 0
+    assert not [w for w in recwarn if "legend" in str(w.message)]
