@@ -172,8 +172,18 @@ def load_config(
     config, more = _validate(raw, source)
     problems += more
     if problems or config is None:
-        raise ConfigError(source, problems)
+        set_here = [item.partition("=")[0].strip() for item in overrides]
+        set_here += [key for key, value in (flags or {}).items() if value is not None]
+        raise ConfigError(source, [_say_where_set(problem, set_here) for problem in problems])
     return _resolve_paths(config, cwd)
+
+
+def _say_where_set(problem: Problem, set_on_command_line: Sequence[str]) -> Problem:
+    """Point at the command line for a key the user set there, not at the file."""
+    for key_path in set_on_command_line:
+        if problem.path == key_path or problem.path.startswith((f"{key_path}.", f"{key_path}[")):
+            return Problem(problem.path, f"{problem.message} (set on the command line)")
+    return problem
 
 
 def _read_yaml(path: Path, source: str) -> dict[str, Any]:

@@ -127,9 +127,20 @@ def test_command_line_overrides_and_flags_replace_values_and_can_stop_sampling_a
 
 def test_bad_overrides_are_problems_like_any_other(tmp_path):
     problems = problems_of(CONFIGS / "smoke.yaml", ["train.epochs=0", "nonsense", "name.inner=1"])
-    assert problems["train.epochs"] == "must be > 0, got 0"
+    assert problems["train.epochs"] == "must be > 0, got 0 (set on the command line)"
     assert "key.path=value" in problems["nonsense"]
     assert "not a mapping" in problems["name.inner"]
+
+
+def test_a_problem_says_whether_its_key_was_set_on_the_command_line_or_in_the_file(tmp_path):
+    path = write(tmp_path, "name: bad\ntrain:\n  lr: -1\n")
+    problems = problems_of(
+        path, ["train.epochs=two", "space.batch_size={choice: [big]}"], flags={"search.seed": "x"}
+    )
+    assert problems["train.lr"] == "must be > 0.0, got -1"
+    assert problems["train.epochs"].endswith("got 'two' (set on the command line)")
+    assert problems["space.batch_size.choice[0]"].endswith("(set on the command line)")
+    assert problems["search.seed"].endswith("(set on the command line)")
 
 
 def test_relative_paths_resolve_against_the_directory_the_command_ran_in(tmp_path):
