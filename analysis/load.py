@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -124,12 +125,18 @@ def frame_from_mlflow(client: MlflowClient, parent: Run) -> pd.DataFrame:
     rows = []
     for run in child_runs(client, parent):
         config = {key: _typed(value) for key, value in run.data.params.items()}
-        metrics: dict[str, Any] = dict(run.data.metrics)
+        metrics: dict[str, Any] = {k: _unclipped(v) for k, v in run.data.metrics.items()}
         metrics.update({key: run.data.tags[key] for key in _TEXT_FIELDS if key in run.data.tags})
         row = trial_row(run.data.tags.get("trial_id", run.info.run_id), config, metrics)
         row["run_id"] = run.info.run_id
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _unclipped(value: float) -> float:
+    """MLflow stores an infinite metric (time_to_target_s of a trial that never reached the
+    target) as the largest float; read it back as the infinity it was."""
+    return math.copysign(math.inf, value) if abs(value) >= sys.float_info.max else value
 
 
 def _typed(text: str) -> Any:

@@ -143,12 +143,14 @@ def _infeasible_table(report: Report) -> pd.DataFrame:
 def _summary_lines(report: Report) -> list[str]:
     objectives = ", ".join(f"{name} ({way})" for name, way in report.objectives.items())
     bounds = ", ".join(f"{name} [{low:g}, {high:g}]" for name, (low, high) in report.bounds.items())
-    count = f"Trials: {len(report.frame)}"
+    count = f"Trials: {len(report.frame)} ({_status_counts(report.frame)})"
     if "seeds" in report.frame:
-        count = f"Configs: {len(report.frame)}, {int(report.frame['seeds'].sum())} trials"
+        count = (
+            f"Configs: {len(report.frame)} ({_status_counts(report.frame)}), "
+            f"{int(report.frame['seeds'].sum())} trials"
+        )
     lines = [
-        f"{count} ({_status_counts(report.frame)}); "
-        f"on the front: {int(report.frame['is_pareto'].sum())}.",
+        f"{count}; on the front: {int(report.frame['is_pareto'].sum())}.",
         f"Objectives: {objectives}.",
         f"Hypervolume: {report.hypervolume:.4f} of the normalised box (bounds {bounds}; "
         "reference point: the worst corner).",

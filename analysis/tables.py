@@ -18,6 +18,11 @@ def _cell(values: pd.Series) -> str:
         return "-"
     if len(values) == 1:
         return f"{values.iloc[0]:.3f}"
+    finite = values[np.isfinite(values)]
+    if len(finite) < len(values):  # e.g. time_to_target_s of seeds that never got there
+        infinite = len(values) - len(finite)
+        rest = f", the rest {finite.mean():.3f}" if len(finite) else ""
+        return f"{values.mean():.3f} (n={len(values)}: {infinite} {values.mean():.3f}{rest})"
     return f"{values.mean():.3f} ± {values.std(ddof=1):.3f} (n={len(values)})"
 
 

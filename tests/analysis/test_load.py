@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -51,6 +52,7 @@ def store(tmp_path_factory):
             client.log_param(child.info.run_id, "optimizer", "sgd")
             for epoch in (1, 2):
                 client.log_metric(child.info.run_id, "val_acc", 0.5 + epoch / 10, step=epoch)
+            client.log_metric(child.info.run_id, "time_to_target_s", math.inf)
     return client
 
 
@@ -69,3 +71,10 @@ def test_mlflow_child_runs_become_rows_with_typed_params_and_latest_metrics(stor
     assert frame.loc["t1", "config.optimizer"] == "sgd"
     assert frame.loc["t1", "val_acc"] == pytest.approx(0.7)
     assert frame.loc["t2", "status"] == "oom"
+
+
+def test_a_metric_that_never_reached_its_target_reads_back_as_infinite_not_as_the_largest_float(
+    store,
+):
+    frame = frame_from_mlflow(store, find_parent_run(store, "search"))
+    assert (frame["time_to_target_s"] == math.inf).all()

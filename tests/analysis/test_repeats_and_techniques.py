@@ -86,6 +86,20 @@ def test_a_trend_table_gives_the_mean_and_seed_spread_by_two_settings():
         trend_table(frame, "best_val_acc", "augment")
 
 
+def test_a_trend_of_a_time_some_seeds_never_reached_counts_them_without_a_nan_spread(recwarn):
+    from analysis.tables import trend_table
+
+    frame = pd.DataFrame({
+        "config.batch_size": [32, 32, 32, 256, 256],
+        "time_to_target_s": [4.0, 5.0, np.inf, np.inf, np.inf],
+        "status": "ok",
+    })  # fmt: skip
+    table = trend_table(frame, "time_to_target_s", "batch_size")
+    assert table.loc[32, "time_to_target_s"] == "inf (n=3: 1 inf, the rest 4.500)"
+    assert table.loc[256, "time_to_target_s"] == "inf (n=2: 2 inf)"
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
 def test_trials_are_selected_by_settings_read_as_yaml():
     from analysis.tables import select
 
