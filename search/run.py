@@ -160,7 +160,8 @@ def locate_experiment(config: SearchConfig, options: RunOptions) -> Path:
 
 
 AUTOMATIC_RESUMES = 2  # after Ray's memory monitor aborts a fit; then the user decides
-EXIT_STOPPED = 1
+EXIT_STOPPED = 1  # stopped by Ray's memory monitor: resumable
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT: resumable
 
 
 def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> int:
@@ -211,7 +212,7 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
             ),
         }[result.outcome]
         stop_early(parent, config, experiment_dir, reason)
-        return EXIT_STOPPED
+        return EXIT_INTERRUPTED if result.outcome is Outcome.INTERRUPTED else EXIT_STOPPED
     report = build_report(
         frame_from_tune(experiment_dir, METRIC_NAMES),
         config.objectives,

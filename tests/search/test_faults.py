@@ -132,6 +132,22 @@ def test_a_killed_driver_resumed_finishes_without_rerunning_or_duplicating_anyth
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
 
 
+def test_ctrl_c_stops_with_the_resume_command_and_leaves_no_run_running(tmp_path):
+    args = ["--config", SMOKE, "--name", "ctrl-c", "--num-samples", "4", "train.epochs=6",
+            "search.max_concurrent_trials=1"]  # fmt: skip
+    with ray_temp_dir() as ray_tmp:
+        search = start_cli(args, tmp_path, cli_env(ray_tmp))
+        wait_for(lambda: any(n >= 2 for n in epochs_logged(tmp_path)), 180, "a trial's epoch 2")
+        os.killpg(search.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
+        out, err = search.communicate(timeout=120)
+    assert search.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    assert f"python -m search.run --config {SMOKE} --name ctrl-c --resume" in out + err
+    runs = trial_runs(tmp_path)
+    assert runs and all(run.info.status in ("FINISHED", "FAILED") for run in runs)
+    assert {"interrupted"} <= {run.data.tags.get("status") for run in runs}
+
+
 def test_resuming_with_a_changed_config_names_the_keys_that_differ(tmp_path, capsys, monkeypatch):
     experiment = tmp_path / "ray_results" / "smoke-x"
     experiment.mkdir(parents=True)
