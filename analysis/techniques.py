@@ -20,6 +20,7 @@ SWITCHES: dict[str, tuple[str, Callable[[object], bool]]] = {
     "grad_checkpointing": ("grad_checkpointing", lambda value: value is True),
     "accumulation": ("accumulation_steps", lambda value: _number(value) > 1),
     "adabatch": ("adabatch_growth", lambda value: _number(value) > 1),
+    "warmup": ("warmup_epochs", lambda value: _number(value) > 0),
     "optimizer adam": ("optimizer", lambda value: value == "adam"),
     "augment": ("augment", lambda value: value is True),
     "cudnn_benchmark": ("cudnn_benchmark", lambda value: value is True),

@@ -59,6 +59,11 @@ def test_only_switches_the_search_varied_are_described():
     assert switch_column(frame, "adabatch") is None  # not in the config at all
 
 
+def test_warmup_counts_as_on_for_any_warmup_epochs():
+    frame = pd.DataFrame({"config.warmup_epochs": [0, 1, 2, 0]})
+    assert switch_column(frame, "warmup").tolist() == [False, True, True, False]
+
+
 def test_effects_are_medians_on_minus_off_and_front_shares_over_feasible_trials():
     marked = mark_front(trials(), OBJECTIVES)
     effects = technique_effects(marked, OBJECTIVES, feasible_mask(marked, OBJECTIVES))
