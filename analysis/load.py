@@ -96,12 +96,26 @@ def find_parent_run(client: MlflowClient, experiment: str, run_name: str | None 
         [found.experiment_id],
         filter_string=f"tags.`{PARENT_TAG}` IS NULL{name_filter}",
         order_by=["attributes.start_time DESC"],
-        max_results=1,
+        max_results=1 if run_name else 50,
     )
     if not runs:
         what = f"named {run_name!r}" if run_name else "at all"
         raise LookupError(f"experiment {experiment!r} has no search run {what}")
-    return runs[0]
+    if run_name:
+        return runs[0]
+    # The newest search that got as far as a trial: one that stopped before its first
+    # (a refused storage path, a cluster that went away) has nothing to report.
+    return next((run for run in runs if _has_child(client, run)), runs[0])
+
+
+def _has_child(client: MlflowClient, parent: Run) -> bool:
+    return bool(
+        client.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
+            max_results=1,
+        )
+    )
 
 
 def child_runs(client: MlflowClient, parent: Run) -> list[Run]:

@@ -272,11 +272,21 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m analysis.report", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--experiment", required=True, help="MLflow experiment of the search")
-    parser.add_argument("--tracking-uri", default=f"sqlite:///{Path.cwd() / 'mlflow.db'}")
-    parser.add_argument("--run-name", help="the search's run (default: the newest)")
+    parser.add_argument(
+        "--tracking-uri",
+        default=f"sqlite:///{Path.cwd() / 'mlflow.db'}",
+        help="MLflow store or server (default: mlflow.db here, where search.run writes)",
+    )
+    parser.add_argument("--run-name", help="the search's run (default: the newest with trials)")
     parser.add_argument("--out", help="folder for the report (default: reports/<run name>)")
     parser.add_argument("--objectives", help="e.g. throughput:max,best_val_acc:max,gen_gap:min")
-    parser.add_argument("--min-accuracy", type=float, default=DEFAULT_MIN_ACCURACY)
+    parser.add_argument(
+        "--min-accuracy",
+        type=float,
+        default=DEFAULT_MIN_ACCURACY,
+        help=f"trials with a lower best_val_acc stay off the front (default: "
+        f"{DEFAULT_MIN_ACCURACY})",
+    )
     parser.add_argument(
         "--trend",
         action="append",
@@ -284,7 +294,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ROWS[,COLUMNS]",
         help="also print --trend-value by one or two settings, e.g. batch_size,optimizer",
     )
-    parser.add_argument("--trend-value", default="best_val_acc", help="metric of --trend tables")
+    parser.add_argument(
+        "--trend-value",
+        default="best_val_acc",
+        help="metric of --trend tables (default: best_val_acc)",
+    )
     parser.add_argument(
         "--where",
         action="append",

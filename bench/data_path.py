@@ -85,12 +85,17 @@ def data_only_epoch(settings: TrainSettings, data: PreparedData) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--per-class", type=int, default=1000)
-    parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--per-class", type=int, default=1000, help="JPEGs generated per class")
+    parser.add_argument("--image-size", type=int, default=64, help="px, square")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per training step")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timings per measurement (the median is printed)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     median = statistics.median

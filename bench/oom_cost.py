@@ -88,9 +88,14 @@ def _trial_durations(experiment: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--trials", type=int, default=16, help="trials in the budgeted search")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timings per measurement (the median is printed)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     oom_trial_vs_step(args.repeats)

@@ -61,13 +61,20 @@ def settings_for(name: str, args: argparse.Namespace) -> TrainSettings:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--train-per-class", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--model", default="resnet18", help="small_cnn, resnet18 or resnet50")
+    parser.add_argument("--image-size", type=int, default=64, help="px, square")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per training step")
+    parser.add_argument(
+        "--train-per-class", type=int, default=256, help="training images per class"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds over all techniques (the median is printed)"
+    )
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     data = prepare_data(

@@ -60,12 +60,17 @@ def trainable_epoch(settings: TrainSettings, data: PreparedData) -> tuple[float,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="small_cnn")
-    parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--model", default="small_cnn", help="small_cnn, resnet18 or resnet50")
+    parser.add_argument("--image-size", type=int, default=64, help="px, square")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per training step")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timings per measurement (the median is printed)"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)

@@ -265,10 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m search.capacity", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--config", required=True)
+    parser.add_argument("--config", required=True, help="a search config; its model, image "
+                        "size, device and per-trial memory budget are used")  # fmt: skip
     parser.add_argument("--out", help="CSV path (default: <storage_path>/<name>-capacity.csv)")
-    parser.add_argument("--accumulation-steps", type=int, default=2, help="for the last row")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per technique")
+    parser.add_argument(
+        "--accumulation-steps", type=int, default=2, help="for the last row (default: 2)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=3, help="timed steps per technique (default: 3)"
+    )
     parser.add_argument(
         "--host-limit-mb",
         type=float,
@@ -277,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         "scale the time to the full batch (marked ~); the host needs several times the meter's "
         "figure (operator workspaces, allocator caches)",
     )
-    parser.add_argument("overrides", nargs="*", metavar="key.path=value")
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value",
+                        help="override config keys, as in search.run")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, args.overrides)

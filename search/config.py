@@ -180,8 +180,12 @@ def load_config(
 
 def _say_where_set(problem: Problem, set_on_command_line: Sequence[str]) -> Problem:
     """Point at the command line for a key the user set there, not at the file."""
+    if "command-line" in problem.message:
+        return problem
     for key_path in set_on_command_line:
-        if problem.path == key_path or problem.path.startswith((f"{key_path}.", f"{key_path}[")):
+        inside = problem.path.startswith((f"{key_path}.", f"{key_path}["))
+        above = key_path.startswith(f"{problem.path}.")  # e.g. `serch` of `serch.seed=1`
+        if problem.path == key_path or inside or above:
             return Problem(problem.path, f"{problem.message} (set on the command line)")
     return problem
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from ray import tune
 
 from analysis.load import flatten
+from search.errors import ConfigError, Problem
 
 STATE_FILE = "search_state.json"
 
@@ -23,10 +25,11 @@ class SearchState:
     experiment: str
     config: dict  # the resolved config the search started with
 
-    def differences(self, config: dict) -> list[str]:
-        """Key paths whose values differ from the config the search started with."""
+    def differences(self, config: dict) -> list[tuple[str, object, object]]:
+        """(key path, value the search started with, value now) for every change."""
         before, now = flatten("", self.config), flatten("", config)
-        return sorted(key for key in before.keys() | now.keys() if before.get(key) != now.get(key))
+        changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+        return [(key, before.get(key), now.get(key)) for key in changed]
 
     def save(self, experiment_dir: Path) -> None:
         experiment_dir.mkdir(parents=True, exist_ok=True)
@@ -40,6 +43,22 @@ class SearchState:
 
 class ExperimentNotFound(Exception):
     pass
+
+
+def check_storage(storage: Path, source: str) -> None:
+    """Refuse, before anything starts, a storage path that cannot hold a search's folder:
+    a file, or a place this user cannot create folders in."""
+    existing = storage
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        why = f"{existing} is a file" if existing != storage else "it is a file"
+        problem = f"must be a folder for the search's results, but {why}: {storage}"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = f"cannot create the results folder in {existing} (no permission): {storage}"
+    else:
+        return
+    raise ConfigError(source, [Problem("run.storage_path", problem)])
 
 
 def new_run_name(config_name: str) -> str:

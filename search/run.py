@@ -19,12 +19,14 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
 from analysis.load import flatten, frame_from_tune
 from analysis.report import build_report, publish
+from search.cluster import ClusterUnavailable, check_address
 from search.config import ConfigError, SearchConfig, load_config
 from search.console import plan, say, summary_table
 from search.errors import Problem
 from search.experiment import (
     ExperimentNotFound,
     SearchState,
+    check_storage,
     find_resumable,
     new_run_name,
 )
@@ -102,12 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides, flags=flags)
         check_local_devices(config, options)
+        check_storage(Path(config.run.storage_path), config.source)
         check_reachable(config.tracking.uri or "")
+        check_address(options.address)
         experiment_dir = locate_experiment(config, options)
     except ConfigError as error:
         print(error.render(), file=sys.stderr)
         return EXIT_USAGE
-    except (TrackingUnavailable, ExperimentNotFound, FileExistsError) as error:
+    except (TrackingUnavailable, ClusterUnavailable, ExperimentNotFound, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     return run_search(config, experiment_dir, options)
@@ -124,7 +128,8 @@ def check_local_devices(config: SearchConfig, options: RunOptions) -> None:
                 Problem(
                     "resources.gpu",
                     f"asks for {config.resources.gpu:g} GPU per trial, but this machine has no "
-                    "GPU that torch can use; set resources.gpu=0 or run on a GPU machine",
+                    "GPU that torch can use; run on a GPU machine, or set resources.gpu=0 "
+                    "and train.device=cpu",
                 )
             ],
         )
@@ -145,8 +150,12 @@ def locate_experiment(config: SearchConfig, options: RunOptions) -> Path:
             raise ConfigError(
                 config.source,
                 [
-                    Problem(key, f"differs from the config {experiment_dir.name} started with")
-                    for key in changed
+                    Problem(
+                        key,
+                        f"is {now!r} but {experiment_dir.name} started with {before!r}; "
+                        "a resumed search keeps its config",
+                    )
+                    for key, before, now in changed
                 ],
             )
         return experiment_dir
@@ -304,13 +313,17 @@ def open_parent_run(
         resume_run_id=previous.parent_run_id if previous else None,
     )
     if previous is None:
-        SearchState(
-            parent.run_id,
-            config.tracking.uri or "",
-            config.tracking.experiment or "",
-            config.as_yaml_dict(),
-        ).save(experiment_dir)
-        parent.client.log_dict(parent.run_id, config.as_yaml_dict(), "resolved_config.yaml")
+        try:
+            SearchState(
+                parent.run_id,
+                config.tracking.uri or "",
+                config.tracking.experiment or "",
+                config.as_yaml_dict(),
+            ).save(experiment_dir)
+            parent.client.log_dict(parent.run_id, config.as_yaml_dict(), "resolved_config.yaml")
+        except BaseException:
+            parent.finish("FAILED")  # never leave the run RUNNING
+            raise
     return parent
 
 

@@ -53,10 +53,11 @@ def store(tmp_path_factory):
             for epoch in (1, 2):
                 client.log_metric(child.info.run_id, "val_acc", 0.5 + epoch / 10, step=epoch)
             client.log_metric(child.info.run_id, "time_to_target_s", math.inf)
+    client.create_run(experiment, run_name="stopped-before-any-trial")
     return client
 
 
-def test_the_newest_search_run_is_found_unless_one_is_named(store):
+def test_the_newest_search_run_with_trials_is_found_unless_one_is_named(store):
     assert find_parent_run(store, "search").info.run_name == "newer"
     assert find_parent_run(store, "search", "older").info.run_name == "older"
     with pytest.raises(LookupError, match="no MLflow experiment"):

@@ -141,6 +141,9 @@ def test_a_problem_says_whether_its_key_was_set_on_the_command_line_or_in_the_fi
     assert problems["train.epochs"].endswith("got 'two' (set on the command line)")
     assert problems["space.batch_size.choice[0]"].endswith("(set on the command line)")
     assert problems["search.seed"].endswith("(set on the command line)")
+    problems = problems_of(path, ["serch.seed=1", "nonsense"])
+    assert problems["serch"].endswith("(set on the command line)")
+    assert "(set on the command line)" not in problems["nonsense"]  # it says so already
 
 
 def test_relative_paths_resolve_against_the_directory_the_command_ran_in(tmp_path):

@@ -1,5 +1,8 @@
 """The command users run: `python -m search.run --config ...`."""
 
+import socket
+import time
+
 import pandas as pd
 import pytest
 import torch
@@ -38,8 +41,37 @@ def test_a_gpu_share_on_a_machine_without_a_gpu_is_refused_before_anything_start
 ):
     monkeypatch.chdir(tmp_path)
     assert main(["--config", str(SMOKE), "resources.gpu=0.5"]) == 2
-    assert "resources.gpu: asks for 0.5 GPU per trial" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "resources.gpu: asks for 0.5 GPU per trial" in err and "train.device=cpu" in err
     assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("storage", ["a_file", "a_file/below"])
+def test_a_storage_path_that_cannot_hold_folders_is_refused_before_anything_starts(
+    storage, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("not a folder")
+    assert main(["--config", str(SMOKE), "--storage-path", storage]) == 2
+    err = capsys.readouterr().err
+    assert "run.storage_path: must be a folder" in err and "Traceback" not in err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_an_unreachable_cluster_is_refused_within_seconds_before_anything_starts(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    assert main(["--config", str(SMOKE), "--address", f"127.0.0.1:{port}"]) == 2
+    assert time.monotonic() - started < 10
+    assert "cannot reach the Ray cluster at 127.0.0.1:" in capsys.readouterr().err
+    assert main(["--config", str(SMOKE), "--address", "head-node"]) == 2
+    assert "is not HOST:PORT" in capsys.readouterr().err
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
 
 
 def test_resume_with_nothing_to_resume_says_so(tmp_path, capsys, monkeypatch):

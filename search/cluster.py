@@ -1,0 +1,33 @@
+"""Reaching an existing Ray cluster: fail in seconds with a clear message, not after Ray's
+minutes of connection retries."""
+
+from __future__ import annotations
+
+import socket
+
+LOCAL_ADDRESSES = ("auto", "local")  # Ray finds or starts the cluster itself
+
+
+class ClusterUnavailable(Exception):
+    pass
+
+
+def check_address(address: str | None, timeout_s: float = 5.0) -> None:
+    """Raise `ClusterUnavailable` unless something listens at `address` (HOST:PORT, or
+    ray://HOST:PORT for Ray Client)."""
+    if address is None or address in LOCAL_ADDRESSES:
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ClusterUnavailable(
+            f"--address {address!r} is not HOST:PORT (for example 10.0.0.5:6379, the head "
+            "node's address that `ray start --head` prints)"
+        )
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return
+    except OSError as error:
+        raise ClusterUnavailable(
+            f"cannot reach the Ray cluster at {address} ({error.strerror or error}); start "
+            "its head node (`ray start --head --port=6379`) or check --address / RAY_ADDRESS"
+        ) from None
