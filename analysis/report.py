@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import plotly.io
+import yaml
 from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
 
@@ -257,6 +258,17 @@ def objectives_from_parent(params: Mapping[str, str]) -> dict[str, str]:
     return found or dict(DEFAULT_OBJECTIVES)
 
 
+def bounds_from_parent(params: Mapping[str, str]) -> Bounds:
+    """The hypervolume bounds a search declared (`search.hypervolume_bounds`), if any."""
+    prefix = "search.hypervolume_bounds."
+    bounds: Bounds = {}
+    for key, text in params.items():
+        if key.startswith(prefix):
+            low, high = yaml.safe_load(text)
+            bounds[key.removeprefix(prefix)] = (float(low), float(high))
+    return bounds
+
+
 def parse_objectives(text: str) -> dict[str, str]:
     objectives = {}
     for item in text.split(","):
@@ -324,7 +336,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out) if args.out else Path("reports") / parent.info.run_name
     report = build_report(
-        frame, objectives, out, parent.info.run_name, min_accuracy=args.min_accuracy
+        frame,
+        objectives,
+        out,
+        parent.info.run_name,
+        bounds=bounds_from_parent(parent.data.params) or None,
+        min_accuracy=args.min_accuracy,
     )
     publish(client, parent.info.run_id, report)
     for line in _summary_lines(report):

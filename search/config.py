@@ -44,6 +44,9 @@ class SearchSection(BaseModel):
     objectives: dict[str, Literal["max", "min"]] = Field(
         default_factory=lambda: dict(DEFAULT_OBJECTIVES), min_length=1
     )
+    # objective -> [low, high] that the hypervolume maps to [0, 1]; fix them to compare
+    # searches (default: accuracies and gaps by their ranges, others 0 to the next power of 10)
+    hypervolume_bounds: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
     @field_validator("objectives")
     @classmethod
@@ -345,6 +348,16 @@ def _search_problems(config: SearchConfig) -> list[Problem]:
                 f"config runs with that many seeds, got {search.num_samples}",
             )
         )
+    for name, (low, high) in search.hypervolume_bounds.items():
+        if name not in search.objectives:
+            problems.append(Problem(
+                f"search.hypervolume_bounds.{name}",
+                f"is not one of search.objectives ({', '.join(search.objectives)})",
+            ))  # fmt: skip
+        elif not low < high:
+            problems.append(Problem(
+                f"search.hypervolume_bounds.{name}", f"needs low < high, got [{low}, {high}]"
+            ))  # fmt: skip
     if search.repeats > 1 and "seed" in config.space:
         problems.append(
             Problem("space.seed", "cannot be sampled while search.repeats sets the seeds")

@@ -227,6 +227,7 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
         config.objectives,
         experiment_dir / "report",
         title=experiment_dir.name,
+        bounds=config.search.hypervolume_bounds or None,
     )
     publish(parent.client, parent.run_id, report)
     parent.close_unfinished_trials("lost")  # trials whose runs died with an earlier driver

@@ -4,7 +4,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from analysis.report import build_report, main, objectives_from_parent, parse_objectives
+from analysis.report import (
+    bounds_from_parent,
+    build_report,
+    main,
+    objectives_from_parent,
+    parse_objectives,
+)
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
 
@@ -121,3 +127,15 @@ def test_the_command_names_a_missing_experiment(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert main(["--experiment", "nope", "--tracking-uri", uri]) == 2
     assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
+
+
+def test_declared_hypervolume_bounds_are_read_back_from_the_search_and_used(tmp_path):
+    params = {"search.hypervolume_bounds.throughput": "[0.0, 5000.0]", "search.seed": "0"}
+    bounds = bounds_from_parent(params)
+    assert bounds == {"throughput": (0.0, 5000.0)}
+    declared = build_report(trials(), OBJECTIVES, tmp_path / "a", bounds=bounds)
+    derived = build_report(trials(), OBJECTIVES, tmp_path / "b")
+    assert declared.bounds["throughput"] == (0.0, 5000.0)
+    assert derived.bounds["throughput"] == (0.0, 10000.0)  # the next power of ten
+    assert declared.hypervolume > derived.hypervolume
+    assert "throughput [0, 5000]" in (tmp_path / "a" / "report.md").read_text()

@@ -146,6 +146,16 @@ def test_a_problem_says_whether_its_key_was_set_on_the_command_line_or_in_the_fi
     assert "(set on the command line)" not in problems["nonsense"]  # it says so already
 
 
+def test_hypervolume_bounds_must_name_an_objective_and_rise(tmp_path):
+    problems = problems_of(
+        CONFIGS / "smoke.yaml",
+        ["search.hypervolume_bounds={throughput: [0, 5000], lr: [0, 1], gen_gap: [1, -1]}"],
+    )
+    assert "is not one of search.objectives" in problems["search.hypervolume_bounds.lr"]
+    assert "needs low < high" in problems["search.hypervolume_bounds.gen_gap"]
+    assert "search.hypervolume_bounds.throughput" not in problems
+
+
 def test_relative_paths_resolve_against_the_directory_the_command_ran_in(tmp_path):
     config = load_config(CONFIGS / "smoke.yaml", ["tracking.uri=sqlite:///db/m.db"], cwd=tmp_path)
     assert config.run.storage_path == str((tmp_path / "ray_results").resolve())
