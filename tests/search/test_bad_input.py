@@ -59,7 +59,9 @@ def mutations(raw: dict) -> list[tuple[str, dict, str | None]]:
             cases.append((f"{key} as text", with_value(raw, path, "not-a-number"), key))
             if not path[-1].endswith("seed") and not isinstance(value, bool):
                 cases.append((f"{key} negative", with_value(raw, path, -7), key))
-        if value is not None:
+        if isinstance(value, list):  # e.g. [low, high]: a list of words instead
+            cases.append((f"{key} as words", with_value(raw, path, ["low", "high"]), key))
+        elif value is not None:
             cases.append((f"{key} as a list", with_value(raw, path, [1, 2]), key))
         cases.append((f"{key} removed", without(raw, path), "name" if path == ("name",) else None))
     for path, _ in leaves(raw):
