@@ -25,6 +25,7 @@ from trainables.data.decode import (
     SKIPPED_TOO_LARGE,
     SKIPPED_UNREADABLE,
 )
+from trainables.data.settings import DataSettings
 from trainables.data.synthetic import draw_image
 
 _ORIENTATION_TAG = 0x0112
@@ -192,3 +193,10 @@ def _jpeg_bytes(image: Image.Image) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()
+
+
+def folder_settings(folder: PetFolder, cache_dir: Path, **fields: object) -> DataSettings:
+    """DataSettings that read `folder` as an image folder, caching under `cache_dir`."""
+    return DataSettings(
+        source="image_folder", root=str(folder.root), cache_dir=str(cache_dir), **fields
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.image_folders import PetFolder, Quirks, write_pet_folder
+from tests.image_folders import PetFolder, Quirks, folder_settings, write_pet_folder
 from trainables.data import DataSettings, default_cache_dir, prepare_data
 from trainables.data import cache as cache_module
 from trainables.data.decode import decode_image
@@ -25,17 +25,13 @@ def folder(tmp_path: Path) -> PetFolder:
     return write_pet_folder(tmp_path / "PetImages", per_class=14, quirks=Quirks())
 
 
+SIZES = dict(
+    image_size=16, train_per_class=8, val_per_class=4, test_per_class=4
+)  # px and images per class
+
+
 def settings(folder: PetFolder, cache_dir: Path, **changes) -> DataSettings:
-    base = {
-        "source": "image_folder",
-        "root": str(folder.root),
-        "cache_dir": str(cache_dir),
-        "image_size": 16,
-        "train_per_class": 8,
-        "val_per_class": 4,
-        "test_per_class": 4,
-    }
-    return DataSettings(**{**base, **changes})
+    return folder_settings(folder, cache_dir, **{**SIZES, **changes})
 
 
 class CountingDecoder:

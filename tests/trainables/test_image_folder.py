@@ -15,6 +15,7 @@ from tests.image_folders import (
     NO_QUIRKS,
     PetFolder,
     Quirks,
+    folder_settings,
     save_sideways_with_orientation,
     transparent_picture,
     write_pet_folder,
@@ -47,17 +48,13 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
+SIZES = dict(
+    image_size=24, train_per_class=12, val_per_class=6, test_per_class=6
+)  # px and images per class
+
+
 def settings(folder: PetFolder, cache_dir: Path, **changes) -> DataSettings:
-    base = {
-        "source": "image_folder",
-        "root": str(folder.root),
-        "cache_dir": str(cache_dir),
-        "image_size": 24,
-        "train_per_class": 12,
-        "val_per_class": 6,
-        "test_per_class": 6,
-    }
-    return DataSettings(**{**base, **changes})
+    return folder_settings(folder, cache_dir, **{**SIZES, **changes})
 
 
 def manifest_of(cache_dir: Path, folder: PetFolder) -> dict:
