@@ -65,9 +65,7 @@ def decode_pool(paths: list[Path], size: int, workers: int = 2) -> int:
 
 
 def trainable_epoch(settings: TrainSettings, data: PreparedData) -> float:
-    reported: dict[str, Any] = {}
-    fit_classifier(settings, data, lambda metrics, _: reported.update(metrics))
-    return reported["epoch_time_s"]
+    return fit_classifier(settings, data, lambda *_: None)["epoch_time_s"]
 
 
 def data_only_epoch(settings: TrainSettings, data: PreparedData) -> float:
@@ -114,8 +112,9 @@ def main() -> None:
             val_per_class=100,
             test_per_class=100,
         )
-        files = len(list_image_folder(root).files)
-        paths = [root / file.path for file in list_image_folder(root).files]
+        catalogue = list_image_folder(root)
+        files = len(catalogue.files)
+        paths = [catalogue.absolute(file) for file in catalogue.files]
 
         cold = []
         for repeat in range(args.repeats):  # each into an empty cache of its own

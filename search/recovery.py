@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import ray.exceptions
 from ray import tune
 
+from trainables.data.errors import first_line
+
 MEMORY_MONITOR_MESSAGE = "running low on memory"  # Ray's words when its monitor kills
 
 
@@ -59,7 +61,7 @@ def fit_with_recovery(
         except Exception as error:
             if not is_host_memory_kill(error):
                 raise
-            detail = _first_line(error)
+            detail = first_line(error, limit=200)
             if attempt == automatic_resumes:
                 return FitResult(Outcome.HOST_MEMORY, attempt, detail)
             say(
@@ -75,8 +77,3 @@ def fit_with_recovery(
             )
         return FitResult(Outcome.FINISHED, attempt)
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return (text[0] if text else type(error).__name__)[:200]

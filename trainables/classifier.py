@@ -22,6 +22,7 @@ from ray import tune
 from torch import nn
 
 from trainables.data import PreparedData, Split, prepare_data
+from trainables.data.errors import first_line
 from trainables.memory import MIB, fits_in_memory, limit_cuda_memory
 from trainables.metrics import (
     STATUS_DIVERGED,
@@ -311,11 +312,6 @@ def _report_pruned(
     )
     report(metrics, None)
     return metrics
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:300]
 
 
 def _save_and_report(trial: Trial, report: Reporter) -> None:

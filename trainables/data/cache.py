@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -42,7 +43,6 @@ from trainables.data.manifest import Manifest
 CODE_VERSION = 1
 
 IMAGES, LABELS, INDEX, MANIFEST = "images.npy", "labels.npy", "index.json", "manifest.json"
-_COPY_ROWS = 1024  # rows per chunk when compacting the image array
 
 log = logging.getLogger("trainables.data")
 
@@ -51,15 +51,10 @@ log = logging.getLogger("trainables.data")
 class DecodedSet:
     images: np.ndarray  # uint8 (N, 3, S, S), memory-mapped read-only
     labels: np.ndarray  # int64 (N,)
-    files: tuple[str, ...]  # the kept files (relative paths), row by row
     class_names: tuple[str, ...]
     directory: Path  # the cache entry
     reused: bool  # True when an existing entry was read, False when this call decoded
     skipped: int  # files that could not be decoded
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.directory / MANIFEST
 
 
 def cache_key(catalogue: Catalogue, image_size: int) -> str:
@@ -109,7 +104,6 @@ def _load(entry: Path, reused: bool) -> DecodedSet:
     return DecodedSet(
         images=np.load(entry / IMAGES, mmap_mode="r"),
         labels=np.load(entry / LABELS),
-        files=tuple(index["files"]),
         class_names=tuple(index["class_names"]),
         directory=entry,
         reused=reused,
@@ -134,7 +128,7 @@ def _build(catalogue: Catalogue, image_size: int, entry: Path) -> None:
         if not kept:
             raise DataUnavailable(
                 f"none of the {len(catalogue.files)} files of {catalogue.root} could be "
-                f"decoded as an image: {dict(manifest.skipped)}"
+                f"decoded as an image: {manifest.by_reason('skipped')}"
             )
         labels = np.array([file.label for file in kept], dtype=np.int64)
         np.save(partial / LABELS, labels)
@@ -178,23 +172,22 @@ def _decode_into(
             images[len(kept)] = decoded.pixels
             kept.append(file)
     images.flush()
-    if 0 < len(kept) < len(catalogue.files):
-        _keep_first_rows(images, len(kept), path)
+    offset, row_shape = images.offset, images.shape[1:]
     del images
+    if 0 < len(kept) < len(catalogue.files):
+        _keep_first_rows(path, len(kept), offset, row_shape)
     return manifest, kept
 
 
-def _keep_first_rows(images: np.ndarray, rows: int, path: Path) -> None:
-    """Rewrite the .npy with its first `rows` rows (the skipped files left holes at the end)."""
-    shorter = path.with_name("shorter.npy")
-    out = np.lib.format.open_memmap(
-        shorter, mode="w+", dtype=np.uint8, shape=(rows, *images.shape[1:])
-    )
-    for begin in range(0, rows, _COPY_ROWS):
-        out[begin : begin + _COPY_ROWS] = images[begin : min(begin + _COPY_ROWS, rows)]
-    out.flush()
-    del out
-    os.replace(shorter, path)
+def _keep_first_rows(path: Path, rows: int, offset: int, row_shape: tuple[int, ...]) -> None:
+    """Cut the .npy to its first `rows` rows (skipped files left unused rows at the end) in
+    place: a new header of the same length, then truncate; the kept rows never move."""
+    header = repr({"descr": "|u1", "fortran_order": False, "shape": (rows, *row_shape)})
+    length = offset - 10  # after the magic string, the version and the header's length
+    text = header.ljust(length - 1) + "\n"  # the shape only got shorter: it fits
+    with path.open("r+b") as file:
+        file.write(b"\x93NUMPY\x01\x00" + length.to_bytes(2, "little") + text.encode("latin1"))
+        file.truncate(offset + rows * math.prod(row_shape))
 
 
 def _write_json(path: Path, value: object) -> None:

@@ -25,9 +25,6 @@ class Catalogue:
     def absolute(self, file: ImageFile) -> Path:
         return self.root / file.path
 
-    def count(self, label: int) -> int:
-        return sum(1 for file in self.files if file.label == label)
-
 
 def stat_file(root: Path, relative: str, label: int) -> ImageFile:
     try:

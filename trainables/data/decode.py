@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
+from trainables.data.errors import first_line
+
 SKIPPED_EMPTY = "empty file"
 SKIPPED_UNREADABLE = "unreadable file"
 SKIPPED_NOT_AN_IMAGE = "not an image"
@@ -39,7 +41,7 @@ CONVERTED_FORMAT = "content format differs from the extension"
 # some plugins' parsers SyntaxError, ValueError, EOFError, struct.error or IndexError.
 _BROKEN_FILE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, IndexError)
 
-_FORMAT_OF_EXTENSION = {
+FORMAT_OF_EXTENSION = {
     ".jpg": "JPEG",
     ".jpeg": "JPEG",
     ".png": "PNG",
@@ -71,19 +73,19 @@ def decode_image(path: Path, size: int) -> Decoded:
             return Decoded(None, (SKIPPED_EMPTY,))
         with Image.open(path) as image:
             return _decode_open(image, path, size)
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as error:
-        return Decoded(None, (SKIPPED_UNREADABLE,), _first_line(error))  # e.g. a dead symlink
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as error:  # a dead symlink
+        return Decoded(None, (SKIPPED_UNREADABLE,), first_line(error, limit=200))
     except UnidentifiedImageError:
         return Decoded(None, (SKIPPED_NOT_AN_IMAGE,), "Pillow recognises no image format")
     except Image.DecompressionBombError as error:
-        return Decoded(None, (SKIPPED_TOO_LARGE,), _first_line(error))
+        return Decoded(None, (SKIPPED_TOO_LARGE,), first_line(error, limit=200))
     except _BROKEN_FILE_ERRORS as error:
-        return Decoded(None, (SKIPPED_BROKEN,), _first_line(error))
+        return Decoded(None, (SKIPPED_BROKEN,), first_line(error, limit=200))
 
 
 def _decode_open(image: Image.Image, path: Path, size: int) -> Decoded:
     reasons, detail = [], ""
-    expected_format = _FORMAT_OF_EXTENSION.get(path.suffix.lower())
+    expected_format = FORMAT_OF_EXTENSION.get(path.suffix.lower())
     if expected_format is not None and image.format != expected_format:
         reasons.append(CONVERTED_FORMAT)
         detail = f"{image.format} data in a {path.suffix} file"
@@ -114,11 +116,8 @@ def _to_rgb(image: Image.Image) -> tuple[Image.Image, str]:
         return image, ""
     if image.mode in _GRAYSCALE_MODES:
         return _grayscale_to_rgb(image), CONVERTED_GRAYSCALE
-    if image.mode == "CMYK":
-        return image.convert("RGB"), CONVERTED_CMYK
-    if image.mode == "P":
-        return image.convert("RGB"), CONVERTED_PALETTE
-    return image.convert("RGB"), CONVERTED_OTHER_MODE
+    converted = {"CMYK": CONVERTED_CMYK, "P": CONVERTED_PALETTE}.get(image.mode)
+    return image.convert("RGB"), converted or CONVERTED_OTHER_MODE
 
 
 def _grayscale_to_rgb(image: Image.Image) -> Image.Image:
@@ -129,8 +128,3 @@ def _grayscale_to_rgb(image: Image.Image) -> Image.Image:
     top = 65535.0 if values.max() > 255 else 255.0
     gray = np.clip(values / top * 255.0 + 0.5, 0, 255).astype(np.uint8)
     return Image.fromarray(gray).convert("RGB")
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:200]

@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from trainables.data.catalogue import Catalogue, stat_file
+from trainables.data.decode import FORMAT_OF_EXTENSION
 from trainables.data.errors import DataUnavailable
 
 # Extensions that make a folder look like it holds images; only `auto` uses them, to
 # decide without decoding anything whether `root` is an image folder.
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
+IMAGE_EXTENSIONS = frozenset(FORMAT_OF_EXTENSION)
 
 
 def _is_hidden(name: str) -> bool:

@@ -16,8 +16,6 @@ from trainables.data.decode import Decoded
 class Manifest:
     def __init__(self, catalogue: Catalogue) -> None:
         self.catalogue = catalogue
-        self.skipped: Counter[str] = Counter()
-        self.converted: Counter[str] = Counter()
         self.entries: list[dict[str, Any]] = []
         self.classes = {
             name: {"files": 0, "kept": 0, "skipped": Counter(), "converted": Counter()}
@@ -34,7 +32,6 @@ class Manifest:
         action = "skipped" if decoded.skipped else "converted"
         for reason in decoded.reasons:
             per_class[action][reason] += 1
-            (self.skipped if decoded.skipped else self.converted)[reason] += 1
         self.entries.append(
             {
                 "path": file.path,
@@ -44,6 +41,11 @@ class Manifest:
                 "detail": decoded.detail,
             }
         )
+
+    def by_reason(self, action: str) -> dict[str, int]:
+        """Files skipped (or converted) for each reason, over every class."""
+        total: Counter[str] = sum((c[action] for c in self.classes.values()), Counter())
+        return dict(sorted(total.items()))
 
     @property
     def skipped_files(self) -> int:
@@ -64,8 +66,8 @@ class Manifest:
             "kept": files - self.skipped_files,
             "skipped": self.skipped_files,
             "converted": self.converted_files,
-            "skipped_by_reason": dict(sorted(self.skipped.items())),
-            "converted_by_reason": dict(sorted(self.converted.items())),
+            "skipped_by_reason": self.by_reason("skipped"),
+            "converted_by_reason": self.by_reason("converted"),
             "classes": {
                 name: {
                     "files": counts["files"],
