@@ -21,7 +21,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.load import CONFIG_PREFIX, NOT_SETTINGS
-from analysis.pareto import objective_matrix
+from analysis.pareto import finished_mask, objective_matrix
 
 FRONT, OTHER, INFEASIBLE, AT_CHANCE = "#ff7f0e", "#1f77b4", "#d62728", "#7f7f7f"  # tab: colours
 
@@ -32,8 +32,7 @@ def off_front_groups(
     """The trials kept off the front, in the two kinds a reader must tell apart:
     (mask, colour, label) for those pruned (out of memory, diverged) and for those that
     finished but learned nothing (or lack an objective's value)."""
-    finished = (frame["status"] == "ok").to_numpy() if "status" in frame else np.ones(len(frame))
-    finished = np.asarray(finished, dtype=bool)
+    finished = finished_mask(frame)
     return [
         (~feasible & ~finished, INFEASIBLE, "pruned (oom, diverged)"),
         (~feasible & finished, AT_CHANCE, "finished, kept off (at chance)"),
@@ -188,22 +187,24 @@ def parallel_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | N
     figure, axis = plt.subplots(figsize=(max(6, 1.6 * len(params)), 4.6))
     positions = {param: _axis_values(frame[param]) for param in params}
     ranks = frame["pareto_rank"].to_numpy(dtype=float)
-    worst = float(np.nanmax(ranks)) if np.isfinite(ranks).any() else 1.0
-    off_front = np.full(len(frame), "", dtype=object)
-    legend: dict[str, dict] = {}
+    worst = float(np.nanmax(ranks)) if np.isfinite(ranks).any() else 0.0
+    lines = np.array([positions[param][0] for param in params]).T  # one row per trial
+    x = range(len(params))
+    for row, rank in zip(lines, ranks, strict=True):
+        if rank == 0:
+            axis.plot(x, row, c=FRONT, lw=2.2, alpha=0.9, zorder=3)
+        elif rank > 0:
+            axis.plot(x, row, c=_rank_colour(rank, worst), lw=1, alpha=0.7)
+    legend = {"front": {"c": FRONT, "lw": 2.2}}
+    if worst >= 1:
+        legend["rank 1"] = {"c": _rank_colour(1, worst)}
+    if worst >= 2:
+        legend[f"rank {worst:.0f}"] = {"c": _rank_colour(worst, worst)}
     for mask, color, label in off_front_groups(frame, np.isfinite(ranks)):
-        off_front[mask] = color
+        for row in lines[mask]:
+            axis.plot(x, row, c=color, ls="--", lw=0.8, alpha=0.5)
         if mask.any():
             legend[label] = {"c": color, "ls": "--"}
-    for row_index in range(len(frame)):
-        ys = [positions[param][0][row_index] for param in params]
-        rank = ranks[row_index]
-        if np.isnan(rank):
-            axis.plot(range(len(params)), ys, c=off_front[row_index], ls="--", lw=0.8, alpha=0.5)
-        elif rank == 0:
-            axis.plot(range(len(params)), ys, c=FRONT, lw=2.2, alpha=0.9, zorder=3)
-        else:
-            axis.plot(range(len(params)), ys, c=_rank_colour(rank, worst), lw=1, alpha=0.7)
     axis.set_xticks(range(len(params)), [p.removeprefix(CONFIG_PREFIX) for p in params],
                     rotation=20, fontsize=8)  # fmt: skip
     for i, param in enumerate(params):
@@ -212,12 +213,7 @@ def parallel_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | N
             y = j / max(1, len(labels) - 1)
             axis.annotate(label, (i, y), fontsize=7, xytext=(3, 0), textcoords="offset points")
     axis.set_yticks([])
-    entries = {"front": {"c": FRONT, "lw": 2.2}}
-    if worst >= 1:
-        entries["rank 1"] = {"c": _rank_colour(1, worst)}
-    if worst >= 2:
-        entries[f"rank {worst:.0f}"] = {"c": _rank_colour(worst, worst)}
-    for label, style in {**entries, **legend}.items():
+    for label, style in legend.items():
         axis.plot([], [], label=label, **style)
     axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=5)
     axis.set_title(title or "Sampled settings by Pareto rank", fontsize=10)
@@ -256,12 +252,11 @@ def interactive_figures(
         (feasible & on_front, FRONT, "diamond", "Pareto front"),
         *((mask, color, "x", label) for mask, color, label in off_front_groups(frame, feasible)),
     ]
+    groups = [group for group in groups if group[0].any()]
     figures = []
     for x_name, y_name in _pairs(objectives):
         figure = go.Figure()
         for mask, color, symbol, label in groups:
-            if not mask.any():
-                continue
             figure.add_trace(go.Scatter(
                 x=frame.loc[mask, x_name], y=frame.loc[mask, y_name], mode="markers", name=label,
                 marker={"color": color, "symbol": symbol, "size": 9}, text=hover[mask],
@@ -277,8 +272,6 @@ def interactive_figures(
     if len(names) == 3:
         figure = go.Figure()
         for mask, color, symbol, label in groups:
-            if not mask.any():
-                continue
             figure.add_trace(go.Scatter3d(
                 x=frame.loc[mask, names[0]], y=frame.loc[mask, names[1]],
                 z=frame.loc[mask, names[2]], mode="markers", name=label, text=hover[mask],

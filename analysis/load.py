@@ -138,7 +138,7 @@ def frame_from_mlflow(client: MlflowClient, parent: Run) -> pd.DataFrame:
     and the status tags."""
     rows = []
     for run in child_runs(client, parent):
-        config = {key: _typed(value) for key, value in run.data.params.items()}
+        config = {key: typed_param(value) for key, value in run.data.params.items()}
         metrics: dict[str, Any] = {k: _unclipped(v) for k, v in run.data.metrics.items()}
         metrics.update({key: run.data.tags[key] for key in _TEXT_FIELDS if key in run.data.tags})
         row = trial_row(run.data.tags.get("trial_id", run.info.run_id), config, metrics)
@@ -153,7 +153,7 @@ def _unclipped(value: float) -> float:
     return math.copysign(math.inf, value) if abs(value) >= sys.float_info.max else value
 
 
-def _typed(text: str) -> Any:
+def typed_param(text: str) -> Any:
     """MLflow keeps params as text; read them back as the YAML scalars they were."""
     try:
         value = yaml.safe_load(text)

@@ -36,13 +36,19 @@ def objective_matrix(frame: pd.DataFrame, objectives: Mapping[str, str]) -> np.n
     return values * signs
 
 
+def finished_mask(frame: pd.DataFrame) -> np.ndarray:
+    """Trials that ended `ok` (every trial, for results without a status)."""
+    if "status" not in frame:
+        return np.ones(len(frame), dtype=bool)
+    return (frame["status"] == FEASIBLE_STATUS).to_numpy(dtype=bool)
+
+
 def feasible_mask(
     frame: pd.DataFrame, objectives: Mapping[str, str], min_accuracy: float | None = None
 ) -> np.ndarray:
     """Trials that may sit on the front (see the module docstring)."""
-    ok = (frame["status"] == FEASIBLE_STATUS).to_numpy() if "status" in frame else True
     values = frame[list(objectives)].to_numpy(dtype=float)
-    mask = np.asarray(ok & ~np.isnan(values).any(axis=1), dtype=bool)
+    mask = finished_mask(frame) & ~np.isnan(values).any(axis=1)
     if min_accuracy is not None and "best_val_acc" in frame:
         mask &= frame["best_val_acc"].to_numpy(dtype=float) >= min_accuracy
     return mask

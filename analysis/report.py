@@ -251,22 +251,18 @@ def publish(client: MlflowClient, parent_run_id: str, report: Report) -> None:
 
 def objectives_from_parent(params: Mapping[str, str]) -> dict[str, str]:
     """The objectives a search ran with, read back from its parent run's params."""
-    prefix = "search.objectives."
-    found = {
-        key.removeprefix(prefix): value for key, value in params.items() if key.startswith(prefix)
-    }
-    return found or dict(DEFAULT_OBJECTIVES)
+    return _params_under(params, "search.objectives.") or dict(DEFAULT_OBJECTIVES)
 
 
 def bounds_from_parent(params: Mapping[str, str]) -> Bounds:
     """The hypervolume bounds a search declared (`search.hypervolume_bounds`), if any."""
-    prefix = "search.hypervolume_bounds."
-    bounds: Bounds = {}
-    for key, text in params.items():
-        if key.startswith(prefix):
-            low, high = yaml.safe_load(text)
-            bounds[key.removeprefix(prefix)] = (float(low), float(high))
-    return bounds
+    declared = _params_under(params, "search.hypervolume_bounds.")
+    return {name: tuple(map(float, yaml.safe_load(text))) for name, text in declared.items()}
+
+
+def _params_under(params: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """The params of one config section, e.g. search.objectives.*, by their last key."""
+    return {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
 
 
 def parse_objectives(text: str) -> dict[str, str]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from analysis.load import CONFIG_PREFIX
+from analysis.load import CONFIG_PREFIX, typed_param
+from analysis.pareto import finished_mask
 
 
 def _cell(values: pd.Series) -> str:
@@ -18,12 +18,11 @@ def _cell(values: pd.Series) -> str:
         return "-"
     if len(values) == 1:
         return f"{values.iloc[0]:.3f}"
-    finite = values[np.isfinite(values)]
+    mean, finite = values.mean(), values[np.isfinite(values)]
     if len(finite) < len(values):  # e.g. time_to_target_s of seeds that never got there
-        infinite = len(values) - len(finite)
         rest = f", the rest {finite.mean():.3f}" if len(finite) else ""
-        return f"{values.mean():.3f} (n={len(values)}: {infinite} {values.mean():.3f}{rest})"
-    return f"{values.mean():.3f} ± {values.std(ddof=1):.3f} (n={len(values)})"
+        return f"{mean:.3f} (n={len(values)}: {len(values) - len(finite)} {mean:.3f}{rest})"
+    return f"{mean:.3f} ± {values.std():.3f} (n={len(values)})"
 
 
 def trend_table(
@@ -32,17 +31,14 @@ def trend_table(
     """Mean ± std of `value` over the trials that ended ok, by setting `rows` (and
     `columns`), e.g. best_val_acc by batch_size and optimizer. Settings are named as in the
     config (`batch_size`), trials are one per seed, so the spread is the seeds'."""
-    finished = frame[frame["status"] == "ok"] if "status" in frame else frame
-    keys = [f"{CONFIG_PREFIX}{name}" for name in (rows, columns) if name]
-    missing = [key for key in keys if key not in frame]
-    if missing:
-        raise KeyError(f"no setting {missing[0].removeprefix(CONFIG_PREFIX)!r} among the trials")
+    finished = frame[finished_mask(frame)]
+    keys = [_setting_column(frame, name) for name in (rows, columns) if name]
     grouped = finished.groupby(keys, dropna=False)[value].apply(_cell)
     table = grouped.unstack() if columns else grouped.to_frame(value)
     table.index.name = rows
     if columns:
         table.columns.name = columns
-    return table.fillna("-").replace({np.nan: "-"})
+    return table.fillna("-")
 
 
 def select(frame: pd.DataFrame, conditions: list[str]) -> pd.DataFrame:
@@ -50,9 +46,12 @@ def select(frame: pd.DataFrame, conditions: list[str]) -> pd.DataFrame:
     chosen = frame
     for condition in conditions:
         name, _, text = condition.partition("=")
-        column = f"{CONFIG_PREFIX}{name}"
-        if column not in frame:
-            raise KeyError(f"no setting {name!r} among the trials")
-        wanted = yaml.safe_load(text)
-        chosen = chosen[chosen[column] == wanted]
+        chosen = chosen[chosen[_setting_column(frame, name)] == typed_param(text)]
     return chosen
+
+
+def _setting_column(frame: pd.DataFrame, name: str) -> str:
+    column = f"{CONFIG_PREFIX}{name}"
+    if column not in frame:
+        raise KeyError(f"no setting {name!r} among the trials")
+    return column

@@ -154,6 +154,9 @@ class SearchConfig(BaseModel):
         return dumped
 
 
+BAD_OVERRIDE = "a command-line override must look like key.path=value"
+
+
 def load_config(
     path: str | Path,
     overrides: Sequence[str] = (),
@@ -168,22 +171,21 @@ def load_config(
     cwd = cwd or Path.cwd()
     source = str(path)
     raw = _read_yaml(Path(path), source)
+    given = {key: value for key, value in (flags or {}).items() if value is not None}
     problems = apply_overrides(raw, overrides)
-    for key_path, value in (flags or {}).items():
-        if value is not None:
-            problems += _set_key(raw, key_path.split("."), value)
+    for key_path, value in given.items():
+        problems += _set_key(raw, key_path.split("."), value)
     config, more = _validate(raw, source)
     problems += more
     if problems or config is None:
-        set_here = [item.partition("=")[0].strip() for item in overrides]
-        set_here += [key for key, value in (flags or {}).items() if value is not None]
+        set_here = [*(item.partition("=")[0].strip() for item in overrides), *given]
         raise ConfigError(source, [_say_where_set(problem, set_here) for problem in problems])
     return _resolve_paths(config, cwd)
 
 
 def _say_where_set(problem: Problem, set_on_command_line: Sequence[str]) -> Problem:
     """Point at the command line for a key the user set there, not at the file."""
-    if "command-line" in problem.message:
+    if problem.message == BAD_OVERRIDE:  # says where it is already
         return problem
     for key_path in set_on_command_line:
         inside = problem.path.startswith((f"{key_path}.", f"{key_path}["))
@@ -224,7 +226,7 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> list[Probl
         key_path, sep, text = item.partition("=")
         parts = key_path.strip().split(".")
         if not sep or not all(parts):
-            problems.append(Problem(item, "a command-line override must look like key.path=value"))
+            problems.append(Problem(item, BAD_OVERRIDE))
             continue
         try:
             value = yaml.safe_load(text)

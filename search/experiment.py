@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ray import tune
@@ -23,7 +23,8 @@ class SearchState:
     parent_run_id: str
     tracking_uri: str
     experiment: str
-    config: dict  # the resolved config the search started with
+    # the resolved config the search started with; empty in states written before it was kept
+    config: dict = field(default_factory=dict)
 
     def differences(self, config: dict) -> list[tuple[str, object, object]]:
         """(key path, value the search started with, value now) for every change."""

@@ -145,7 +145,7 @@ def locate_experiment(config: SearchConfig, options: RunOptions) -> Path:
     if options.resume:
         experiment_dir = find_resumable(storage, config.name, options.run_name)
         state = SearchState.load(experiment_dir)
-        changed = state.differences(config.as_yaml_dict()) if state else []
+        changed = state.differences(config.as_yaml_dict()) if state and state.config else []
         if changed:
             raise ConfigError(
                 config.source,

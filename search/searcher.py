@@ -15,7 +15,7 @@ import optuna
 from ray.tune.search.optuna import OptunaSearch
 
 from search.feasibility import MemoryFootprint, predicted_oom
-from search.trainable import PREDICTED_FROM, REPEAT_OF, SEARCH_NOTES
+from search.trainable import PREDICTED_FROM, REPEAT_OF, without_notes
 from trainables.metrics import STATUS_OK, STATUS_OOM
 from trainables.settings import TrainSettings
 
@@ -61,6 +61,7 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
     ) -> None:
         self._grid = list(grid)
         self._fixed_config = dict(fixed_config or {})
+        self._base_seed = TrainSettings.from_config(self._fixed_config).seed  # of repeats
         self._repeats = repeats
         self._pending_repeats: list[dict[str, Any]] = []  # suggestions still to repeat
         self._settings: dict[str, TrainSettings] = {}  # by Tune trial id
@@ -82,13 +83,13 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
         if repeat is not None:
             suggestion = {**suggestion, "seed": repeat["seed"], REPEAT_OF: repeat["of"]}
         elif self._repeats > 1:
-            seed = TrainSettings.from_config(self._fixed_config).seed
+            seed = self._base_seed
             self._pending_repeats += [
                 {"params": dict(suggestion), "seed": seed + k, "of": trial_id}
                 for k in range(1, self._repeats)
             ]
             suggestion = {**suggestion, "seed": seed, REPEAT_OF: trial_id}
-        settings = TrainSettings.from_config({**self._fixed_config, **_without_notes(suggestion)})
+        settings = TrainSettings.from_config({**self._fixed_config, **without_notes(suggestion)})
         self._settings[trial_id] = settings
         source = predicted_oom(MemoryFootprint.of(settings), self._failures)
         return {**suggestion, PREDICTED_FROM: source} if source else suggestion
@@ -134,10 +135,6 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
     @property
     def failures(self) -> dict[str, MemoryFootprint]:
         return dict(self._failures)
-
-
-def _without_notes(config: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in config.items() if key not in SEARCH_NOTES}
 
 
 def _whole(value: Any) -> int | None:

@@ -3,6 +3,7 @@ predicted that the trial's config runs out of memory, in which case it ends at o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ray import tune
@@ -16,6 +17,11 @@ REPEAT_OF = "repeat_of"  # the first trial of a config that is run with several 
 SEARCH_NOTES = frozenset({PREDICTED_FROM, REPEAT_OF})
 
 
+def without_notes(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The trainable's config: a trial's config less the search's notes."""
+    return {key: value for key, value in config.items() if key not in SEARCH_NOTES}
+
+
 def classifier_trial(config: dict[str, Any], data: PreparedData | None = None) -> None:
     predicted_from = config.get(PREDICTED_FROM)
     if predicted_from:
@@ -25,4 +31,4 @@ def classifier_trial(config: dict[str, Any], data: PreparedData | None = None) -
         )
         tune.report(pruned_metrics(STATUS_OOM_PREDICTED, detail, epoch=0))
         return
-    train_classifier({key: value for key, value in config.items() if key not in SEARCH_NOTES}, data)
+    train_classifier(without_notes(config), data)
