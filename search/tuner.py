@@ -60,21 +60,23 @@ def build_tuner(
     search = config.search
     experiment_dir = Path(config.run.storage_path) / run_name
     experiment_dir.mkdir(parents=True, exist_ok=True)
-    searcher = build_searcher(
-        config.objectives,
-        build_sampler(search.sampler, search.num_samples, search.seed),
-        grid=grid_points(config.space),
-        fixed_config=config.trainable_config(),
-        storage=f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
-        study_name=run_name,
-        repeats=search.repeats,
-    )
+    # Nothing to sample: Tune's own generator runs the fixed config num_samples times.
+    searcher = None
+    if config.space:
+        searcher = build_searcher(
+            config.objectives,
+            build_sampler(search.sampler, search.num_samples, search.seed),
+            grid=grid_points(config.space),
+            fixed_config=config.trainable_config(),
+            storage=f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
+            study_name=run_name,
+            repeats=search.repeats,
+        )
     return tune.Tuner(
         trainable(config, data),
         param_space=param_space(config),
         tune_config=tune.TuneConfig(
-            # Nothing to sample: Tune's own generator runs the fixed config num_samples times.
-            search_alg=searcher if config.space else None,
+            search_alg=searcher,
             num_samples=search.num_samples,
             max_concurrent_trials=search.max_concurrent_trials,
             # Trials of one search all ask for the same resources, so a finished trial's
