@@ -39,12 +39,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.image_folders import write_pet_folder
-from trainables.classifier import DeviceSplits, fit_classifier
+from trainables.classifier import TrialData, fit_classifier
 from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.data.decode import decode_image
 from trainables.data.folder import list_image_folder
 from trainables.settings import TrainSettings
-from trainables.training import batch_slices
+from trainables.training import batch_slices, device_batches
 
 
 def timed(function, *args: Any) -> tuple[float, Any]:
@@ -70,15 +70,14 @@ def trainable_epoch(settings: TrainSettings, data: PreparedData) -> float:
 
 def data_only_epoch(settings: TrainSettings, data: PreparedData) -> float:
     """The data work of `train_epoch` for one epoch: what remains with the model taken out."""
-    splits = DeviceSplits.of(data, torch.device("cpu"), settings)
+    cpu = torch.device("cpu")
+    splits = TrialData.of(data, cpu, settings)
     generator = torch.Generator().manual_seed(settings.seed)
     started = time.perf_counter()
     order = torch.randperm(len(splits.train), generator=generator)
-    for batch in batch_slices(len(splits.train), settings.batch_size):
-        indices = order[batch]
-        pixels = splits.normalise(splits.train.images[indices])
-        targets = splits.train.labels[indices]
-        del pixels, targets
+    batches = (order[batch] for batch in batch_slices(len(splits.train), settings.batch_size))
+    for pixels, _targets in device_batches(splits.train, batches, cpu):
+        splits.normalise(pixels)
     return time.perf_counter() - started
 
 

@@ -29,16 +29,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from search.config import ConfigError, SearchConfig, load_config
 from search.errors import Problem
 from trainables.classifier import start_trial
-from trainables.memory import MIB, cuda_peak_bytes, fits_in_memory, reset_cuda_peak, step_peak_bytes
-from trainables.models import StagedClassifier
-from trainables.oom import release_memory
-from trainables.precision import Precision
+from trainables.memory import MIB, step_peak_bytes
+from trainables.oom import is_out_of_memory, release_memory
 from trainables.settings import TrainSettings
+from trainables.step import train_step
 
 EXIT_USAGE = 2
 NUM_CLASSES = 2  # cats and dogs; the memory of the head hardly depends on it
@@ -88,17 +86,24 @@ class CapacityRow:
 
 
 class Prober:
-    """Builds the model of one row and answers "does a step of b images fit"."""
+    """Builds the trial of one row and answers "does a step of b images fit".
+
+    The trial is started as a search starts it: on a GPU held to the row's budget (the
+    trial's share of the card), its steps are `train_step`, and what fits is decided by the
+    trial's `MemoryBudget`.
+    """
 
     def __init__(self, settings: TrainSettings, image_size: int, budget_mb: float) -> None:
-        self.settings = settings
         self.image_size = image_size
-        self.budget_bytes = int(budget_mb * MIB)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        trial = start_trial(settings, NUM_CLASSES, image_size, self.device, None)
-        self.model: StagedClassifier = trial.model
-        self.optimizer = trial.optimizer
-        self.precision: Precision = trial.precision
+        # On CUDA the budget is the share; on CPU it is what the meter is held to.
+        self.trial = start_trial(
+            settings.model_copy(update={"memory_budget_mb": budget_mb}),
+            NUM_CLASSES,
+            image_size,
+            self.device,
+            None,
+        )
         self._affine: tuple[float, float] | None = None
         if self.device.type == "cuda":
             self.time_steps(1, 0)  # the first step allocates the optimizer's state
@@ -109,9 +114,10 @@ class Prober:
 
     def peak_bytes(self, size: int) -> float:
         """The CPU meter's peak for a step of `size` images, from its affine form."""
+        trial = self.trial
         if self._affine is None:
             small, large = (
-                step_peak_bytes(self.model, self.optimizer, *self.batch(b), self.precision)
+                step_peak_bytes(trial.model, trial.optimizer, *self.batch(b), trial.precision)
                 for b in (2, 4)
             )
             slope = (large - small) / 2
@@ -120,32 +126,45 @@ class Prober:
         return intercept + slope * size
 
     def fits(self, size: int) -> bool:
-        if self.device.type == "cuda":
-            return fits_in_memory(
-                self.model, self.optimizer, *self.batch(size), self.precision, None
+        trial = self.trial
+        if self.device.type != "cuda":
+            budget = trial.budget.budget_bytes
+            return budget is None or self.peak_bytes(size) <= budget
+        try:  # the batch itself may not fit
+            inputs, targets = self.batch(size)
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            fits = False
+        else:
+            fits = trial.budget.fits(
+                trial.model, trial.optimizer, inputs, targets, trial.precision
             )
-        return self.peak_bytes(size) <= self.budget_bytes
+        inputs = targets = None
+        if not fits:
+            release_memory(self.device)
+        return fits
 
     def time_steps(self, size: int, steps: int) -> tuple[float, float]:
         """(median seconds per training step, peak MiB) at `size` images."""
+        trial = self.trial
         inputs, targets = self.batch(size)
-        reset_cuda_peak(self.device)
+        trial.budget.reset_peak()
+        trial.model.train()
         durations = []
         for _ in range(steps + 1):  # the first step warms up kernels and optimizer state
             started = time.perf_counter()
-            with self.precision.autocast():
-                loss = F.cross_entropy(self.model(inputs), targets)
-            self.precision.backward(loss)
-            self.precision.step(self.optimizer)
-            self.optimizer.zero_grad(set_to_none=True)
+            train_step(trial.model, trial.optimizer, [(inputs, targets)], trial.precision,
+                       images=size)  # fmt: skip
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             durations.append(time.perf_counter() - started)
-        if self.device.type == "cuda":
-            peak = cuda_peak_bytes(self.device)
-        else:
-            peak = step_peak_bytes(self.model, self.optimizer, inputs, targets, self.precision)
-        return statistics.median(durations[1:] or durations), peak / MIB
+        metered = 0
+        if self.device.type != "cuda":
+            metered = step_peak_bytes(
+                trial.model, trial.optimizer, inputs, targets, trial.precision
+            )
+        return statistics.median(durations[1:] or durations), trial.budget.peak_bytes(metered) / MIB
 
 
 def measure_row(
@@ -187,7 +206,7 @@ def capacity_table(
         row = measure_row(name, settings, config.data.image_size, budget_mb, steps, host_limit_mb)
         say(f"  {name}: largest batch {row.max_batch_size}")
         rows.append(row)
-        release_memory()
+        release_memory(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
         give_back_freed_memory()
     best = max(rows, key=lambda row: row.max_batch_size)
     rows.append(

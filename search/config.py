@@ -271,6 +271,7 @@ def _validate(raw: dict[str, Any], source: str) -> tuple[SearchConfig | None, li
         problems += problems_from_validation(error, known_keys=_known_keys)
     problems += _train_problems(train)
     problems += _space_problems(parsed_space, train)
+    problems += _determinism_problems(parsed_space, train)
     if config is not None:
         problems += _search_problems(config)
     return (None if problems else config), sorted(problems, key=_section_order)
@@ -323,6 +324,25 @@ def _space_problems(space: dict[str, SpaceParam], train: dict[str, Any]) -> list
             except ValidationError as error:
                 problems += problems_from_validation(error, prefix=(f"{path}.{where}",))
     return problems
+
+
+def _determinism_problems(space: dict[str, SpaceParam], train: dict[str, Any]) -> list[Problem]:
+    """A trial that may draw both `deterministic` and `cudnn_benchmark` true would fail
+    its own validation mid-search; a fixed pair is reported by `_train_problems`."""
+    def may_be_true(key: str) -> bool:
+        if key in space:
+            return any(value is True for _, value in space[key].candidates())
+        return train.get(key) is True
+
+    if not any(key in space for key in ("deterministic", "cudnn_benchmark")):
+        return []
+    if may_be_true("deterministic") and may_be_true("cudnn_benchmark"):
+        where = "space.cudnn_benchmark" if "cudnn_benchmark" in space else "space.deterministic"
+        return [
+            Problem(where, "a trial could draw cudnn_benchmark and deterministic both true, "
+                    "which cannot hold (the autotuner picks kernels by timing them)")
+        ]  # fmt: skip
+    return []
 
 
 def _field_type(key: str) -> TypeAdapter:

@@ -16,7 +16,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from search.feasibility import MemoryFootprint, predicted_oom
 from search.trainable import PREDICTED_FROM, REPEAT_OF, without_notes
-from trainables.metrics import STATUS_OK, STATUS_OOM
+from trainables.metrics import OOM_CAUSE_CARD, STATUS_OK, STATUS_OOM
 from trainables.settings import TrainSettings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # Tune's table shows the progress
@@ -44,8 +44,9 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
     - A trial whose last result is not `status: ok` (out of memory, predicted to be, or
       diverged) reaches Optuna as PRUNED with a violated constraint, never as COMPLETE:
       it cannot sit on Optuna's front, and the samplers treat it as infeasible.
-    - Once a trial runs out of memory, a later suggestion that needs at least as much
-      memory (`search.feasibility`) is marked so that it ends before training.
+    - Once a trial runs out of its own share of memory, a later suggestion that needs at
+      least as much (`search.feasibility`) is marked so that it ends before training. An
+      OOM that came from a full card (`oom_cause: card`) teaches nothing.
     - Partial points (the `grid` entries of a space) are suggested first.
     - With `repeats` > 1 every sampled config is suggested that many times in a row, with
       seeds seed, seed + 1, ...; all of them carry `repeat_of`: the first trial's id.
@@ -101,7 +102,9 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
         if error or status == STATUS_OK or trial_id not in self._ot_trials:
             super().on_trial_complete(trial_id, result=result, error=error)
             return
-        if status == STATUS_OOM and trial_id in self._settings:
+        # An OOM while the card as a whole was full says nothing about the config's needs.
+        own_oom = status == STATUS_OOM and (result or {}).get("oom_cause") != OOM_CAUSE_CARD
+        if own_oom and trial_id in self._settings:
             self._failures[trial_id] = MemoryFootprint.of(
                 self._settings[trial_id], batch_size=_whole((result or {}).get("batch_size"))
             )

@@ -49,7 +49,10 @@ OOM_ERRORS = {
         "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
         "you tried to allocate 8589934592 bytes."
     ),
-    "cudnn": lambda: RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear"),
+    "cudnn": lambda: RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
+    "cudnn workspace": lambda: RuntimeError(
+        "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED: no algorithm fits the workspace memory left"
+    ),
     "cublas": lambda: RuntimeError(
         "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"
     ),

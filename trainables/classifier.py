@@ -8,6 +8,7 @@ config dict in, `tune.report` per epoch, `tune.get_checkpoint` to continue.
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable
@@ -23,8 +24,10 @@ from torch import nn
 
 from trainables.data import PreparedData, Split, prepare_data
 from trainables.data.errors import first_line
-from trainables.memory import MIB, fits_in_memory, limit_cuda_memory
+from trainables.memory import MIB, MemoryBudget
 from trainables.metrics import (
+    OOM_CAUSE_CARD,
+    OOM_CAUSE_SHARE,
     STATUS_DIVERGED,
     STATUS_OK,
     STATUS_OOM,
@@ -38,7 +41,7 @@ from trainables.oom import is_out_of_memory, release_memory
 from trainables.precision import Precision, precision_for
 from trainables.schedules import EpochPlan, epoch_plan, warmup_factor
 from trainables.settings import TrainSettings
-from trainables.training import DeviceSplit, EpochResult, Normaliser, evaluate, train_epoch
+from trainables.training import EpochResult, HostSplit, Normaliser, evaluate, train_epoch
 from trainables.trial_state import TrialState, load_trial_state, save_trial_state
 
 # (metrics, checkpoint directory); no checkpoint for the report that ends a pruned trial
@@ -88,6 +91,7 @@ class Trial:
     optimizer: torch.optim.Optimizer
     precision: Precision
     state: TrialState
+    budget: MemoryBudget  # the one place that decides what fits and holds the trial to it
 
     def plan(self, epoch: int) -> EpochPlan:
         settings = self.settings
@@ -101,11 +105,6 @@ class Trial:
             lr_decay=settings.adabatch_lr_decay,
             capacity=min_known(settings.max_batch_size, self.state.batch_capacity),
         )
-
-    @property
-    def memory_budget_bytes(self) -> int | None:
-        budget = self.settings.memory_budget_mb
-        return None if budget is None else int(budget * MIB)
 
     def lr_schedule(self, epoch: int, plan: EpochPlan) -> Callable[[float], float]:
         settings = self.settings
@@ -130,10 +129,10 @@ def start_trial(
     resume: dict | None,
     gpu_share: float | None = None,
 ) -> Trial:
-    """The model, optimizer and precision of a trial, as new or from a checkpoint."""
-    # Set per trial, not per process: Tune reuses a worker process for the next trial.
-    torch.backends.cudnn.benchmark = settings.cudnn_benchmark
-    limit_cuda_memory(device, gpu_share, settings.memory_budget_mb)
+    """The model, optimizer and precision of a trial, as new or from a checkpoint, on a
+    device already held to the trial's share of memory."""
+    set_determinism(settings)
+    budget = MemoryBudget(device, settings.memory_budget_mb, gpu_share)
     torch.manual_seed(settings.seed)
     model = build_model(settings.model, num_classes, image_size).to(device)
     if settings.grad_checkpointing:
@@ -146,7 +145,19 @@ def start_trial(
         optimizer.load_state_dict(resume["optimizer"])
         precision.load_state_dict(resume["precision"])
         state = TrialState.from_dict(resume["state"])
-    return Trial(settings, model, optimizer, precision, state)
+    return Trial(settings, model, optimizer, precision, state, budget)
+
+
+def set_determinism(settings: TrainSettings) -> None:
+    """Kernel choices of this trial. Set per trial, not per process: Tune reuses a worker
+    process for the next trial. The cuDNN autotuner picks kernels by timing them, so it is
+    off when the trial must repeat exactly; ops without a deterministic kernel warn."""
+    if settings.deterministic:
+        # cuBLAS is deterministic only with a fixed workspace, read when it starts.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = settings.cudnn_benchmark and not settings.deterministic
+    torch.backends.cudnn.deterministic = settings.deterministic
+    torch.use_deterministic_algorithms(settings.deterministic, warn_only=True)
 
 
 def fit_classifier(
@@ -163,83 +174,116 @@ def fit_classifier(
     ends with the same metrics as a run that never stopped: the data order and the
     augmentation of each epoch depend only on (seed, epoch), and the schedules on the epoch.
 
-    A trial that runs out of memory (in any phase) or whose loss stops being finite is
-    pruned: it reports `status` oom or diverged once, and returns. Other errors propagate.
+    A trial that runs out of memory in any phase (placement on the device, the memory
+    probe of a growing batch, training, evaluation, checkpointing) or whose loss stops
+    being finite is pruned: it reports `status` oom or diverged once, naming the phase,
+    and returns. Other errors propagate.
     """
     device = resolve_device(settings.device)
-    trial = start_trial(
-        settings, data.num_classes, data.image_size, device, resume_state, gpu_share
-    )
-    splits = DeviceSplits.of(data, device, settings)
-    for epoch in range(trial.state.epoch + 1, settings.epochs + 1):
-        phase, failure, plan, needed_mb = "training", None, None, math.nan
-        try:
+    state = TrialState.from_dict(resume_state["state"]) if resume_state else TrialState()
+    phase, epoch, plan = "placement on the device", state.epoch + 1, None
+    trial: Trial | None = None
+    try:
+        trial = start_trial(
+            settings, data.num_classes, data.image_size, device, resume_state, gpu_share
+        )
+        splits = TrialData.of(data, device, settings)
+        for epoch in range(trial.state.epoch + 1, settings.epochs + 1):
+            phase, plan = "memory probe", None
             plan = plan_that_fits(trial, epoch, splits)
+            phase = "training"
             result = train_one_epoch(trial, epoch, plan, splits)
+            if result.diverged:
+                detail = _divergence(result, epoch)
+                return _report_pruned(trial.state, report, epoch, STATUS_DIVERGED, detail, plan)
             phase = "evaluation"
             metrics, progress = evaluate_epoch(trial, epoch, plan, result, splits)
-        except Exception as error:
-            if not is_out_of_memory(error):
-                raise
-            # Only text and numbers leave this block: the traceback holds the step's tensors.
-            failure = f"out of memory in {phase}: {first_line(error)}"
-            needed_mb = getattr(error, "needed_mb", math.nan)  # known under a CPU budget
-        if failure is not None:
-            release_memory()
-            return _report_pruned(
-                trial, report, epoch, STATUS_OOM, failure, plan, peak_mem_mb=needed_mb
+            phase = "checkpointing"
+            trial.state = replace(
+                trial.state,
+                epoch=epoch,
+                progress=progress,
+                last_metrics=metrics,
+                skipped_streak=result.skipped_streak,
             )
-        if not math.isfinite(result.train_loss):
-            detail = f"training loss became {result.train_loss} in epoch {epoch}"
-            return _report_pruned(trial, report, epoch, STATUS_DIVERGED, detail, plan)
-        trial.state = replace(trial.state, epoch=epoch, progress=progress, last_metrics=metrics)
-        _save_and_report(trial, report)
-    return trial.state.last_metrics
+            _save_and_report(trial, report)
+        return trial.state.last_metrics
+    except Exception as error:
+        if not is_out_of_memory(error):
+            raise
+        # Only text and numbers leave this block: the traceback holds the step's tensors.
+        detail = f"out of memory in {phase}: {first_line(error)}"
+        needed_mb = getattr(error, "needed_mb", math.nan)  # known under a CPU budget
+    note, card_full = trial.budget.explain_oom() if trial else ("", False)
+    state = trial.state if trial else state
+    trial = splits = None  # the trial's tensors go before the cache is emptied
+    release_memory(device)
+    cause = OOM_CAUSE_CARD if card_full else OOM_CAUSE_SHARE
+    return _report_pruned(
+        state, report, epoch, STATUS_OOM, detail + note, plan, peak_mem_mb=needed_mb,
+        oom_cause=cause,
+    )  # fmt: skip
+
+
+def _divergence(result: EpochResult, epoch: int) -> str:
+    if result.skipped_streak:
+        return (
+            f"the GradScaler skipped {result.skipped_streak} steps in a row in epoch {epoch}: "
+            "the gradients stayed non-finite at every loss scale"
+        )
+    return f"training loss became {result.train_loss} in epoch {epoch}"
 
 
 @dataclass(frozen=True)
-class DeviceSplits:
-    train: DeviceSplit
-    train_eval: DeviceSplit  # a fixed training subset scored in eval mode
-    val: DeviceSplit
-    test: DeviceSplit
+class TrialData:
+    """The splits a trial reads, in host memory (see `trainables.training`), and the
+    normalisation that turns a batch into model input on the device."""
+
+    train: HostSplit
+    train_eval: HostSplit  # a fixed training subset scored in eval mode
+    val: HostSplit
+    test: HostSplit
     normalise: Normaliser
 
     @classmethod
-    def of(cls, data: PreparedData, device: torch.device, settings: TrainSettings) -> DeviceSplits:
-        train, val, test = (_to_device(s, device) for s in (data.train, data.val, data.test))
+    def of(cls, data: PreparedData, device: torch.device, settings: TrainSettings) -> TrialData:
+        train, val, test = (_host_split(s) for s in (data.train, data.val, data.test))
         return cls(
             train=train,
-            train_eval=train.subset(_train_eval_indices(len(train), settings).to(device)),
+            train_eval=train.subset(_train_eval_indices(len(train), settings)),
             val=val,
             test=test,
             normalise=Normaliser.from_stats(data.mean, data.std, device),
         )
 
+    @property
+    def nbytes(self) -> int:
+        return sum(split.nbytes for split in (self.train, self.train_eval, self.val, self.test))
 
-def plan_that_fits(trial: Trial, epoch: int, splits: DeviceSplits) -> EpochPlan:
+
+def plan_that_fits(trial: Trial, epoch: int, splits: TrialData) -> EpochPlan:
     """The epoch's plan; when AdaBatch grows the physical batch beyond what fits in memory,
     the previous batch becomes the trial's capacity and the growth goes to accumulation."""
     plan = trial.plan(epoch)
     previous = trial.state.last_metrics.get("batch_size")
     if previous is None or plan.batch_size <= previous:
         return plan
-    batch = splits.train.subset(torch.arange(min(plan.batch_size, len(splits.train))))
-    fits = fits_in_memory(
+    device = trial.budget.device
+    indices = torch.arange(min(plan.batch_size, len(splits.train)))
+    pixels, labels = splits.train.gather(indices, pin=False)
+    if trial.budget.fits(
         trial.model,
         trial.optimizer,
-        splits.normalise(batch.images),
-        batch.labels,
+        splits.normalise(pixels.to(device)),
+        labels.to(device),
         trial.precision,
-        trial.memory_budget_bytes,
-    )
-    if fits:
+    ):
         return plan
     trial.state = replace(trial.state, batch_capacity=int(previous))
     return trial.plan(epoch)
 
 
-def train_one_epoch(trial: Trial, epoch: int, plan: EpochPlan, splits: DeviceSplits) -> EpochResult:
+def train_one_epoch(trial: Trial, epoch: int, plan: EpochPlan, splits: TrialData) -> EpochResult:
     settings = trial.settings
     return train_epoch(
         trial.model,
@@ -250,19 +294,18 @@ def train_one_epoch(trial: Trial, epoch: int, plan: EpochPlan, splits: DeviceSpl
         precision=trial.precision,
         generator=torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch)),
         augment=settings.augment,
+        budget=trial.budget,
         lr_at=trial.lr_schedule(epoch, plan),
-        memory_budget_bytes=trial.memory_budget_bytes,
+        skipped_streak=trial.state.skipped_streak,
     )
 
 
 def evaluate_epoch(
-    trial: Trial, epoch: int, plan: EpochPlan, result: EpochResult, splits: DeviceSplits
+    trial: Trial, epoch: int, plan: EpochPlan, result: EpochResult, splits: TrialData
 ) -> tuple[dict[str, Any], Progress]:
     """The epoch's metrics after scoring the model on the three eval splits."""
-    if not math.isfinite(result.train_loss):
-        return {}, trial.state.progress  # diverged: nothing worth scoring
 
-    def score(split: DeviceSplit) -> tuple[float, float]:
+    def score(split: HostSplit) -> tuple[float, float]:
         return evaluate(
             trial.model,
             split,
@@ -286,12 +329,13 @@ def evaluate_epoch(
         progress=progress,
         plan=plan,
         lr=trial.optimizer.param_groups[0]["lr"],
+        data_bytes=splits.nbytes,
     )
     return metrics, progress
 
 
 def _report_pruned(
-    trial: Trial,
+    state: TrialState,
     report: Reporter,
     epoch: int,
     status: str,
@@ -307,9 +351,7 @@ def _report_pruned(
             "accumulation_steps": plan.accumulation_steps,
             "effective_batch_size": plan.effective_batch_size,
         }
-    metrics = pruned_metrics(
-        status, detail, trial.state.last_metrics, epoch=epoch, **batch, **values
-    )
+    metrics = pruned_metrics(status, detail, state.last_metrics, epoch=epoch, **batch, **values)
     report(metrics, None)
     return metrics
 
@@ -335,6 +377,7 @@ def epoch_metrics(
     progress: Progress,
     plan: EpochPlan,
     lr: float,
+    data_bytes: int,
 ) -> dict[str, Any]:
     """One epoch's values under the schema's names (`trainables.metrics.METRICS`)."""
     return {
@@ -358,8 +401,11 @@ def epoch_metrics(
         "effective_batch_size": plan.effective_batch_size,
         "lr": lr,
         "peak_mem_mb": result.peak_mem_bytes / MIB,
+        "data_mb": data_bytes / MIB,
+        "skipped_steps": result.skipped_steps,
         "status": STATUS_OK,
         "status_detail": "",
+        "oom_cause": "",
     }
 
 
@@ -384,14 +430,12 @@ def build_optimizer(
     return torch.optim.Adam(parameters, lr=settings.base_lr, weight_decay=settings.weight_decay)
 
 
-def _to_device(split: Split, device: torch.device) -> DeviceSplit:
+def _host_split(split: Split) -> HostSplit:
     # The arrays may be read-only views of Ray's object store. torch only reads them, and
-    # on CPU the trial keeps sharing the store's memory instead of copying the images.
+    # the trial keeps sharing the store's memory instead of copying the images.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        images = torch.from_numpy(split.images)
-        labels = torch.from_numpy(split.labels)
-    return DeviceSplit(images.to(device), labels.to(device))
+        return HostSplit(torch.from_numpy(split.images), torch.from_numpy(split.labels))
 
 
 def _train_eval_indices(count: int, settings: TrainSettings) -> torch.Tensor:

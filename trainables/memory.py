@@ -24,17 +24,20 @@ statistics restored), so measuring never changes what is trained.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from trainables.models import StagedClassifier
-from trainables.oom import is_out_of_memory, release_memory
+from trainables.oom import MemoryBudgetExceeded, is_out_of_memory
 from trainables.precision import Precision
+from trainables.step import train_step
 
 MIB = 1024 * 1024
 
@@ -157,62 +160,255 @@ def step_peak_bytes(
     )
 
 
-def reset_cuda_peak(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+# --- CUDA: a trial's share of a card -------------------------------------------------------
+
+# What a process holds on a card outside PyTorch's allocator (its CUDA context, loaded
+# kernels, cuDNN/cuBLAS handles) when NVML cannot see the process (e.g. in a container
+# with its own PID namespace): at most this, or what the card shows beyond the allocator
+# when the trial is alone on it.
+FALLBACK_OUTSIDE_ALLOCATOR_MB = 768
 
 
-def cuda_peak_bytes(device: torch.device) -> int:
-    return int(torch.cuda.max_memory_allocated(device))
+@dataclass(frozen=True)
+class CudaShare:
+    """The memory a trial may use on its card, split into what its process holds outside
+    PyTorch's allocator and what is left for the allocator (the tensors)."""
+
+    total_bytes: int  # the card
+    allowed_bytes: int  # the trial's share in all: gpu share x card, or a stricter budget
+    outside_allocator_bytes: int  # context, kernels, library handles: measured
+
+    @property
+    def allocator_bytes(self) -> int:
+        return self.allowed_bytes - self.outside_allocator_bytes
+
+    @property
+    def allocator_fraction(self) -> float:
+        """For `torch.cuda.set_per_process_memory_fraction`, which caps the allocator only."""
+        return max(self.allocator_bytes, 0) / self.total_bytes
 
 
-def cuda_memory_fraction(
-    gpu_share: float | None, budget_mb: float | None, total_mb: float
-) -> float | None:
-    """The share of the card's memory a trial is held to: its GPU share (Ray gives no
-    memory isolation, so a trial on a quarter of a card keeps to a quarter of its memory),
-    or a stricter budget. None: the whole card."""
-    limits = []
+def cuda_share(
+    total_bytes: int,
+    gpu_share: float | None,
+    budget_mb: float | None,
+    outside_allocator_bytes: int,
+) -> CudaShare:
+    """A trial on a quarter of a card keeps to a quarter of its memory (Ray gives no memory
+    isolation), context included: four quarter-shares then fit the card together. A
+    budget stricter than the share acts like a card of that size."""
+    allowed = float(total_bytes)
     if gpu_share is not None and 0 < gpu_share < 1:
-        limits.append(gpu_share)
+        allowed *= gpu_share
     if budget_mb is not None:
-        limits.append(min(1.0, budget_mb / total_mb))
-    return min(limits) if limits else None
+        allowed = min(allowed, budget_mb * MIB)
+    return CudaShare(total_bytes, int(allowed), outside_allocator_bytes)
 
 
-def limit_cuda_memory(
-    device: torch.device, gpu_share: float | None, budget_mb: float | None
-) -> None:
-    if device.type != "cuda":
-        return
-    total_mb = torch.cuda.get_device_properties(device).total_memory / MIB
-    fraction = cuda_memory_fraction(gpu_share, budget_mb, total_mb)
-    # Always set: a reused worker process must not keep the previous trial's limit.
-    torch.cuda.set_per_process_memory_fraction(fraction or 1.0, device)
+def card_was_full(share: CudaShare, free_bytes: int, reserved_bytes: int) -> bool:
+    """Whether an out-of-memory error came from the card, not from the trial's own share.
+
+    Had the card been free enough to let the trial's allocator grow to its limit, only the
+    limit could have refused the allocation: the trial needed more than its share. If the
+    card could not give it that much, neighbours (or another program) held the rest.
+    """
+    return free_bytes + reserved_bytes < share.allocator_bytes
 
 
-def fits_in_memory(
-    model: StagedClassifier,
-    optimizer: torch.optim.Optimizer,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
-    precision: Precision,
-    budget_bytes: int | None,
-) -> bool:
-    """Whether a training step on `inputs` fits: on CPU under the meter's budget, on CUDA
-    by running its forward and backward (gradients discarded, statistics restored)."""
-    if inputs.device.type != "cuda":
+class CudaCard(Protocol):
+    """What a trial reads from and sets on its card; tests pass a fake one."""
+
+    def total_bytes(self) -> int: ...
+    def free_bytes(self) -> int: ...
+    def reserved_bytes(self) -> int: ...
+    def process_bytes(self) -> int | None: ...  # this process on the card; None: not visible
+    def warm_up(self) -> None: ...  # load the libraries a training step loads
+    def set_allocator_fraction(self, fraction: float) -> None: ...
+    def reset_peak(self) -> None: ...
+    def peak_bytes(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class TorchCudaCard:
+    device: torch.device
+
+    def total_bytes(self) -> int:
+        return int(torch.cuda.get_device_properties(self.device).total_memory)
+
+    def free_bytes(self) -> int:
+        return int(torch.cuda.mem_get_info(self.device)[0])
+
+    def reserved_bytes(self) -> int:
+        return int(torch.cuda.memory_reserved(self.device))
+
+    def process_bytes(self) -> int | None:
+        """This process's memory on the card as the driver counts it (NVML)."""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            uuid = str(torch.cuda.get_device_properties(self.device).uuid)
+            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}".encode())
+            processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except Exception:  # no NVML library, driver or permission: fall back
+            return None
+        used = [p.usedGpuMemory for p in processes if p.pid == os.getpid()]
+        return int(used[0]) if used and used[0] is not None else None
+
+    def warm_up(self) -> None:
+        """A tiny convolution and matmul with their backward, in both float types a trial
+        may use, so cuDNN and cuBLAS are loaded before the outside is measured."""
+        for dtype in (torch.float32, torch.float16):
+            conv = torch.nn.Conv2d(3, 8, 3).to(self.device, dtype)
+            head = torch.randn(288, 2, device=self.device, dtype=dtype, requires_grad=True)
+            inputs = torch.randn(2, 3, 8, 8, device=self.device, dtype=dtype)
+            conv(inputs).flatten(1).matmul(head).sum().backward()
+        torch.cuda.synchronize(self.device)
+
+    def set_allocator_fraction(self, fraction: float) -> None:
+        torch.cuda.set_per_process_memory_fraction(fraction, self.device)
+
+    def reset_peak(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_bytes(self) -> int:
+        return int(torch.cuda.max_memory_allocated(self.device))
+
+
+def outside_allocator_bytes(card: CudaCard) -> int:
+    """What this process holds on the card beyond PyTorch's allocator, measured."""
+    reserved = card.reserved_bytes()
+    process = card.process_bytes()
+    if process is not None:
+        return max(0, process - reserved)
+    beyond_allocator = card.total_bytes() - card.free_bytes() - reserved  # + any neighbours
+    return max(0, min(beyond_allocator, FALLBACK_OUTSIDE_ALLOCATOR_MB * MIB))
+
+
+# --- the budget: one place decides whether a step fits and holds the trial to it -------------
+
+
+class MemoryBudget:
+    """A trial's memory limit on its device, and every question about it.
+
+    On CUDA the allocator enforces it: the trial's share of the card (`gpu_share`, or a
+    stricter `budget_mb`), less what its process holds outside the allocator, becomes the
+    allocator's limit, so a step that needs more raises CUDA's own out-of-memory error. On
+    CPU the meter enforces it: a step whose metered peak exceeds `budget_mb` raises
+    `MemoryBudgetExceeded` before it allocates, as a card of that size would.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        budget_mb: float | None = None,
+        gpu_share: float | None = None,
+        card: CudaCard | None = None,
+    ) -> None:
+        self.device = device
+        self.budget_bytes = None if budget_mb is None else int(budget_mb * MIB)
+        self.card = card if card is not None or device.type != "cuda" else TorchCudaCard(device)
+        self.share: CudaShare | None = None
+        if self.card is not None:
+            self.card.warm_up()
+            self.share = cuda_share(
+                self.card.total_bytes(), gpu_share, budget_mb, outside_allocator_bytes(self.card)
+            )
+            # Always set: a reused worker process must not keep the previous trial's limit.
+            self.card.set_allocator_fraction(self.share.allocator_fraction)
+            if self.share.allocator_bytes <= 0:
+                raise torch.OutOfMemoryError(
+                    f"a share of {self.share.allowed_bytes / MIB:.0f} MiB cannot hold this "
+                    f"process's CUDA context and libraries "
+                    f"({self.share.outside_allocator_bytes / MIB:.0f} MiB)"
+                )
+
+    def enforce(
+        self,
+        model: StagedClassifier,
+        optimizer: torch.optim.Optimizer,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        precision: Precision,
+    ) -> int:
+        """Before a step on `inputs`: on CPU the metered peak (bytes), raising
+        `MemoryBudgetExceeded` when over the budget; on CUDA 0 (the allocator enforces)."""
+        if self.card is not None:
+            return 0
         peak = step_peak_bytes(model, optimizer, inputs, targets, precision)
-        return budget_bytes is None or peak <= budget_bytes
-    fits = True
-    try:
-        with _buffers_restored(model), precision.autocast():
-            loss = F.cross_entropy(model(inputs), targets)
-            precision.backward(loss)
-    except Exception as error:
-        if not is_out_of_memory(error):
-            raise
-        fits = False
-    optimizer.zero_grad(set_to_none=True)
-    release_memory()
-    return fits
+        if self.budget_bytes is not None and peak > self.budget_bytes:
+            raise MemoryBudgetExceeded(
+                f"a training step of {len(inputs)} images needs {peak / MIB:.0f} MiB, "
+                f"over the budget of {self.budget_bytes / MIB:.0f} MiB",
+                needed_mb=peak / MIB,
+            )
+        return peak
+
+    def fits(
+        self,
+        model: StagedClassifier,
+        optimizer: torch.optim.Optimizer,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        precision: Precision,
+    ) -> bool:
+        """Whether a training step on `inputs` fits, measured in training mode (where
+        checkpointing acts): on CPU by the meter, on CUDA by running the step with the
+        update left out (weights, batch-norm statistics and gradients as they were)."""
+        was_training = model.training
+        model.train()
+        try:
+            if self.card is None:
+                peak = step_peak_bytes(model, optimizer, inputs, targets, precision)
+                return self.budget_bytes is None or peak <= self.budget_bytes
+            return self._runs(model, optimizer, inputs, targets, precision)
+        finally:
+            model.train(was_training)
+
+    def _runs(
+        self,
+        model: StagedClassifier,
+        optimizer: torch.optim.Optimizer,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        precision: Precision,
+    ) -> bool:
+        fits = True
+        try:
+            with _buffers_restored(model):
+                train_step(model, optimizer, [(inputs, targets)], precision,
+                           images=len(inputs), update=False)  # fmt: skip
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            fits = False
+        # The failed step's tensors went with the except block; its gradients may remain.
+        optimizer.zero_grad(set_to_none=True)
+        if not fits:
+            torch.cuda.empty_cache()
+        return fits
+
+    def reset_peak(self) -> None:
+        if self.card is not None:
+            self.card.reset_peak()
+
+    def peak_bytes(self, metered: int) -> int:
+        """The training step's peak since `reset_peak`: the allocator's on CUDA, else the
+        meter's (`metered`, from `enforce`)."""
+        return self.card.peak_bytes() if self.card is not None else metered
+
+    def explain_oom(self) -> tuple[str, bool]:
+        """After an out-of-memory error: (a note for the trial's detail, whether the card as
+        a whole was full while the trial was inside its share: not the config's fault)."""
+        if self.card is None or self.share is None:
+            return "", False
+        free, reserved = self.card.free_bytes(), self.card.reserved_bytes()
+        note = (
+            f"; the trial held {reserved / MIB:.0f} of its {self.share.allocator_bytes / MIB:.0f} "
+            f"MiB for tensors (share {self.share.allowed_bytes / MIB:.0f} MiB, "
+            f"{self.share.outside_allocator_bytes / MIB:.0f} MiB outside the allocator), "
+            f"the card had {free / MIB:.0f} MiB free"
+        )
+        if card_was_full(self.share, free, reserved):
+            return note + ": the card was full, not this trial's share", True
+        return note, False

@@ -41,16 +41,29 @@ METRICS: dict[str, MetricSpec] = {
     "accumulation_steps": MetricSpec("micro-batches per optimizer step"),
     "effective_batch_size": MetricSpec("batch_size * accumulation_steps"),
     "lr": MetricSpec("learning rate in effect at the end of the epoch"),
-    "peak_mem_mb": MetricSpec("peak device memory of a training step (MiB)", "min"),
+    "peak_mem_mb": MetricSpec(
+        "peak memory of a training step (MiB): model, gradients, optimizer state, the batch "
+        "and its activations; the CUDA allocator's peak, or the CPU meter's",
+        "min",
+    ),
+    "data_mb": MetricSpec(
+        "the image splits the trial reads (MiB), in host memory shared by the node's trials; "
+        "never in the device's share"
+    ),
+    "skipped_steps": MetricSpec("optimizer steps of the epoch the fp16 GradScaler skipped"),
     "status": MetricSpec(
         "ok; oom (pruned: out of memory); oom_predicted (pruned before training: a trial that "
         "needed no more memory ran out); diverged (non-finite loss)"
     ),
     "status_detail": MetricSpec("why a trial was pruned: the error, or the trial it follows"),
+    "oom_cause": MetricSpec(
+        "with status oom: share (the trial needed more than its share or budget) or card "
+        "(the card was full while the trial was inside its share: not the config's fault)"
+    ),
     "node": MetricSpec("the Ray node that ran the epoch (set by the Tune trainable)"),
 }
 
-TEXT_METRICS = frozenset({"status", "status_detail", "node"})
+TEXT_METRICS = frozenset({"status", "status_detail", "oom_cause", "node"})
 # Measurements of the machine rather than of the training: they vary between runs of the
 # same seed, everything else repeats exactly (on the same device and thread count).
 MACHINE_METRICS = frozenset(
@@ -66,6 +79,8 @@ STATUS_OOM = "oom"
 STATUS_OOM_PREDICTED = "oom_predicted"
 STATUS_DIVERGED = "diverged"
 PRUNED_STATUSES = frozenset({STATUS_OOM, STATUS_OOM_PREDICTED, STATUS_DIVERGED})
+OOM_CAUSE_SHARE = "share"
+OOM_CAUSE_CARD = "card"
 
 
 def throughput(images: int, seconds: float) -> float:
@@ -124,6 +139,7 @@ def pruned_metrics(
     """The one report of a pruned trial. Every numeric metric is present (a searcher aborts
     the whole search on a missing objective): the last good epoch's value, or NaN."""
     metrics: dict[str, Any] = {name: math.nan for name in NUMERIC_METRICS}
+    metrics["oom_cause"] = ""
     metrics.update(known or {})
     metrics.update(values)
     metrics.update(status=status, status_detail=detail)

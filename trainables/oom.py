@@ -15,11 +15,13 @@ _OOM_MESSAGES = (
     "out of memory",  # CUDA, HIP, XPU: "CUDA out of memory. Tried to allocate ..."
     "mps backend out of memory",
     "defaultcpuallocator: can't allocate memory",
-    "cudnn_status_not_supported",  # cuDNN gives up for lack of workspace memory
     "cublas_status_alloc_failed",
     "cudnn_status_alloc_failed",
-    "cuda error: out of memory",
 )
+# cuDNN also says NOT_SUPPORTED for configurations it cannot run at all; only a message
+# that blames memory or its workspace is an out-of-memory error.
+_CUDNN_NOT_SUPPORTED = "cudnn_status_not_supported"
+_MEMORY_WORDS = ("memory", "workspace")
 
 
 class MemoryBudgetExceeded(torch.OutOfMemoryError):
@@ -36,15 +38,21 @@ class MemoryBudgetExceeded(torch.OutOfMemoryError):
 def is_out_of_memory(error: BaseException) -> bool:
     if isinstance(error, torch.OutOfMemoryError):  # also torch.cuda.OutOfMemoryError
         return True
-    if isinstance(error, RuntimeError):
-        message = str(error).lower()
-        return any(pattern in message for pattern in _OOM_MESSAGES)
-    return False
+    if not isinstance(error, RuntimeError):
+        return False
+    message = str(error).lower()
+    if _CUDNN_NOT_SUPPORTED in message:
+        return any(word in message for word in _MEMORY_WORDS)
+    return any(pattern in message for pattern in _OOM_MESSAGES)
 
 
-def release_memory() -> None:
-    """Give freed memory back after an OOM. Call it outside the `except` block: the
-    exception's traceback holds the failed step's tensors until the block is left."""
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+def release_memory(device: torch.device) -> None:
+    """Give a CUDA device's freed memory back after an OOM, so the next trial in this
+    process starts clean. Call it outside the `except` block, with the trial's references
+    dropped: the exception's traceback holds the failed step's tensors until the block is
+    left. On CPU nothing is cached to give back (the meter refuses a step before it
+    allocates), so it costs nothing there."""
+    if device.type != "cuda":
+        return
+    gc.collect()  # tensors in reference cycles of the failed step's frames
+    torch.cuda.empty_cache()

@@ -30,12 +30,19 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Apply the step; False when the GradScaler skipped it (the gradients overflowed).
+
+        The scaler lowers its scale exactly when it skips, so comparing the scale is the
+        public way to tell. Its step synchronises with the device anyway: this adds no wait.
+        """
         if self.scaler is None:
             optimizer.step()
-            return
-        self.scaler.step(optimizer)  # skipped when the gradients overflowed
+            return True
+        scale = self.scaler.get_scale()
+        self.scaler.step(optimizer)
         self.scaler.update()
+        return self.scaler.get_scale() >= scale
 
     def state_dict(self) -> dict[str, Any]:
         return self.scaler.state_dict() if self.scaler else {}

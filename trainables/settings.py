@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainables.data.settings import DataSettings
 from trainables.models import ModelName
@@ -50,11 +50,23 @@ class TrainSettings(BaseModel):
     warmup_start_factor: float = Field(0.1, gt=0, le=1)  # warmup starts at lr x this
     max_batch_size: int | None = Field(None, gt=0, **_STRICT)  # physical cap; then accumulate
     cudnn_benchmark: bool = Field(False, **_STRICT)  # cuDNN autotuner: faster, more memory
+    # Same seed, same numbers on CUDA too: deterministic kernels (ops without one warn) and
+    # the cuDNN autotuner off, at some cost in speed. CPU runs repeat exactly either way.
+    deterministic: bool = Field(False, **_STRICT)
     augment: bool = Field(False, **_STRICT)  # random crop (padding 1/8 side) + horizontal flip
     memory_budget_mb: float | None = Field(None, gt=0)  # per trial; CPU: by the meter
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when there is one
     num_threads: int | None = Field(None, gt=0, **_STRICT)  # torch threads; None: trial's CPU share
     data: DataSettings = DataSettings()  # used when no prepared data is passed in
+
+    @model_validator(mode="after")
+    def _autotuner_is_not_deterministic(self) -> TrainSettings:
+        if self.deterministic and self.cudnn_benchmark:
+            raise ValueError(
+                "cudnn_benchmark: true picks kernels by timing them, so deterministic: true "
+                "cannot hold; turn one of the two off"
+            )
+        return self
 
     @property
     def base_lr(self) -> float:

@@ -1,16 +1,25 @@
-"""One training loop and one evaluation, over image tensors that already sit on the device.
+"""One training loop and one evaluation, over image splits held in host memory.
 
 Every technique is a switch of this one loop: the physical batch and accumulation steps
 come from the epoch's plan (AdaBatch), the learning rate per optimizer step from `lr_at`
 (warmup), precision from `Precision` (AMP), checkpointing lives in the model, and
-augmentation is one call on the batch. No DataLoader in the hot loop: a batch is an index
-into the split, and normalisation is one fused op on it.
+augmentation is one call on the batch. The step itself is `train_step`. No DataLoader: a
+batch is an index into the split, moved to the device on its own, and normalisation is
+one fused op on it there.
+
+The splits stay in host memory (on one node, the object store's single copy that every
+trial reads), never in a trial's share of the card: four trials on one card hold no
+copies of the data, and `peak_mem_mb` means the training step's peak on CPU and CUDA alike.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -19,16 +28,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.augment import random_crop_flip
-from trainables.memory import MIB, cuda_peak_bytes, reset_cuda_peak, step_peak_bytes
+from trainables.memory import MemoryBudget
 from trainables.models import StagedClassifier
-from trainables.oom import MemoryBudgetExceeded
 from trainables.precision import Precision
 from trainables.schedules import EpochPlan
+from trainables.step import train_step
+
+# Consecutive steps the GradScaler may skip before the trial counts as diverged: enough to
+# back its scale off from 2**16 to 2**-8. A few skips are fp16 doing its job (an overflow
+# lowers the scale); this many mean the gradients stay non-finite at any scale.
+DIVERGED_AFTER_SKIPPED_STEPS = 24
 
 
 @dataclass(frozen=True)
-class DeviceSplit:
-    """A split on the device: uint8 images (N, 3, H, W) and int64 labels (N,)."""
+class HostSplit:
+    """A split in host memory: uint8 images (N, 3, H, W) and int64 labels (N,)."""
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -36,8 +50,54 @@ class DeviceSplit:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def subset(self, indices: torch.Tensor) -> DeviceSplit:
-        return DeviceSplit(self.images[indices], self.labels[indices])
+    def subset(self, indices: torch.Tensor) -> HostSplit:
+        return HostSplit(self.images[indices], self.labels[indices])
+
+    @property
+    def nbytes(self) -> int:
+        return self.images.nbytes + self.labels.nbytes
+
+    def gather(self, indices: torch.Tensor, pin: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch at `indices`, in page-locked memory when `pin` (a copy to the card can
+        then run without blocking)."""
+        if not pin:
+            return self.images[indices], self.labels[indices]
+        images = torch.empty((len(indices), *self.images.shape[1:]), dtype=torch.uint8,
+                             pin_memory=True)  # fmt: skip
+        torch.index_select(self.images, 0, indices, out=images)
+        return images, self.labels[indices].pin_memory()
+
+
+def device_batches(
+    split: HostSplit,
+    batches: Iterable[torch.Tensor],
+    device: torch.device,
+    ahead: bool | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(uint8 images, labels) of each batch of indices, on `device`, in order.
+
+    `ahead` (default: on CUDA) gathers each batch on a helper thread one batch early into
+    pinned memory and copies it without blocking, so gathering and copying overlap the
+    model's work; index_select releases the GIL, so the thread runs alongside. On CPU the
+    batch is gathered where the model reads it.
+    """
+    ahead = device.type == "cuda" if ahead is None else ahead
+    pin = device.type == "cuda"
+    if not ahead:
+        for indices in batches:
+            images, labels = split.gather(indices, pin)
+            yield images.to(device, non_blocking=pin), labels.to(device, non_blocking=pin)
+        return
+    upcoming = iter(batches)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="batches") as pool:
+        first_two = itertools.islice(upcoming, 2)
+        pending = [pool.submit(split.gather, indices, pin) for indices in first_two]
+        while pending:
+            images, labels = pending.pop(0).result()
+            following = next(upcoming, None)
+            if following is not None:
+                pending.append(pool.submit(split.gather, following, pin))
+            yield images.to(device, non_blocking=pin), labels.to(device, non_blocking=pin)
 
 
 @dataclass(frozen=True)
@@ -61,12 +121,23 @@ class Normaliser:
 
 @dataclass(frozen=True)
 class EpochResult:
-    train_loss: float  # nan or inf when training diverged
+    train_loss: float  # over the applied steps; nan or inf when training diverged
     train_acc: float
-    images: int  # images trained on
+    images: int  # images trained on (skipped steps included: they cost the same)
     optimizer_steps: int
     seconds: float  # wall time of the training part
     peak_mem_bytes: int
+    skipped_steps: int = 0  # steps the GradScaler skipped (fp16 overflow)
+    skipped_streak: int = 0  # consecutive skipped steps at the end of the epoch
+
+    @property
+    def diverged(self) -> bool:
+        """The loss stopped being finite: without a GradScaler one step is enough (the
+        weights took a non-finite update); with one, a long run of skipped steps."""
+        return (
+            not math.isfinite(self.train_loss)
+            or self.skipped_streak >= DIVERGED_AFTER_SKIPPED_STEPS
+        )
 
 
 def batch_slices(count: int, batch_size: int) -> list[slice]:
@@ -95,98 +166,110 @@ def _synchronize(device: torch.device) -> None:
 def train_epoch(
     model: StagedClassifier,
     optimizer: torch.optim.Optimizer,
-    split: DeviceSplit,
+    split: HostSplit,
     normalise: Normaliser,
     *,
     plan: EpochPlan,
     precision: Precision,
     generator: torch.Generator,
+    budget: MemoryBudget | None = None,
     augment: bool = False,
     lr_at: Callable[[float], float] | None = None,
-    memory_budget_bytes: int | None = None,
+    skipped_streak: int = 0,
 ) -> EpochResult:
-    """One pass over `split` in the order `generator` draws.
+    """One pass over `split` in the order `generator` draws, on the model's device.
 
     Each optimizer step averages the loss over the images of its micro-batches (weighted
     by their sizes), so k micro-batches of b give the update of one batch of k*b.
-    `lr_at(fraction of the epoch done)` sets the learning rate before every step.
-    On CPU, a step the meter finds above `memory_budget_bytes` raises the out-of-memory
-    error a GPU of that size would.
+    `lr_at(fraction of the epoch done)` sets the learning rate before every step. On CPU
+    the `budget`'s meter checks the epoch's first step before the clock starts (and
+    raises the out-of-memory error a card of that size would). `skipped_streak` carries
+    the GradScaler's run of skipped steps over from the previous epoch; the epoch stops
+    early once the run says the trial diverged.
     """
-    device = split.images.device
+    device = next(model.parameters()).device
+    budget = budget or MemoryBudget(device)
     model.train()
-    order = torch.randperm(len(split), generator=generator).to(device)
+    order = torch.randperm(len(split), generator=generator)
     groups = step_groups(len(split), plan.batch_size, plan.accumulation_steps)
-    peak_bytes = 0
-    if device.type != "cuda":  # the CPU meter, on the epoch's first batch, outside the clock
+    metered = 0
+    if budget.card is None:  # the CPU meter runs its own forward: outside the clock
         first = order[groups[0][0]]
-        peak_bytes = step_peak_bytes(
+        metered = budget.enforce(
             model, optimizer, normalise(split.images[first]), split.labels[first], precision
         )
-        if memory_budget_bytes is not None and peak_bytes > memory_budget_bytes:
-            raise MemoryBudgetExceeded(
-                f"a training step of {plan.batch_size} images needs {peak_bytes / MIB:.0f} MiB, "
-                f"over the budget of {memory_budget_bytes / MIB:.0f} MiB",
-                needed_mb=peak_bytes / MIB,
-            )
+    stream = device_batches(split, (order[s] for group in groups for s in group), device)
+
+    def micro_batches(count: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for pixels, targets in itertools.islice(stream, count):
+            if augment:
+                pixels = random_crop_flip(pixels, generator)
+            yield normalise(pixels), targets
+
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
-    images_seen = 0
-    reset_cuda_peak(device)
+    images = scored = skipped = steps = 0
+    budget.reset_peak()
     _synchronize(device)
     started = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
-    for step, group in enumerate(groups):
-        if lr_at is not None:
-            for param_group in optimizer.param_groups:
-                param_group["lr"] = lr_at(step / len(groups))
-        group_images = sum(batch.stop - batch.start for batch in group)
-        for batch in group:
-            indices = order[batch]
-            pixels = split.images[indices]
-            if augment:
-                pixels = random_crop_flip(pixels, generator)
-            targets = split.labels[indices]
-            with precision.autocast():
-                logits = model(normalise(pixels))
-                loss = F.cross_entropy(logits, targets)
-            precision.backward(loss * (len(targets) / group_images))
-            loss_sum += loss.detach().float() * len(targets)
-            correct += (logits.detach().argmax(dim=1) == targets).sum()
-            images_seen += len(targets)
-        precision.step(optimizer)
-        optimizer.zero_grad(set_to_none=True)
+    with contextlib.closing(stream):
+        for step, group in enumerate(groups):
+            if lr_at is not None:
+                for param_group in optimizer.param_groups:
+                    param_group["lr"] = lr_at(step / len(groups))
+            group_images = sum(batch.stop - batch.start for batch in group)
+            outcome = train_step(
+                model, optimizer, micro_batches(len(group)), precision, images=group_images
+            )
+            images += outcome.images
+            steps += 1
+            if outcome.applied:
+                loss_sum += outcome.loss_sum
+                correct += outcome.correct
+                scored += outcome.images
+                skipped_streak = 0
+                continue
+            skipped += 1
+            skipped_streak += 1
+            if skipped_streak >= DIVERGED_AFTER_SKIPPED_STEPS:
+                break
     _synchronize(device)
     seconds = time.perf_counter() - started
-    if device.type == "cuda":
-        peak_bytes = cuda_peak_bytes(device)
     return EpochResult(
-        train_loss=float(loss_sum) / images_seen,
-        train_acc=float(correct) / images_seen,
-        images=images_seen,
-        optimizer_steps=len(groups),
+        train_loss=float(loss_sum) / scored if scored else math.nan,
+        train_acc=float(correct) / scored if scored else math.nan,
+        images=images,
+        optimizer_steps=steps,
         seconds=seconds,
-        peak_mem_bytes=peak_bytes,
+        peak_mem_bytes=budget.peak_bytes(metered),
+        skipped_steps=skipped,
+        skipped_streak=skipped_streak,
     )
 
 
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
-    split: DeviceSplit,
+    split: HostSplit,
     normalise: Normaliser,
     *,
     batch_size: int,
     precision: Precision | None = None,
 ) -> tuple[float, float]:
-    """(accuracy, mean loss) of `model` on `split` in eval mode."""
+    """(accuracy, mean loss) of `model` on `split` in eval mode, on the model's device."""
+    device = next(model.parameters()).device
     model.eval()
-    loss_sum = torch.zeros((), device=split.images.device)
-    correct = torch.zeros((), device=split.images.device, dtype=torch.long)
-    for start in range(0, len(split), batch_size):
-        targets = split.labels[start : start + batch_size]
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), device=device, dtype=torch.long)
+    batches = (torch.arange(s.start, s.stop) for s in _eval_slices(len(split), batch_size))
+    for pixels, targets in device_batches(split, batches, device):
         with precision.autocast() if precision else nullcontext():
-            logits = model(normalise(split.images[start : start + batch_size]))
+            logits = model(normalise(pixels))
         loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum")
         correct += (logits.argmax(dim=1) == targets).sum()
     return float(correct) / len(split), float(loss_sum) / len(split)
+
+
+def _eval_slices(count: int, batch_size: int) -> list[slice]:
+    return [slice(start, min(start + batch_size, count)) for start in range(0, count, batch_size)]

@@ -29,7 +29,8 @@ def test_nothing_fits_gives_zero_and_everything_fits_stops_at_the_limit():
 def test_the_cpu_probe_solves_the_meter_exactly_because_it_is_affine_in_the_batch():
     settings = TrainSettings(model="resnet18", optimizer="adam", amp=True, grad_checkpointing=True)
     prober = Prober(settings, image_size=32, budget_mb=100)
-    measured = step_peak_bytes(prober.model, prober.optimizer, *prober.batch(13), prober.precision)
+    trial = prober.trial
+    measured = step_peak_bytes(trial.model, trial.optimizer, *prober.batch(13), trial.precision)
     assert prober.peak_bytes(13) == pytest.approx(measured, rel=1e-6)
 
 

@@ -149,6 +149,15 @@ def test_every_listed_form_is_recognised_and_ordinary_errors_are_not():
     assert not is_out_of_memory(ValueError("out of memory"))
 
 
+def test_cudnn_not_supported_is_out_of_memory_only_when_it_blames_memory():
+    unsupported = RuntimeError(
+        "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a "
+        "non-contiguous input."
+    )
+    assert not is_out_of_memory(unsupported)
+    assert is_out_of_memory(OOM_ERRORS["cudnn workspace"]())
+
+
 def test_a_cpu_memory_budget_below_the_step_prunes_the_trial_as_a_gpu_of_that_size_would(
     tiny_data: PreparedData,
 ):
@@ -189,4 +198,4 @@ def test_adabatch_growth_that_would_exceed_the_budget_continues_through_accumula
 
 
 def test_the_numeric_schema_leaves_out_only_the_text_fields():
-    assert set(METRICS) - set(NUMERIC_METRICS) == {"status", "status_detail", "node"}
+    assert set(METRICS) - set(NUMERIC_METRICS) == {"status", "status_detail", "oom_cause", "node"}

@@ -9,7 +9,7 @@ from trainables.precision import Precision, precision_for
 from trainables.schedules import EpochPlan
 from trainables.settings import TrainSettings
 from trainables.training import (
-    DeviceSplit,
+    HostSplit,
     Normaliser,
     batch_slices,
     evaluate,
@@ -22,13 +22,13 @@ FP32 = Precision("cpu", None)
 NORMALISE = Normaliser.from_stats((0.5, 0.5, 0.5), (0.25, 0.25, 0.25), CPU)
 
 
-def split_of(images: int = 64, size: int = 16) -> DeviceSplit:
+def split_of(images: int = 64, size: int = 16) -> HostSplit:
     generator = torch.Generator().manual_seed(0)
     labels = torch.randint(0, 2, (images,), generator=generator)
     # Brightness tells the classes apart, so a few steps must learn it.
     noise = torch.randint(0, 100, (images, 3, size, size), generator=generator)
     pixels = noise + 120 * labels.view(-1, 1, 1, 1)
-    return DeviceSplit(pixels.to(torch.uint8), labels)
+    return HostSplit(pixels.to(torch.uint8), labels)
 
 
 def plan(batch_size: int, accumulation_steps: int = 1, lr: float = 0.01) -> EpochPlan:

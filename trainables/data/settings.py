@@ -35,7 +35,7 @@ class DataSettings(BaseModel):
     train_per_class: Annotated[int, Field(gt=0)] | Literal["all"] = 600
     val_per_class: int = Field(200, gt=0, strict=True)
     test_per_class: int = Field(200, gt=0, strict=True)
-    seed: int = Field(0, strict=True)  # which images are drawn / how the split falls
+    seed: int = Field(0, ge=0, strict=True)  # which images are drawn / how the split falls
 
     # A field validator on `root` (not a model validator) so that the message is reported
     # at `data.root`, where the user has to add it. `source` is declared first, so it is

@@ -1,0 +1,57 @@
+"""One training step: the forward, backward and update that every part of a trial runs.
+
+The epoch loop trains with it, the AdaBatch memory probe and the capacity prober measure
+with it, so what is measured is exactly what is trained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainables.precision import Precision
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    loss_sum: torch.Tensor  # summed over images, on the device: reading it waits for it
+    correct: torch.Tensor  # images classified right, on the device
+    images: int
+    applied: bool  # False: a probe (update=False), or the GradScaler skipped the step
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    micro_batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    precision: Precision,
+    *,
+    images: int,
+    update: bool = True,
+) -> StepOutcome:
+    """One optimizer step over `micro_batches` of (inputs, targets) already on the device.
+
+    Each micro-batch's loss is weighted by its share of the step's `images`, so k
+    micro-batches of b give the update of one batch of k*b. With `update=False` the
+    gradients are computed and dropped: the step's memory without changing the weights.
+    The gradients are released at the end either way.
+    """
+    device = next(model.parameters()).device
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), device=device, dtype=torch.long)
+    seen = 0
+    for inputs, targets in micro_batches:
+        with precision.autocast():
+            logits = model(inputs)
+            loss = F.cross_entropy(logits, targets)
+        precision.backward(loss * (len(targets) / images))
+        loss_sum += loss.detach().float() * len(targets)
+        correct += (logits.detach().argmax(dim=1) == targets).sum()
+        seen += len(targets)
+    applied = precision.step(optimizer) if update else False
+    optimizer.zero_grad(set_to_none=True)
+    return StepOutcome(loss_sum=loss_sum, correct=correct, images=seen, applied=applied)
