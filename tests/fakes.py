@@ -69,3 +69,48 @@ class RaiseWhen:
         self.calls += 1
         if self.calls == self.at:
             raise self.error()
+
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclass
+class FakeCudaCard:
+    """A card as `trainables.memory.MemoryBudget` reads it: what CUDA and NVML would say.
+
+    `process` is what NVML counts for this process (None: NVML cannot see it); the
+    allocator's reserved memory is part of it, the rest sits outside the allocator.
+    """
+
+    total: int = 80 * GIB
+    free: int = 70 * GIB
+    reserved: int = 0
+    process: int | None = 500 * MIB
+    warmed_up: bool = False
+    fractions: list[float] = field(default_factory=list)
+
+    def total_bytes(self) -> int:
+        return self.total
+
+    def free_bytes(self) -> int:
+        return self.free
+
+    def reserved_bytes(self) -> int:
+        return self.reserved
+
+    def process_bytes(self) -> int | None:
+        assert self.warmed_up, "the outside of the allocator is measured after the warm-up"
+        return self.process
+
+    def warm_up(self) -> None:
+        self.warmed_up = True
+
+    def set_allocator_fraction(self, fraction: float) -> None:
+        self.fractions.append(fraction)
+
+    def reset_peak(self) -> None:
+        pass
+
+    def peak_bytes(self) -> int:
+        return self.reserved

@@ -134,10 +134,10 @@ class EpochResult:
     def diverged(self) -> bool:
         """The loss stopped being finite: without a GradScaler one step is enough (the
         weights took a non-finite update); with one, a long run of skipped steps."""
-        return (
-            not math.isfinite(self.train_loss)
-            or self.skipped_streak >= DIVERGED_AFTER_SKIPPED_STEPS
-        )
+        if self.skipped_streak >= DIVERGED_AFTER_SKIPPED_STEPS:
+            return True
+        applied_any = self.optimizer_steps > self.skipped_steps  # else: no loss to judge
+        return applied_any and not math.isfinite(self.train_loss)
 
 
 def batch_slices(count: int, batch_size: int) -> list[slice]:

@@ -191,3 +191,19 @@ def test_repeats_must_divide_the_samples_and_leave_the_seed_to_the_search(tmp_pa
     problems = problems_of(path)
     assert "multiple of search.repeats (2)" in problems["search.num_samples"]
     assert "search.repeats sets the seeds" in problems["space.seed"]
+
+
+def test_a_negative_data_seed_is_a_config_error_not_a_numpy_traceback(tmp_path):
+    path = write(tmp_path, "name: seeded\n")
+    assert problems_of(path, ["data.seed=-1"])["data.seed"].startswith("must be >= 0, got -1")
+
+
+def test_determinism_and_the_cudnn_autotuner_cannot_both_hold(tmp_path):
+    fixed = write(tmp_path, "name: exact\ntrain: {deterministic: true, cudnn_benchmark: true}\n")
+    assert "turn one of the two off" in problems_of(fixed)["train"]
+    sampled = write(
+        tmp_path,
+        "name: exact\ntrain: {deterministic: true}\n"
+        "space:\n  cudnn_benchmark: {choice: [false, true]}\n",
+    )
+    assert "both true" in problems_of(sampled)["space.cudnn_benchmark"]

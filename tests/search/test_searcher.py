@@ -67,6 +67,16 @@ def test_after_an_oom_a_config_needing_at_least_as_much_memory_is_marked_to_skip
     assert set(searcher.failures) == {"a"}
 
 
+def test_an_oom_because_the_whole_card_was_full_teaches_nothing_about_the_config():
+    searcher = searcher_over(space={"batch_size": tune.choice([64])})
+    searcher.suggest("a")
+    searcher.on_trial_complete("a", result(status="oom", batch_size=64, oom_cause="card"))
+    assert "oom_predicted_from" not in searcher.suggest("b")
+    assert searcher.failures == {}
+    trial = searcher.study.trials[0]
+    assert trial.state == optuna.trial.TrialState.PRUNED  # still off the front
+
+
 def test_a_smaller_config_after_an_oom_still_trains():
     searcher = searcher_over(space={"batch_size": tune.choice([16, 64])}, grid=[
         {"batch_size": 64}, {"batch_size": 16},

@@ -2,8 +2,9 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
-from trainables.classifier import fit_classifier
+from trainables.classifier import fit_classifier, start_trial
 from trainables.data import PreparedData
 from trainables.metrics import MACHINE_METRICS, METRICS, STATUS_OK
 from trainables.settings import TrainSettings
@@ -101,3 +102,31 @@ def test_a_trial_resumed_from_its_checkpoint_ends_like_one_that_never_stopped(
 def test_time_to_target_is_infinite_when_the_target_is_out_of_reach(tiny_data: PreparedData):
     last = fit_classifier(settings(epochs=1, target_acc=1.0), tiny_data, Reports())
     assert math.isinf(last["time_to_target_s"]) or last["val_acc"] == 1.0
+
+
+def test_deterministic_kernels_are_switched_per_trial_not_left_for_the_next_one(
+    tiny_data: PreparedData,
+):
+    cpu = torch.device("cpu")
+    try:
+        start_trial(TrainSettings(deterministic=True), 2, 16, cpu, None)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.backends.cudnn.benchmark
+        start_trial(TrainSettings(cudnn_benchmark=True), 2, 16, cpu, None)
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.benchmark
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.benchmark = False
+
+
+def test_the_data_stays_in_host_memory_and_its_size_is_reported_apart_from_the_step_peak(
+    tiny_data: PreparedData,
+):
+    reports: list[dict] = []
+    fit_classifier(TrainSettings(epochs=1, train_eval_size=16), tiny_data,
+                   lambda metrics, _: reports.append(metrics))  # fmt: skip
+    splits = (tiny_data.train, tiny_data.val, tiny_data.test)
+    split_bytes = sum(s.images.nbytes + s.labels.nbytes for s in splits)
+    assert reports[0]["data_mb"] * (1 << 20) >= split_bytes  # plus the train-eval subset
+    assert reports[0]["peak_mem_mb"] > 0

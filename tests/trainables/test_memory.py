@@ -1,8 +1,18 @@
 import pytest
 import torch
 
-from trainables.memory import activation_bytes, optimizer_state_bytes, step_peak_bytes
+from tests.fakes import GIB, MIB, FakeCudaCard
+from trainables.memory import (
+    FALLBACK_OUTSIDE_ALLOCATOR_MB,
+    MemoryBudget,
+    activation_bytes,
+    card_was_full,
+    cuda_share,
+    optimizer_state_bytes,
+    step_peak_bytes,
+)
 from trainables.models import build_model
+from trainables.oom import MemoryBudgetExceeded
 from trainables.precision import precision_for
 
 CPU = torch.device("cpu")
@@ -58,3 +68,81 @@ def test_measuring_does_not_change_batchnorm_statistics_or_leave_gradients():
     for name, buffer in model.named_buffers():
         assert torch.equal(buffer, before[name]), name
     assert all(p.grad is None for p in model.parameters())
+
+
+# --- a trial's share of a CUDA card, with the card faked -------------------------------------
+
+
+def test_a_quarter_share_holds_the_context_too_so_four_trials_fit_the_card():
+    share = cuda_share(80 * GIB, gpu_share=0.25, budget_mb=None, outside_allocator_bytes=GIB)
+    assert share.allowed_bytes == 20 * GIB
+    assert share.allocator_bytes == 19 * GIB
+    assert 4 * (share.allocator_bytes + share.outside_allocator_bytes) == 80 * GIB
+    assert share.allocator_fraction == pytest.approx(19 / 80)
+
+
+def test_a_budget_stricter_than_the_share_acts_like_a_card_of_that_size():
+    share = cuda_share(80 * GIB, gpu_share=0.5, budget_mb=11_000, outside_allocator_bytes=GIB)
+    assert share.allowed_bytes == 11_000 * MIB
+    assert cuda_share(80 * GIB, None, None, GIB).allowed_bytes == 80 * GIB  # the whole card
+
+
+def test_an_oom_is_the_cards_fault_only_when_the_card_could_not_give_the_trial_its_share():
+    share = cuda_share(80 * GIB, 0.25, None, GIB)  # 19 GiB for tensors
+    assert not card_was_full(share, free_bytes=40 * GIB, reserved_bytes=19 * GIB)  # at its limit
+    assert not card_was_full(share, free_bytes=2 * GIB, reserved_bytes=18 * GIB)  # room to grow
+    assert card_was_full(share, free_bytes=GIB // 2, reserved_bytes=6 * GIB)  # neighbours
+
+
+def test_the_budget_sets_the_allocator_limit_to_the_share_less_the_measured_context():
+    card = FakeCudaCard(reserved=100 * MIB, process=700 * MIB)  # 600 MiB outside
+    budget = MemoryBudget(CPU, budget_mb=None, gpu_share=0.25, card=card)
+    assert budget.share.outside_allocator_bytes == 600 * MIB
+    assert card.fractions == [pytest.approx((20 * GIB - 600 * MIB) / (80 * GIB))]
+
+
+def test_a_reused_worker_process_gets_each_trials_own_limit():
+    card = FakeCudaCard()
+    MemoryBudget(CPU, gpu_share=0.25, card=card)
+    MemoryBudget(CPU, gpu_share=None, card=card)  # the next trial has the card to itself
+    assert card.fractions[0] < 0.25 and card.fractions[1] == pytest.approx(1 - 500 / 81920)
+
+
+def test_without_nvml_the_outside_is_what_the_card_shows_beyond_the_allocator_capped():
+    alone = FakeCudaCard(free=79 * GIB, reserved=0, process=None)  # 1 GiB used: this process
+    crowded = FakeCudaCard(free=10 * GIB, reserved=0, process=None)  # neighbours hold 70 GiB
+    assert MemoryBudget(CPU, gpu_share=0.25, card=alone).share.outside_allocator_bytes == (
+        min(GIB, FALLBACK_OUTSIDE_ALLOCATOR_MB * MIB)
+    )
+    assert MemoryBudget(CPU, gpu_share=0.25, card=crowded).share.outside_allocator_bytes == (
+        FALLBACK_OUTSIDE_ALLOCATOR_MB * MIB
+    )
+
+
+def test_a_share_too_small_for_the_context_is_an_out_of_memory_error_at_placement():
+    with pytest.raises(torch.OutOfMemoryError, match="cannot hold this process's CUDA context"):
+        MemoryBudget(CPU, budget_mb=400, card=FakeCudaCard(process=500 * MIB))
+
+
+def test_after_an_oom_the_budget_says_whether_the_card_or_the_trial_ran_out():
+    card = FakeCudaCard()
+    budget = MemoryBudget(CPU, gpu_share=0.25, card=card)
+    card.free, card.reserved = 30 * GIB, 19 * GIB
+    note, card_full = budget.explain_oom()
+    assert not card_full and "the card had 30720 MiB free" in note
+    card.free, card.reserved = 100 * MIB, 3 * GIB
+    note, card_full = budget.explain_oom()
+    assert card_full and note.endswith("the card was full, not this trial's share")
+
+
+def test_on_cpu_the_meter_decides_and_says_how_much_a_step_needs():
+    model = build_model("small_cnn", num_classes=2, image_size=16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    batch = torch.randn(8, 3, 16, 16), torch.randint(0, 2, (8,))
+    fp32 = precision_for(False, "float16", CPU)
+    needed = MemoryBudget(CPU).enforce(model, optimizer, *batch, fp32)
+    tight = MemoryBudget(CPU, budget_mb=needed / MIB / 2)
+    assert not tight.fits(model, optimizer, *batch, fp32)
+    with pytest.raises(MemoryBudgetExceeded, match="a training step of 8 images needs"):
+        tight.enforce(model, optimizer, *batch, fp32)
+    assert MemoryBudget(CPU, budget_mb=needed / MIB * 2).fits(model, optimizer, *batch, fp32)

@@ -199,3 +199,143 @@ def test_adabatch_growth_that_would_exceed_the_budget_continues_through_accumula
 
 def test_the_numeric_schema_leaves_out_only_the_text_fields():
     assert set(METRICS) - set(NUMERIC_METRICS) == {"status", "status_detail", "oom_cause", "node"}
+
+
+def inject_outside_the_epoch(monkeypatch, phase: str, error) -> None:
+    """Make `phase`, which runs outside the epoch's training and evaluation, raise `error()`
+    in epoch 2 (placement: at once)."""
+    if phase == "placement on the device":
+        real_build = classifier.build_model
+
+        def build_then_place(*args, **kwargs):
+            model = real_build(*args, **kwargs)
+            model.to = lambda *_, **__: (_ for _ in ()).throw(error())  # .to(device) runs out
+            return model
+
+        monkeypatch.setattr(classifier, "build_model", build_then_place)
+    elif phase == "data":
+        monkeypatch.setattr(classifier.Normaliser, "from_stats", RaiseWhen(error, at=1))
+    elif phase == "memory probe":
+        monkeypatch.setattr(classifier.MemoryBudget, "fits", RaiseWhen(error, at=1))
+    elif phase == "checkpointing":
+        monkeypatch.setattr(classifier, "save_trial_state", RaiseWhen(error, at=2))
+
+
+@pytest.mark.parametrize(
+    ("phase", "named", "epoch"),
+    [
+        ("placement on the device", "placement on the device", 1),
+        ("data", "placement on the device", 1),  # the normaliser goes to the device then
+        ("memory probe", "memory probe", 2),
+        ("checkpointing", "checkpointing", 2),
+    ],
+)
+def test_an_oom_before_during_or_after_the_epoch_prunes_the_trial_naming_the_phase(
+    tiny_data: PreparedData, monkeypatch, phase, named, epoch
+):
+    inject_outside_the_epoch(monkeypatch, phase, OOM_ERRORS["torch.OutOfMemoryError"])
+    growing = settings(adabatch_growth=2) if phase == "memory probe" else settings()
+    reports = Reports()
+    last = fit_classifier(growing, tiny_data, reports)
+    assert [m["status"] for m in reports.metrics] == ["ok"] * (epoch - 1) + ["oom"]
+    assert last["epoch"] == epoch
+    assert f"out of memory in {named}:" in last["status_detail"]
+    assert last["oom_cause"] == "share"
+    assert set(NUMERIC_METRICS) <= set(last)
+
+
+def test_the_next_trial_in_the_same_process_starts_clean_after_an_oom_at_placement(
+    tiny_data: PreparedData, monkeypatch
+):
+    with monkeypatch.context() as patch:
+        inject_outside_the_epoch(patch, "placement on the device", OOM_ERRORS["cuda runtime"])
+        assert fit_classifier(settings(), tiny_data, Reports())["status"] == "oom"
+    reports = Reports()
+    fit_classifier(settings(), tiny_data, reports)
+    assert [m["status"] for m in reports.metrics] == ["ok", "ok", "ok"]
+
+
+def test_the_adabatch_probe_measures_in_training_mode_where_checkpointing_acts():
+    """After an epoch's evaluation the model is in eval mode, where checkpointing is off;
+    a probe there measured resnet18 at 32 px without it and stopped the batch growing."""
+    from trainables.data import DataSettings, prepare_data
+    from trainables.memory import step_peak_bytes
+    from trainables.models import build_model
+    from trainables.precision import precision_for
+
+    data = prepare_data(
+        DataSettings(image_size=32, train_per_class=40, val_per_class=4, test_per_class=4)
+    )
+    model = build_model("resnet18", num_classes=2, image_size=32)
+    model.enable_checkpointing()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    batch = torch.randn(64, 3, 32, 32), torch.randint(0, 2, (64,))
+    fp32 = precision_for(False, "float16", torch.device("cpu"))
+    in_train = step_peak_bytes(model.train(), optimizer, *batch, fp32)
+    in_eval = step_peak_bytes(model.eval(), optimizer, *batch, fp32)
+    assert in_train < in_eval
+    budget_mb = (in_train + in_eval) / 2 / (1 << 20)
+    reports = Reports()
+    grown = settings(model="resnet18", grad_checkpointing=True, epochs=2, batch_size=32,
+                     adabatch_growth=2, memory_budget_mb=budget_mb, train_eval_size=8)  # fmt: skip
+    fit_classifier(grown, data, reports)
+    assert [(m["status"], m["batch_size"], m["accumulation_steps"]) for m in reports.metrics] == [
+        ("ok", 32, 1),
+        ("ok", 64, 1),  # grew: the probe saw the checkpointed step
+    ]
+
+
+class InfOnce(nn.Module):
+    """A stage whose `at`-th training forward pass overflows, as fp16 activations can."""
+
+    def __init__(self, at: int | None) -> None:
+        super().__init__()
+        self.at, self.calls = at, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training and torch.is_grad_enabled()):
+            return x
+        self.calls += 1
+        return x * math.inf if self.at is None or self.calls == self.at else x
+
+
+def with_grad_scaler(monkeypatch) -> None:
+    from torch.amp import GradScaler
+
+    from trainables.precision import Precision
+
+    monkeypatch.setattr(
+        classifier, "precision_for", lambda *_: Precision("cpu", None, GradScaler("cpu"))
+    )
+
+
+def test_a_single_overflow_under_a_grad_scaler_is_a_skipped_step_not_a_divergence(
+    tiny_data: PreparedData, monkeypatch
+):
+    with_grad_scaler(monkeypatch)
+    with_stage(monkeypatch, InfOnce(at=9))  # epoch 2, first step (7 passes an epoch: meter + 6)
+    reports = Reports()
+    fit_classifier(settings(), tiny_data, reports)
+    assert [m["status"] for m in reports.metrics] == ["ok", "ok", "ok"]
+    assert [m["skipped_steps"] for m in reports.metrics] == [0, 1, 0]
+    assert all(math.isfinite(m["train_loss"]) for m in reports.metrics)
+
+
+def test_the_same_overflow_without_a_grad_scaler_ends_the_trial_as_diverged(
+    tiny_data: PreparedData, monkeypatch
+):
+    with_stage(monkeypatch, InfOnce(at=9))
+    reports = Reports()
+    fit_classifier(settings(), tiny_data, reports)
+    assert [m["status"] for m in reports.metrics] == ["ok", "diverged"]
+
+
+def test_gradients_that_stay_non_finite_under_a_grad_scaler_end_the_trial_as_diverged(
+    tiny_data: PreparedData, monkeypatch
+):
+    with_grad_scaler(monkeypatch)
+    with_stage(monkeypatch, InfOnce(at=None))  # every step overflows
+    reports = Reports()
+    last = fit_classifier(settings(epochs=6), tiny_data, reports)
+    assert last["status"] == "diverged" and last["epoch"] == 4  # 24 skipped steps: 4 epochs
+    assert "skipped 24 steps in a row" in last["status_detail"]

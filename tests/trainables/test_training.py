@@ -1,4 +1,5 @@
 import copy
+import math
 
 import pytest
 import torch
@@ -8,10 +9,12 @@ from trainables.models import build_model
 from trainables.precision import Precision, precision_for
 from trainables.schedules import EpochPlan
 from trainables.settings import TrainSettings
+from trainables.step import train_step
 from trainables.training import (
     HostSplit,
     Normaliser,
     batch_slices,
+    device_batches,
     evaluate,
     step_groups,
     train_epoch,
@@ -151,3 +154,26 @@ def test_the_cpu_meter_grows_with_the_physical_batch_and_counts_state_before_act
         params = sum(p.numel() * 4 for p in model.parameters())
         assert peaks[batch_size] > 4 * params  # parameters, gradients, Adam's two moments
     assert peaks[128] > peaks[8] + 500_000  # the activations of 120 more images
+
+
+def test_batches_gathered_ahead_on_a_helper_thread_are_the_same_batches_in_the_same_order():
+    split = split_of(images=40)
+    batches = [torch.randperm(40)[:8] for _ in range(5)]
+    direct = list(device_batches(split, batches, CPU, ahead=False))
+    ahead = list(device_batches(split, iter(batches), CPU, ahead=True))
+    assert len(direct) == len(ahead) == 5
+    for (images, labels), (images_ahead, labels_ahead) in zip(direct, ahead, strict=True):
+        assert torch.equal(images, images_ahead) and torch.equal(labels, labels_ahead)
+
+
+def test_a_step_the_grad_scaler_skips_leaves_the_weights_and_the_epochs_loss_alone():
+    from torch.amp import GradScaler
+
+    model = build_model("small_cnn", num_classes=2, image_size=16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaled = Precision("cpu", None, GradScaler("cpu"))
+    before = [p.detach().clone() for p in model.parameters()]
+    inputs = torch.full((4, 3, 16, 16), math.inf), torch.zeros(4, dtype=torch.long)
+    outcome = train_step(model, optimizer, [inputs], scaled, images=4)
+    assert not outcome.applied
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before, strict=True))
