@@ -128,8 +128,7 @@ class Prober:
     def fits(self, size: int) -> bool:
         trial = self.trial
         if self.device.type != "cuda":
-            budget = trial.budget.budget_bytes
-            return budget is None or self.peak_bytes(size) <= budget
+            return trial.budget.allows(self.peak_bytes(size))
         try:  # the batch itself may not fit
             inputs, targets = self.batch(size)
         except Exception as error:

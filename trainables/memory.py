@@ -336,7 +336,7 @@ class MemoryBudget:
         if self.card is not None:
             return 0
         peak = step_peak_bytes(model, optimizer, inputs, targets, precision)
-        if self.budget_bytes is not None and peak > self.budget_bytes:
+        if not self.allows(peak):
             raise MemoryBudgetExceeded(
                 f"a training step of {len(inputs)} images needs {peak / MIB:.0f} MiB, "
                 f"over the budget of {self.budget_bytes / MIB:.0f} MiB",
@@ -359,11 +359,14 @@ class MemoryBudget:
         model.train()
         try:
             if self.card is None:
-                peak = step_peak_bytes(model, optimizer, inputs, targets, precision)
-                return self.budget_bytes is None or peak <= self.budget_bytes
+                return self.allows(step_peak_bytes(model, optimizer, inputs, targets, precision))
             return self._runs(model, optimizer, inputs, targets, precision)
         finally:
             model.train(was_training)
+
+    def allows(self, metered_bytes: float) -> bool:
+        """Whether a step the CPU meter puts at `metered_bytes` is within the budget."""
+        return self.budget_bytes is None or metered_bytes <= self.budget_bytes
 
     def _runs(
         self,
