@@ -32,8 +32,8 @@ import torch
 
 from search.config import ConfigError, SearchConfig, load_config
 from search.errors import Problem
-from trainables.classifier import start_trial
-from trainables.memory import MIB, step_peak_bytes
+from trainables.classifier import set_determinism, start_trial
+from trainables.memory import MIB, MemoryBudget, step_peak_bytes
 from trainables.oom import is_out_of_memory, release_memory
 from trainables.settings import TrainSettings
 from trainables.step import train_step
@@ -96,14 +96,10 @@ class Prober:
     def __init__(self, settings: TrainSettings, image_size: int, budget_mb: float) -> None:
         self.image_size = image_size
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        # On CUDA the budget is the share; on CPU it is what the meter is held to.
-        self.trial = start_trial(
-            settings.model_copy(update={"memory_budget_mb": budget_mb}),
-            NUM_CLASSES,
-            image_size,
-            self.device,
-            None,
-        )
+        # On CUDA the budget is the share of the card; on CPU what the meter is held to.
+        set_determinism(settings)
+        budget = MemoryBudget(self.device, budget_mb)
+        self.trial = start_trial(settings, NUM_CLASSES, image_size, budget, None)
         self._affine: tuple[float, float] | None = None
         if self.device.type == "cuda":
             self.time_steps(1, 0)  # the first step allocates the optimizer's state

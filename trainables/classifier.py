@@ -125,14 +125,12 @@ def start_trial(
     settings: TrainSettings,
     num_classes: int,
     image_size: int,
-    device: torch.device,
+    budget: MemoryBudget,
     resume: dict | None,
-    gpu_share: float | None = None,
 ) -> Trial:
-    """The model, optimizer and precision of a trial, as new or from a checkpoint, on a
-    device already held to the trial's share of memory."""
-    set_determinism(settings)
-    budget = MemoryBudget(device, settings.memory_budget_mb, gpu_share)
+    """The model, optimizer and precision of a trial, as new or from a checkpoint, on the
+    budget's device, which the budget already holds to the trial's share of memory."""
+    device = budget.device
     torch.manual_seed(settings.seed)
     model = build_model(settings.model, num_classes, image_size).to(device)
     if settings.grad_checkpointing:
@@ -182,11 +180,12 @@ def fit_classifier(
     device = resolve_device(settings.device)
     state = TrialState.from_dict(resume_state["state"]) if resume_state else TrialState()
     phase, epoch, plan = "placement on the device", state.epoch + 1, None
+    budget: MemoryBudget | None = None
     trial: Trial | None = None
     try:
-        trial = start_trial(
-            settings, data.num_classes, data.image_size, device, resume_state, gpu_share
-        )
+        set_determinism(settings)  # before the budget's warm-up starts cuBLAS
+        budget = MemoryBudget(device, settings.memory_budget_mb, gpu_share)
+        trial = start_trial(settings, data.num_classes, data.image_size, budget, resume_state)
         splits = TrialData.of(data, device, settings)
         for epoch in range(trial.state.epoch + 1, settings.epochs + 1):
             phase, plan = "memory probe", None
@@ -214,9 +213,9 @@ def fit_classifier(
         # Only text and numbers leave this block: the traceback holds the step's tensors.
         detail = f"out of memory in {phase}: {first_line(error)}"
         needed_mb = getattr(error, "needed_mb", math.nan)  # known under a CPU budget
-    note, card_full = trial.budget.explain_oom() if trial else ("", False)
+    note, card_full = budget.explain_oom() if budget else ("", False)
     state = trial.state if trial else state
-    trial = splits = None  # the trial's tensors go before the cache is emptied
+    trial = splits = budget = None  # the trial's tensors go before the cache is emptied
     release_memory(device)
     cause = OOM_CAUSE_CARD if card_full else OOM_CAUSE_SHARE
     return _report_pruned(

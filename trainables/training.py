@@ -57,11 +57,15 @@ class HostSplit:
     def nbytes(self) -> int:
         return self.images.nbytes + self.labels.nbytes
 
-    def gather(self, indices: torch.Tensor, pin: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch at `indices`, in page-locked memory when `pin` (a copy to the card can
-        then run without blocking)."""
+    def gather(
+        self, indices: torch.Tensor | slice, pin: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch at `indices` (a slice is a view where nothing needs copying), in
+        page-locked memory when `pin`, so that its copy to the card runs without blocking."""
         if not pin:
             return self.images[indices], self.labels[indices]
+        if isinstance(indices, slice):
+            return self.images[indices].pin_memory(), self.labels[indices].pin_memory()
         images = torch.empty((len(indices), *self.images.shape[1:]), dtype=torch.uint8,
                              pin_memory=True)  # fmt: skip
         torch.index_select(self.images, 0, indices, out=images)
@@ -70,7 +74,7 @@ class HostSplit:
 
 def device_batches(
     split: HostSplit,
-    batches: Iterable[torch.Tensor],
+    batches: Iterable[torch.Tensor | slice],
     device: torch.device,
     ahead: bool | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -262,7 +266,7 @@ def evaluate(
     model.eval()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
-    batches = (torch.arange(s.start, s.stop) for s in _eval_slices(len(split), batch_size))
+    batches = [slice(start, start + batch_size) for start in range(0, len(split), batch_size)]
     for pixels, targets in device_batches(split, batches, device):
         with precision.autocast() if precision else nullcontext():
             logits = model(normalise(pixels))
@@ -270,6 +274,3 @@ def evaluate(
         correct += (logits.argmax(dim=1) == targets).sum()
     return float(correct) / len(split), float(loss_sum) / len(split)
 
-
-def _eval_slices(count: int, batch_size: int) -> list[slice]:
-    return [slice(start, min(start + batch_size, count)) for start in range(0, count, batch_size)]

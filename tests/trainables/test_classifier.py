@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainables.classifier import fit_classifier, start_trial
+from trainables.classifier import fit_classifier, set_determinism
 from trainables.data import PreparedData
 from trainables.metrics import MACHINE_METRICS, METRICS, STATUS_OK
 from trainables.settings import TrainSettings
@@ -107,12 +107,11 @@ def test_time_to_target_is_infinite_when_the_target_is_out_of_reach(tiny_data: P
 def test_deterministic_kernels_are_switched_per_trial_not_left_for_the_next_one(
     tiny_data: PreparedData,
 ):
-    cpu = torch.device("cpu")
     try:
-        start_trial(TrainSettings(deterministic=True), 2, 16, cpu, None)
+        set_determinism(TrainSettings(deterministic=True))
         assert torch.are_deterministic_algorithms_enabled()
         assert not torch.backends.cudnn.benchmark
-        start_trial(TrainSettings(cudnn_benchmark=True), 2, 16, cpu, None)
+        set_determinism(TrainSettings(cudnn_benchmark=True))
         assert not torch.are_deterministic_algorithms_enabled()
         assert torch.backends.cudnn.benchmark
     finally:

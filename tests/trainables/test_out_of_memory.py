@@ -339,3 +339,39 @@ def test_gradients_that_stay_non_finite_under_a_grad_scaler_end_the_trial_as_div
     last = fit_classifier(settings(epochs=6), tiny_data, reports)
     assert last["status"] == "diverged" and last["epoch"] == 4  # 24 skipped steps: 4 epochs
     assert "skipped 24 steps in a row" in last["status_detail"]
+
+
+def on_a_fake_card(monkeypatch, card) -> None:
+    """Trials hold their budget on `card` (a faked CUDA card) while the tensors stay on CPU."""
+    real = classifier.MemoryBudget
+    monkeypatch.setattr(
+        classifier, "MemoryBudget", lambda device, budget_mb, gpu_share: real(
+            device, budget_mb, gpu_share, card=card
+        ),
+    )  # fmt: skip
+
+
+def test_a_share_too_small_for_the_cuda_context_prunes_the_trial_at_placement(
+    tiny_data: PreparedData, monkeypatch
+):
+    from tests.fakes import MIB, FakeCudaCard
+
+    on_a_fake_card(monkeypatch, FakeCudaCard(process=900 * MIB))
+    reports = Reports()
+    last = fit_classifier(settings(memory_budget_mb=512), tiny_data, reports)
+    assert [m["status"] for m in reports.metrics] == ["oom"]
+    assert "out of memory in placement on the device" in last["status_detail"]
+    assert "cannot hold this process's CUDA context" in last["status_detail"]
+
+
+def test_an_oom_while_the_whole_card_was_full_is_recorded_as_the_cards_not_the_configs(
+    tiny_data: PreparedData, monkeypatch
+):
+    from tests.fakes import GIB, MIB, FakeCudaCard
+
+    # A quarter of the card is the trial's, but neighbours left only 100 MiB free.
+    on_a_fake_card(monkeypatch, FakeCudaCard(free=100 * MIB, reserved=2 * GIB))
+    inject(monkeypatch, "forward", OOM_ERRORS["torch.OutOfMemoryError"])
+    last = fit_classifier(settings(), tiny_data, Reports(), gpu_share=0.25)
+    assert last["status"] == "oom" and last["oom_cause"] == "card"
+    assert last["status_detail"].endswith("the card was full, not this trial's share")
