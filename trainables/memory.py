@@ -1,4 +1,9 @@
-"""Peak memory of a training step: on CUDA the allocator's, on CPU a meter's.
+"""A trial's memory: its budget, what fits in it, and the peak of a training step.
+
+`MemoryBudget` is the one place that decides whether a step fits and holds the trial to
+its limit: on CUDA through the allocator's limit (the trial's share of the card less what
+its process holds outside the allocator, see `cuda_share`), on CPU through the meter below.
+The peak of a training step is the CUDA allocator's, or on CPU the meter's.
 
 The CPU has no allocator peak that belongs to one trial (the process's RSS also holds the
 dataset, Python and torch's caches), so on CPU we count what a step must hold at its peak,
