@@ -93,7 +93,7 @@ class Trial:
     state: TrialState
     budget: MemoryBudget  # the one place that decides what fits and holds the trial to it
 
-    def plan(self, epoch: int) -> EpochPlan:
+    def plan(self, epoch: int, train_size: int) -> EpochPlan:
         settings = self.settings
         return epoch_plan(
             epoch,
@@ -104,6 +104,7 @@ class Trial:
             interval=settings.adabatch_interval,
             lr_decay=settings.adabatch_lr_decay,
             capacity=min_known(settings.max_batch_size, self.state.batch_capacity),
+            train_size=train_size,
         )
 
     def lr_schedule(self, epoch: int, plan: EpochPlan) -> Callable[[float], float]:
@@ -263,7 +264,7 @@ class TrialData:
 def plan_that_fits(trial: Trial, epoch: int, splits: TrialData) -> EpochPlan:
     """The epoch's plan; when AdaBatch grows the physical batch beyond what fits in memory,
     the previous batch becomes the trial's capacity and the growth goes to accumulation."""
-    plan = trial.plan(epoch)
+    plan = trial.plan(epoch, len(splits.train))
     previous = trial.state.last_metrics.get("batch_size")
     if previous is None or plan.batch_size <= previous:
         return plan
@@ -279,7 +280,7 @@ def plan_that_fits(trial: Trial, epoch: int, splits: TrialData) -> EpochPlan:
     ):
         return plan
     trial.state = replace(trial.state, batch_capacity=int(previous))
-    return trial.plan(epoch)
+    return trial.plan(epoch, len(splits.train))
 
 
 def train_one_epoch(trial: Trial, epoch: int, plan: EpochPlan, splits: TrialData) -> EpochResult:
@@ -349,6 +350,7 @@ def _report_pruned(
             "batch_size": plan.batch_size,
             "accumulation_steps": plan.accumulation_steps,
             "effective_batch_size": plan.effective_batch_size,
+            "scheduled_batch_size": plan.scheduled_batch_size,
         }
     metrics = pruned_metrics(status, detail, state.last_metrics, epoch=epoch, **batch, **values)
     report(metrics, None)
@@ -398,6 +400,7 @@ def epoch_metrics(
         "batch_size": plan.batch_size,
         "accumulation_steps": plan.accumulation_steps,
         "effective_batch_size": plan.effective_batch_size,
+        "scheduled_batch_size": plan.scheduled_batch_size,
         "lr": lr,
         "peak_mem_mb": result.peak_mem_bytes / MIB,
         "data_mb": data_bytes / MIB,

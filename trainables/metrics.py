@@ -39,7 +39,11 @@ METRICS: dict[str, MetricSpec] = {
     ),
     "batch_size": MetricSpec("physical micro-batch on the device"),
     "accumulation_steps": MetricSpec("micro-batches per optimizer step"),
-    "effective_batch_size": MetricSpec("batch_size * accumulation_steps"),
+    "effective_batch_size": MetricSpec("batch_size * accumulation_steps: images per update"),
+    "scheduled_batch_size": MetricSpec(
+        "the effective batch the schedule asked for; above effective_batch_size where the "
+        "training split capped it (lr then follows the batch used)"
+    ),
     "lr": MetricSpec("learning rate in effect at the end of the epoch"),
     "peak_mem_mb": MetricSpec(
         "peak memory of a training step (MiB): model, gradients, optimizer state, the batch "

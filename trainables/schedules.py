@@ -10,6 +10,11 @@ growth); ImageNet doubles it with lr x 0.2 (lr / batch x 0.1, the fixed-batch ba
 decay). Here `lr_decay` is that factor on lr / effective batch per growth: 1 keeps the
 ratio constant (lr grows with the batch), 0.25 is their CIFAR schedule, 0.1 ImageNet's.
 
+The effective batch never passes the training split, as in the reference implementation
+(NVlabs/AdaBatch): where the schedule asks for more, accumulation is cut to
+floor(split / micro-batch) (the micro-batch itself to the split, if it is larger), and lr
+is multiplied by the batch achieved over the batch asked, so lr follows the batch used.
+
 Gradual warmup (Goyal et al. 2017) ramps lr linearly from `start_factor * lr` to lr over
 the first epochs, per optimizer step.
 """
@@ -26,10 +31,17 @@ class EpochPlan:
     accumulation_steps: int  # micro-batches per optimizer step
     lr: float  # learning rate of the epoch, before warmup
     growths: int  # how many times the batch has grown so far
+    asked_batch_size: int | None = None  # the schedule's effective batch; None: as used
 
     @property
     def effective_batch_size(self) -> int:
         return self.batch_size * self.accumulation_steps
+
+    @property
+    def scheduled_batch_size(self) -> int:
+        """The effective batch the schedule asked for: more than `effective_batch_size`
+        where the training split capped it."""
+        return self.asked_batch_size or self.effective_batch_size
 
 
 def growths_by(epoch: int, growth: int, interval: int) -> int:
@@ -47,26 +59,34 @@ def epoch_plan(
     interval: int = 1,
     lr_decay: float = 1.0,
     capacity: int | None = None,
+    train_size: int | None = None,
 ) -> EpochPlan:
     """Batch, accumulation and lr for `epoch` under AdaBatch growth.
 
     The physical batch grows with the effective one until it would exceed `capacity` (the
     largest batch allowed or known to fit); from there the growth is carried by more
-    accumulation steps, so the effective batch keeps following the schedule.
+    accumulation steps, so the effective batch keeps following the schedule, up to the
+    `train_size` images of the training split (see the module docstring).
     """
     growths = growths_by(epoch, growth, interval)
     scale = growth**growths
     physical = batch_size * scale
-    target = physical * accumulation_steps
+    asked = physical * accumulation_steps
     steps = accumulation_steps
+    lr_now = lr * scale * lr_decay**growths
     if capacity is not None and physical > capacity:
-        steps = math.ceil(target / capacity)
-        physical = math.ceil(target / steps)
+        steps = math.ceil(asked / capacity)
+        physical = math.ceil(asked / steps)
+    if train_size is not None and physical * steps > train_size:
+        physical = min(physical, train_size)
+        steps = train_size // physical
+        lr_now *= physical * steps / asked
     return EpochPlan(
         batch_size=physical,
         accumulation_steps=steps,
-        lr=lr * (scale * lr_decay**growths),
+        lr=lr_now,
         growths=growths,
+        asked_batch_size=asked,
     )
 
 

@@ -96,7 +96,9 @@ def test_a_trial_resumed_from_its_checkpoint_ends_like_one_that_never_stopped(
     for name in set(METRICS) - MACHINE_METRICS:
         assert resumed.metrics[-1][name] == pytest.approx(straight.metrics[-1][name]), name
     if switches:
-        assert straight.metrics[-1]["accumulation_steps"] == 8  # grown x4 on a capped batch
+        last = straight.metrics[-1]  # grown x4 on a capped batch, then cut to the split
+        assert (last["scheduled_batch_size"], last["batch_size"]) == (64, 8)
+        assert last["accumulation_steps"] == 6  # 48 training images
 
 
 def test_time_to_target_is_infinite_when_the_target_is_out_of_reach(tiny_data: PreparedData):
@@ -129,3 +131,18 @@ def test_the_data_stays_in_host_memory_and_its_size_is_reported_apart_from_the_s
     split_bytes = sum(s.images.nbytes + s.labels.nbytes for s in splits)
     assert reports[0]["data_mb"] * (1 << 20) >= split_bytes  # plus the train-eval subset
     assert reports[0]["peak_mem_mb"] > 0
+
+
+def test_no_step_is_larger_than_the_training_split_whatever_the_schedule_asks(
+    tiny_data: PreparedData,
+):
+    """The main config's corner: batch 256 x accumulation 4, doubled every epoch."""
+    reports: list[dict] = []
+    grown = TrainSettings(epochs=3, batch_size=256, accumulation_steps=4, adabatch_growth=2,
+                          train_eval_size=16)  # fmt: skip
+    fit_classifier(grown, tiny_data, lambda metrics, _: reports.append(metrics))
+    train_size = len(tiny_data.train)
+    assert [m["scheduled_batch_size"] for m in reports] == [1024, 2048, 4096]
+    assert all(m["effective_batch_size"] <= train_size for m in reports)
+    # lr / batch stays as the schedule says: 48 images are used every epoch, so lr stays
+    assert [m["lr"] for m in reports] == pytest.approx([0.01 * 48 / 1024] * 3)

@@ -68,3 +68,66 @@ def test_warmup_ramps_linearly_from_the_start_factor_to_one_then_stays():
     assert warmup_factor(5.0, 5, 0.1) == 1.0
     assert warmup_factor(9.0, 5, 0.1) == 1.0
     assert warmup_factor(0.0, 0, 0.1) == 1.0
+
+
+def reference_accumulation_schedule(
+    epochs: int, micro: int, accumulation: int, lr: float, beta: int, interval: int,
+    gamma: float, split: int,
+) -> list[tuple[int, int, float]]:  # fmt: skip
+    """(micro-batch, accumulation, lr) per epoch as NVlabs/AdaBatch's adabatch_cifar.py runs
+    its accumulation path: after every `interval` epochs the accumulation is multiplied by
+    beta; where micro x accumulation would pass the training set it is cut to
+    floor(len(trainset) / micro), and lr is multiplied by gamma x (achieved / asked)."""
+    plans = []
+    for epoch in range(epochs):
+        plans.append((micro, accumulation, lr))
+        if (epoch + 1) % interval == 0:
+            additional_decay = 1.0
+            accumulation *= beta
+            if accumulation * micro > split:
+                asked = accumulation * micro
+                accumulation = split // micro
+                additional_decay = accumulation * micro / asked
+            lr *= gamma * additional_decay
+    return plans
+
+
+@pytest.mark.parametrize("split", [10_000, 1_200, 1_000])  # never caps; caps at 1200; odd
+@pytest.mark.parametrize("lr_decay", [1.0, 0.25])
+@pytest.mark.parametrize("interval", [1, 2, 3])
+@pytest.mark.parametrize("beta", [2, 4, 8])
+def test_growth_through_accumulation_follows_the_reference_implementation_at_the_split(
+    beta, interval, lr_decay, split
+):
+    # capacity = the micro-batch: growth goes to accumulation, the reference's path.
+    expected = reference_accumulation_schedule(
+        9, micro=64, accumulation=2, lr=0.1, beta=beta, interval=interval,
+        gamma=beta * lr_decay, split=split,
+    )  # fmt: skip
+    for epoch, (micro, accumulation, lr) in enumerate(expected, start=1):
+        plan = plan_at(
+            epoch, batch_size=64, accumulation_steps=2, growth=beta, interval=interval,
+            lr_decay=lr_decay, capacity=64, train_size=split,
+        )  # fmt: skip
+        assert (plan.batch_size, plan.accumulation_steps) == (micro, accumulation), epoch
+        assert plan.lr == pytest.approx(lr), epoch
+        assert plan.scheduled_batch_size == 128 * beta ** ((epoch - 1) // interval)
+
+
+@pytest.mark.parametrize("split", [1_200, 1_000, 100])
+@pytest.mark.parametrize("beta", [2, 4, 8])
+def test_a_growing_physical_batch_never_passes_the_split_and_lr_follows_the_batch_used(
+    beta, split
+):
+    for epoch in range(1, 10):
+        plan = plan_at(epoch, batch_size=256, accumulation_steps=4, growth=beta, interval=2,
+                       train_size=split)  # fmt: skip
+        asked = 1024 * beta ** ((epoch - 1) // 2)
+        used = plan.effective_batch_size
+        assert plan.scheduled_batch_size == asked
+        assert used <= split and plan.batch_size <= split
+        if asked <= split:
+            assert used == asked
+        else:  # the largest whole number of micro-batches that fits in the split
+            assert split - plan.batch_size < used
+        assert plan.lr == pytest.approx(0.1 * beta ** ((epoch - 1) // 2) * used / asked)
