@@ -24,7 +24,7 @@ NATURAL_BOUNDS: Bounds = {
     "val_acc": (0.0, 1.0),
     "test_acc": (0.0, 1.0),
     "train_eval_acc": (0.0, 1.0),
-    "gen_gap": (-1.0, 1.0),  # a difference of two accuracies
+    "gen_gap": (0.0, 1.0),  # the positive part of a difference of two accuracies
     "val_test_gap": (0.0, 1.0),
 }
 

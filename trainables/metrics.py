@@ -29,7 +29,11 @@ METRICS: dict[str, MetricSpec] = {
     "test_acc": MetricSpec("test accuracy, eval mode", "max"),
     "best_val_acc": MetricSpec("best val_acc so far", "max"),
     "best_epoch": MetricSpec("epoch at which best_val_acc came"),
-    "gen_gap": MetricSpec("train_eval_acc - test_acc at the best-val epoch", "min"),
+    "gen_gap": MetricSpec(
+        "max(0, train_eval_acc - test_acc) at the best-val epoch: how much better the model "
+        "does on training images than on test images; an underfit model scores 0, not less",
+        "min",
+    ),
     "val_test_gap": MetricSpec("abs(val_acc - test_acc) at the best-val epoch", "min"),
     "throughput": MetricSpec("training images per second over the epoch, eval excluded", "max"),
     "epoch_time_s": MetricSpec("wall seconds of the epoch's training part", "min"),
@@ -87,6 +91,13 @@ OOM_CAUSE_SHARE = "share"
 OOM_CAUSE_CARD = "card"
 
 
+def generalization_gap(scores: EvalScores) -> float:
+    """Only a positive gap counts against a trial: a model that scores lower on training
+    images than on test images is not generalizing better, it is undertrained, and a
+    signed gap would reward it on the front."""
+    return max(0.0, scores.train_eval_acc - scores.test_acc)
+
+
 def throughput(images: int, seconds: float) -> float:
     """Images per second; 0 for an epoch that took no measurable time."""
     return images / seconds if seconds > 0 else 0.0
@@ -131,7 +142,7 @@ class Progress:
                 progress,
                 best_val_acc=scores.val_acc,
                 best_epoch=epoch,
-                gen_gap=scores.train_eval_acc - scores.test_acc,
+                gen_gap=generalization_gap(scores),
                 val_test_gap=abs(scores.val_acc - scores.test_acc),
             )
         return progress

@@ -105,13 +105,13 @@ def test_hypervolume_of_known_fronts_in_the_normalised_box():
 
 
 def test_hypervolume_grows_when_a_dominating_trial_is_added():
-    bounds = {"best_val_acc": (0.0, 1.0), "gen_gap": (-1.0, 1.0)}
+    bounds = {"best_val_acc": (0.0, 1.0), "gen_gap": (0.0, 1.0)}
     rng = np.random.default_rng(0)
     frame = pd.DataFrame(
         {"best_val_acc": rng.uniform(0.5, 0.8, 20), "gen_gap": rng.uniform(0, 0.3, 20)}
     ).assign(status="ok")
     better = pd.concat(
-        [frame, pd.DataFrame([{"best_val_acc": 0.9, "gen_gap": -0.1, "status": "ok"}])]
+        [frame, pd.DataFrame([{"best_val_acc": 0.9, "gen_gap": 0.0, "status": "ok"}])]
     )
     assert hypervolume(better, TWO, bounds) > hypervolume(frame, TWO, bounds)
 
@@ -121,7 +121,7 @@ def test_bounds_are_natural_for_accuracies_and_gaps_and_a_power_of_ten_for_throu
                           "gen_gap": [0.1, 0.2]})  # fmt: skip
     bounds = declared_bounds(frame, OBJECTIVES)
     assert bounds == {"throughput": (0.0, 10000.0), "best_val_acc": (0.0, 1.0),
-                      "gen_gap": (-1.0, 1.0)}  # fmt: skip
+                      "gen_gap": (0.0, 1.0)}  # fmt: skip
     assert declared_bounds(frame, OBJECTIVES, {"throughput": (0, 5000)})["throughput"] == (0, 5000)
 
 

@@ -42,6 +42,16 @@ def test_gaps_are_taken_at_the_best_validation_epoch_not_the_last():
     assert progress.val_test_gap == pytest.approx(0.10)
 
 
+def test_a_model_that_does_worse_on_training_images_than_on_test_images_gets_no_credit():
+    """An undertrained model at 0.55 with train_eval 0.52 must not beat a trained one
+    whose gap is zero: a negative gap is not better generalization."""
+    underfit = Progress().advance(1, scores(0.52, 0.55, 0.55), 1.0, target_acc=0.99)
+    trained = Progress().advance(1, scores(0.85, 0.85, 0.85), 1.0, target_acc=0.99)
+    assert underfit.gen_gap == 0.0 == trained.gen_gap
+    overfit = Progress().advance(1, scores(0.95, 0.80, 0.80), 1.0, target_acc=0.99)
+    assert overfit.gen_gap == pytest.approx(0.15)
+
+
 def test_a_tie_in_validation_accuracy_keeps_the_earlier_epoch():
     progress = Progress().advance(1, scores(0.8, 0.7, 0.7), 1.0, target_acc=0.99)
     progress = progress.advance(2, scores(0.9, 0.7, 0.6), 1.0, target_acc=0.99)
