@@ -362,39 +362,29 @@ class MemoryBudget:
         update left out (weights, batch-norm statistics and gradients as they were)."""
         was_training = model.training
         model.train()
-        try:
-            if self.card is None:
-                return self.allows(step_peak_bytes(model, optimizer, inputs, targets, precision))
-            return self._runs(model, optimizer, inputs, targets, precision)
-        finally:
-            model.train(was_training)
-
-    def allows(self, metered_bytes: float) -> bool:
-        """Whether a step the CPU meter puts at `metered_bytes` is within the budget."""
-        return self.budget_bytes is None or metered_bytes <= self.budget_bytes
-
-    def _runs(
-        self,
-        model: StagedClassifier,
-        optimizer: torch.optim.Optimizer,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
-        precision: Precision,
-    ) -> bool:
         fits = True
         try:
-            with _buffers_restored(model):
-                train_step(model, optimizer, [(inputs, targets)], precision,
-                           images=len(inputs), update=False)  # fmt: skip
+            if self.card is None:
+                fits = self.allows(step_peak_bytes(model, optimizer, inputs, targets, precision))
+            else:
+                with _buffers_restored(model):
+                    train_step(model, optimizer, [(inputs, targets)], precision,
+                               images=len(inputs), update=False)  # fmt: skip
         except Exception as error:
             if not is_out_of_memory(error):
                 raise
             fits = False
-        # The failed step's tensors went with the except block; its gradients may remain.
-        optimizer.zero_grad(set_to_none=True)
-        if not fits:
-            torch.cuda.empty_cache()
+        finally:
+            model.train(was_training)
+        if self.card is not None:  # the failed step's tensors went with the except block
+            optimizer.zero_grad(set_to_none=True)
+            if not fits:
+                torch.cuda.empty_cache()
         return fits
+
+    def allows(self, metered_bytes: float) -> bool:
+        """Whether a step the CPU meter puts at `metered_bytes` is within the budget."""
+        return self.budget_bytes is None or metered_bytes <= self.budget_bytes
 
     def reset_peak(self) -> None:
         if self.card is not None:
