@@ -34,7 +34,7 @@ from search.config import ConfigError, SearchConfig, load_config
 from search.errors import Problem
 from trainables.classifier import set_determinism, start_trial
 from trainables.memory import MIB, MemoryBudget, step_peak_bytes
-from trainables.oom import is_out_of_memory, release_memory
+from trainables.oom import release_memory
 from trainables.settings import TrainSettings
 from trainables.step import train_step
 
@@ -125,20 +125,9 @@ class Prober:
         trial = self.trial
         if self.device.type != "cuda":
             return trial.budget.allows(self.peak_bytes(size))
-        try:  # the batch itself may not fit
-            inputs, targets = self.batch(size)
-        except Exception as error:
-            if not is_out_of_memory(error):
-                raise
-            fits = False
-        else:
-            fits = trial.budget.fits(
-                trial.model, trial.optimizer, inputs, targets, trial.precision
-            )
-        inputs = targets = None
-        if not fits:
-            release_memory(self.device)
-        return fits
+        return trial.budget.fits(
+            trial.model, trial.optimizer, lambda: self.batch(size), trial.precision
+        )
 
     def time_steps(self, size: int, steps: int) -> tuple[float, float]:
         """(median seconds per training step, peak MiB) at `size` images."""

@@ -41,7 +41,14 @@ from trainables.oom import is_out_of_memory, release_memory
 from trainables.precision import Precision, precision_for
 from trainables.schedules import EpochPlan, epoch_plan, warmup_factor
 from trainables.settings import TrainSettings
-from trainables.training import EpochResult, HostSplit, Normaliser, evaluate, train_epoch
+from trainables.training import (
+    DIVERGED_AFTER_SKIPPED_STEPS,
+    EpochResult,
+    HostSplit,
+    Normaliser,
+    evaluate,
+    train_epoch,
+)
 from trainables.trial_state import TrialState, load_trial_state, save_trial_state
 
 # (metrics, checkpoint directory); no checkpoint for the report that ends a pruned trial
@@ -213,8 +220,9 @@ def fit_classifier(
             raise
         # Only text and numbers leave this block: the traceback holds the step's tensors.
         detail = f"out of memory in {phase}: {first_line(error)}"
+        message = str(error)
         needed_mb = getattr(error, "needed_mb", math.nan)  # known under a CPU budget
-    note, card_full = budget.explain_oom() if budget else ("", False)
+    note, card_full = budget.explain_oom(message) if budget else ("", False)
     state = trial.state if trial else state
     trial = splits = budget = None  # the trial's tensors go before the cache is emptied
     release_memory(device)
@@ -226,7 +234,7 @@ def fit_classifier(
 
 
 def _divergence(result: EpochResult, epoch: int) -> str:
-    if result.skipped_streak:
+    if result.skipped_streak >= DIVERGED_AFTER_SKIPPED_STEPS:
         return (
             f"the GradScaler skipped {result.skipped_streak} steps in a row in epoch {epoch}: "
             "the gradients stayed non-finite at every loss scale"
@@ -269,15 +277,12 @@ def plan_that_fits(trial: Trial, epoch: int, splits: TrialData) -> EpochPlan:
     if previous is None or plan.batch_size <= previous:
         return plan
     device = trial.budget.device
-    indices = torch.arange(min(plan.batch_size, len(splits.train)))
-    pixels, labels = splits.train.gather(indices, pin=False)
-    if trial.budget.fits(
-        trial.model,
-        trial.optimizer,
-        splits.normalise(pixels.to(device)),
-        labels.to(device),
-        trial.precision,
-    ):
+    pixels, labels = splits.train.gather(slice(0, plan.batch_size), pin=False)
+
+    def batch_on_device() -> tuple[torch.Tensor, torch.Tensor]:
+        return splits.normalise(pixels.to(device)), labels.to(device)
+
+    if trial.budget.fits(trial.model, trial.optimizer, batch_on_device, trial.precision):
         return plan
     trial.state = replace(trial.state, batch_capacity=int(previous))
     return trial.plan(epoch, len(splits.train))

@@ -29,8 +29,10 @@ statistics restored), so measuring never changes what is trained.
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -210,14 +212,33 @@ def cuda_share(
     return CudaShare(total_bytes, int(allowed), outside_allocator_bytes)
 
 
-def card_was_full(share: CudaShare, free_bytes: int, reserved_bytes: int) -> bool:
+def card_was_full(
+    share: CudaShare, free_bytes: int, reserved_bytes: int, requested_bytes: int | None
+) -> bool:
     """Whether an out-of-memory error came from the card, not from the trial's own share.
 
-    Had the card been free enough to let the trial's allocator grow to its limit, only the
-    limit could have refused the allocation: the trial needed more than its share. If the
-    card could not give it that much, neighbours (or another program) held the rest.
+    Only when the trial's own limit would have granted the allocation (what it holds plus
+    what it asked for stays within its allocator share) and the card did not have that
+    much free did neighbours (or another program) cause it. Without the requested size, or
+    on a card the trial has to itself, the OOM is the trial's own: the searcher may learn
+    from it.
     """
-    return free_bytes + reserved_bytes < share.allocator_bytes
+    if requested_bytes is None or share.allowed_bytes >= share.total_bytes:
+        return False
+    within_share = reserved_bytes + requested_bytes <= share.allocator_bytes
+    return within_share and free_bytes < requested_bytes
+
+
+_REQUEST = re.compile(r"tried to allocate ([\d.]+) ?([KMGT]i?B)", re.IGNORECASE)
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def requested_bytes(message: str) -> int | None:
+    """The allocation an out-of-memory message says failed ("Tried to allocate 2.00 GiB")."""
+    match = _REQUEST.search(message)
+    if match is None:
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2)[0].upper()])
 
 
 class CudaCard(Protocol):
@@ -262,7 +283,10 @@ class TorchCudaCard:
 
     def warm_up(self) -> None:
         """A tiny convolution and matmul with their backward, in both float types a trial
-        may use, so cuDNN and cuBLAS are loaded before the outside is measured."""
+        may use, so cuDNN and cuBLAS are loaded before the outside is measured. First the
+        previous trial's cached blocks go back: the limit only governs new allocations."""
+        gc.collect()
+        torch.cuda.empty_cache()
         for dtype in (torch.float32, torch.float16):
             conv = torch.nn.Conv2d(3, 8, 3).to(self.device, dtype)
             head = torch.randn(288, 2, device=self.device, dtype=dtype, requires_grad=True)
@@ -353,17 +377,18 @@ class MemoryBudget:
         self,
         model: StagedClassifier,
         optimizer: torch.optim.Optimizer,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
+        make_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
         precision: Precision,
     ) -> bool:
-        """Whether a training step on `inputs` fits, measured in training mode (where
-        checkpointing acts): on CPU by the meter, on CUDA by running the step with the
-        update left out (weights, batch-norm statistics and gradients as they were)."""
+        """Whether a training step on the batch `make_batch()` puts on the device fits,
+        measured in training mode (where checkpointing acts): on CPU by the meter, on CUDA
+        by running the step with the update left out (weights, batch-norm statistics and
+        gradients as they were). A batch that does not fit on the device itself: no."""
         was_training = model.training
         model.train()
         fits = True
         try:
+            inputs, targets = make_batch()
             if self.card is None:
                 fits = self.allows(step_peak_bytes(model, optimizer, inputs, targets, precision))
             else:
@@ -376,6 +401,7 @@ class MemoryBudget:
             fits = False
         finally:
             model.train(was_training)
+        inputs = targets = None
         if self.card is not None:  # the failed step's tensors went with the except block
             optimizer.zero_grad(set_to_none=True)
             if not fits:
@@ -395,9 +421,10 @@ class MemoryBudget:
         meter's (`metered`, from `enforce`)."""
         return self.card.peak_bytes() if self.card is not None else metered
 
-    def explain_oom(self) -> tuple[str, bool]:
-        """After an out-of-memory error: (a note for the trial's detail, whether the card as
-        a whole was full while the trial was inside its share: not the config's fault)."""
+    def explain_oom(self, message: str) -> tuple[str, bool]:
+        """After an out-of-memory error with `message`: (a note for the trial's detail,
+        whether the card as a whole was full while the trial was inside its share: not the
+        config's fault)."""
         if self.card is None or self.share is None:
             return "", False
         free, reserved = self.card.free_bytes(), self.card.reserved_bytes()
@@ -407,6 +434,6 @@ class MemoryBudget:
             f"{self.share.outside_allocator_bytes / MIB:.0f} MiB outside the allocator), "
             f"the card had {free / MIB:.0f} MiB free"
         )
-        if card_was_full(self.share, free, reserved):
+        if card_was_full(self.share, free, reserved, requested_bytes(message)):
             return note + ": the card was full, not this trial's share", True
         return note, False

@@ -34,7 +34,8 @@ class Precision:
         """Apply the step; False when the GradScaler skipped it (the gradients overflowed).
 
         The scaler lowers its scale exactly when it skips, so comparing the scale is the
-        public way to tell. Its step synchronises with the device anyway: this adds no wait.
+        public way to tell. Reading the scale after `update` waits for the step's kernels:
+        one synchronisation per fp16 step (the scaler's own step already waits once).
         """
         if self.scaler is None:
             optimizer.step()

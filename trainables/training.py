@@ -80,8 +80,8 @@ def device_batches(
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(uint8 images, labels) of each batch of indices, on `device`, in order.
 
-    `ahead` (default: on CUDA) gathers each batch on a helper thread one batch early into
-    pinned memory and copies it without blocking, so gathering and copying overlap the
+    `ahead` (default: on CUDA) gathers batches on a helper thread, up to two ahead, into
+    pinned memory and copies each without blocking, so gathering and copying overlap the
     model's work; index_select releases the GIL, so the thread runs alongside. On CPU the
     batch is gathered where the model reads it.
     """

@@ -87,11 +87,18 @@ def test_a_budget_stricter_than_the_share_acts_like_a_card_of_that_size():
     assert cuda_share(80 * GIB, None, None, GIB).allowed_bytes == 80 * GIB  # the whole card
 
 
-def test_an_oom_is_the_cards_fault_only_when_the_card_could_not_give_the_trial_its_share():
+def test_an_oom_is_the_cards_fault_only_when_the_trials_own_limit_would_have_granted_it():
     share = cuda_share(80 * GIB, 0.25, None, GIB)  # 19 GiB for tensors
-    assert not card_was_full(share, free_bytes=40 * GIB, reserved_bytes=19 * GIB)  # at its limit
-    assert not card_was_full(share, free_bytes=2 * GIB, reserved_bytes=18 * GIB)  # room to grow
-    assert card_was_full(share, free_bytes=GIB // 2, reserved_bytes=6 * GIB)  # neighbours
+    ask = 2 * GIB
+    assert not card_was_full(share, free_bytes=40 * GIB, reserved_bytes=18 * GIB,
+                             requested_bytes=ask)  # over its own limit  # fmt: skip
+    assert not card_was_full(share, free_bytes=3 * GIB, reserved_bytes=6 * GIB,
+                             requested_bytes=ask)  # the card had room: not the card  # fmt: skip
+    assert card_was_full(share, free_bytes=GIB // 2, reserved_bytes=6 * GIB,
+                         requested_bytes=ask)  # within its share, the card full  # fmt: skip
+    assert not card_was_full(share, GIB // 2, 6 * GIB, requested_bytes=None)  # size unknown
+    whole = cuda_share(80 * GIB, None, None, GIB)
+    assert not card_was_full(whole, GIB // 2, 6 * GIB, ask)  # a card of its own: its fault
 
 
 def test_the_budget_sets_the_allocator_limit_to_the_share_less_the_measured_context():
@@ -127,12 +134,14 @@ def test_a_share_too_small_for_the_context_is_an_out_of_memory_error_at_placemen
 def test_after_an_oom_the_budget_says_whether_the_card_or_the_trial_ran_out():
     card = FakeCudaCard()
     budget = MemoryBudget(CPU, gpu_share=0.25, card=card)
-    card.free, card.reserved = 30 * GIB, 19 * GIB
-    note, card_full = budget.explain_oom()
+    asking = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 80 GiB"
+    card.free, card.reserved = 30 * GIB, 19 * GIB  # at its own limit: its own fault
+    note, card_full = budget.explain_oom(asking)
     assert not card_full and "the card had 30720 MiB free" in note
-    card.free, card.reserved = 100 * MIB, 3 * GIB
-    note, card_full = budget.explain_oom()
+    card.free, card.reserved = 100 * MIB, 3 * GIB  # room in its share, none on the card
+    note, card_full = budget.explain_oom(asking)
     assert card_full and note.endswith("the card was full, not this trial's share")
+    assert not budget.explain_oom("CUDA error: out of memory")[1]  # no size: learn from it
 
 
 def test_on_cpu_the_meter_decides_and_says_how_much_a_step_needs():
@@ -142,7 +151,7 @@ def test_on_cpu_the_meter_decides_and_says_how_much_a_step_needs():
     fp32 = precision_for(False, "float16", CPU)
     needed = MemoryBudget(CPU).enforce(model, optimizer, *batch, fp32)
     tight = MemoryBudget(CPU, budget_mb=needed / MIB / 2)
-    assert not tight.fits(model, optimizer, *batch, fp32)
+    assert not tight.fits(model, optimizer, lambda: batch, fp32)
     with pytest.raises(MemoryBudgetExceeded, match="a training step of 8 images needs"):
         tight.enforce(model, optimizer, *batch, fp32)
-    assert MemoryBudget(CPU, budget_mb=needed / MIB * 2).fits(model, optimizer, *batch, fp32)
+    assert MemoryBudget(CPU, budget_mb=needed / MIB * 2).fits(model, optimizer, lambda: batch, fp32)
