@@ -29,7 +29,6 @@ statistics restored), so measuring never changes what is trained.
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -42,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.models import StagedClassifier
-from trainables.oom import MemoryBudgetExceeded, is_out_of_memory
+from trainables.oom import MemoryBudgetExceeded, is_out_of_memory, release_memory
 from trainables.precision import Precision
 from trainables.step import train_step
 
@@ -285,8 +284,7 @@ class TorchCudaCard:
         """A tiny convolution and matmul with their backward, in both float types a trial
         may use, so cuDNN and cuBLAS are loaded before the outside is measured. First the
         previous trial's cached blocks go back: the limit only governs new allocations."""
-        gc.collect()
-        torch.cuda.empty_cache()
+        release_memory(self.device)
         for dtype in (torch.float32, torch.float16):
             conv = torch.nn.Conv2d(3, 8, 3).to(self.device, dtype)
             head = torch.randn(288, 2, device=self.device, dtype=dtype, requires_grad=True)
