@@ -329,6 +329,7 @@ def _space_problems(space: dict[str, SpaceParam], train: dict[str, Any]) -> list
 def _determinism_problems(space: dict[str, SpaceParam], train: dict[str, Any]) -> list[Problem]:
     """A trial that may draw both `deterministic` and `cudnn_benchmark` true would fail
     its own validation mid-search; a fixed pair is reported by `_train_problems`."""
+
     def may_be_true(key: str) -> bool:
         if key in space:
             return any(value is True for _, value in space[key].candidates())

@@ -57,9 +57,7 @@ class HostSplit:
     def nbytes(self) -> int:
         return self.images.nbytes + self.labels.nbytes
 
-    def gather(
-        self, indices: torch.Tensor | slice, pin: bool
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def gather(self, indices: torch.Tensor | slice, pin: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch at `indices` (a slice is a view where nothing needs copying), in
         page-locked memory when `pin`, so that its copy to the card runs without blocking."""
         if not pin:
@@ -273,4 +271,3 @@ def evaluate(
         loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum")
         correct += (logits.argmax(dim=1) == targets).sum()
     return float(correct) / len(split), float(loss_sum) / len(split)
-

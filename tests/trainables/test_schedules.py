@@ -116,9 +116,7 @@ def test_growth_through_accumulation_follows_the_reference_implementation_at_the
 
 @pytest.mark.parametrize("split", [1_200, 1_000, 100])
 @pytest.mark.parametrize("beta", [2, 4, 8])
-def test_a_growing_physical_batch_never_passes_the_split_and_lr_follows_the_batch_used(
-    beta, split
-):
+def test_a_growing_physical_batch_never_passes_the_split_and_lr_follows_the_batch_used(beta, split):
     for epoch in range(1, 10):
         plan = plan_at(epoch, batch_size=256, accumulation_steps=4, growth=beta, interval=2,
                        train_size=split)  # fmt: skip
