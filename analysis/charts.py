@@ -220,6 +220,40 @@ def parallel_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | N
     return _save(figure, path)
 
 
+def noise_scale_chart(
+    histories: pd.DataFrame, labels: Mapping[str, str], path: Path, title: str = ""
+) -> Path | None:
+    """Per config (its seeds' trials in `labels`, trial id -> label): the effective batch it
+    trained with (solid) against the gradient noise scale it measured (dashed, the batch its
+    gradients could use), by epoch, on one log axis. None without a measured noise scale."""
+    shown = histories[histories["trial_id"].isin(list(labels))]
+    shown = shown.assign(config=shown["trial_id"].map(labels))
+    measured = shown[np.isfinite(shown["noise_scale"].to_numpy(dtype=float))]
+    measured = measured[measured["noise_scale"] > 0]
+    if measured.empty:
+        return None
+    figure, axis = plt.subplots(figsize=(7.5, 4.6))
+    colours = plt.get_cmap("tab10")
+    for i, config in enumerate(dict.fromkeys(labels.values())):
+        colour = colours(i % 10)
+        trials = shown[shown["config"] == config]
+        batch = trials.groupby("epoch")["effective_batch_size"].median()
+        axis.step(batch.index, batch.to_numpy(), where="mid", c=colour, lw=2, label=config)
+        noise = measured[measured["config"] == config]
+        if len(noise):  # over seeds, a geometric mean: the scale spans decades
+            logs = np.log(noise["noise_scale"].astype(float))
+            geometric = np.exp(logs.groupby(noise["epoch"]).mean())
+            axis.plot(geometric.index, geometric.to_numpy(), c=colour, ls="--", marker="o", ms=3)
+    axis.plot([], [], c="k", lw=2, label="effective batch used (images)")
+    axis.plot([], [], c="k", ls="--", marker="o", ms=3, label="gradient noise scale (images)")
+    axis.set_yscale("log")
+    axis.set_xlabel("epoch")
+    axis.set_ylabel("images per optimizer step")
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axis.set_title(title or "The batch used against the batch the gradients could use", fontsize=10)
+    return _save(figure, path)
+
+
 def _save(figure: plt.Figure, path: Path) -> Path:
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

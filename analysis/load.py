@@ -74,6 +74,43 @@ def frame_from_tune(experiment_dir: Path, metric_names: tuple[str, ...]) -> pd.D
     return pd.DataFrame(rows)
 
 
+HISTORY_METRICS = ("effective_batch_size", "noise_scale")  # what the per-epoch charts draw
+
+
+def histories_from_tune(
+    experiment_dir: Path, names: tuple[str, ...] = HISTORY_METRICS
+) -> pd.DataFrame:
+    """Every epoch of every trial folder: columns `trial_id`, `epoch` and `names`."""
+    rows = []
+    for result in sorted(Path(experiment_dir).glob("*/result.json")):
+        for line in result.read_text().splitlines():
+            if not line.strip():
+                continue
+            values = json.loads(line)
+            if "epoch" not in values or values.get("status") != "ok":
+                continue  # a pruned trial's last report repeats its last good epoch
+            trial_id = str(values.get("trial_id") or result.parent.name.removeprefix("trial_"))
+            row = {"trial_id": trial_id, "epoch": values["epoch"]}
+            rows.append(row | {name: values.get(name, math.nan) for name in names})
+    return pd.DataFrame(rows, columns=["trial_id", "epoch", *names])
+
+
+def histories_from_mlflow(
+    client: MlflowClient, parent: Run, names: tuple[str, ...] = HISTORY_METRICS
+) -> pd.DataFrame:
+    """The same from MLflow: each trial run's metric history, by epoch (the step)."""
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for run in child_runs(client, parent):
+        trial_id = run.data.tags.get("trial_id", run.info.run_id)
+        for name in names:
+            for point in client.get_metric_history(run.info.run_id, name):
+                row = rows.setdefault(
+                    (trial_id, point.step), {"trial_id": trial_id, "epoch": point.step}
+                )
+                row[name] = _unclipped(point.value)
+    return pd.DataFrame(list(rows.values()), columns=["trial_id", "epoch", *names])
+
+
 def _last_result(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}

@@ -25,11 +25,18 @@ from mlflow.tracking import MlflowClient
 from analysis.charts import (
     front_3d_chart,
     interactive_figures,
+    noise_scale_chart,
     pairwise_front_chart,
     parallel_chart,
     varied_params,
 )
-from analysis.load import CONFIG_PREFIX, child_runs, find_parent_run, frame_from_mlflow
+from analysis.load import (
+    CONFIG_PREFIX,
+    child_runs,
+    find_parent_run,
+    frame_from_mlflow,
+    histories_from_mlflow,
+)
 from analysis.pareto import (
     Bounds,
     declared_bounds,
@@ -45,6 +52,7 @@ from analysis.techniques import technique_effects
 DEFAULT_OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
 # Two classes: a model under chance + 5 points learned nothing, whatever its gap.
 DEFAULT_MIN_ACCURACY = 0.55
+NOISE_CHART_CONFIGS = 8  # configs drawn in the noise-scale chart, best-ranked first
 
 
 @dataclass(frozen=True)
@@ -74,8 +82,12 @@ def build_report(
     title: str = "",
     bounds: Bounds | None = None,
     min_accuracy: float | None = DEFAULT_MIN_ACCURACY,
+    histories: pd.DataFrame | None = None,
 ) -> Report:
-    """Rank the trials, chart them, and write the report files into `out_dir`."""
+    """Rank the trials, chart them, and write the report files into `out_dir`.
+
+    `histories` (every epoch of every trial, `analysis.load.histories_from_*`) adds the
+    chart of the batch used against the gradient noise scale."""
     objectives = dict(objectives)
     for name in objectives:
         if name not in frame:
@@ -103,6 +115,9 @@ def build_report(
         front_3d_chart(marked, objectives, feasible, out_dir / "pareto_3d.png", title),
         parallel_chart(marked, out_dir / "parallel.png", title),
     ]
+    if histories is not None and not histories.empty:
+        labels = config_labels(marked, NOISE_CHART_CONFIGS)
+        charts.append(noise_scale_chart(histories, labels, out_dir / "noise_scale.png", title))
     files += [chart for chart in charts if chart is not None]
     markdown = out_dir / "report.md"
     markdown.write_text(render_markdown(report, title, [c.name for c in charts if c]))
@@ -110,6 +125,17 @@ def build_report(
     page.write_text(render_html(report, title, feasible))
     files += [markdown, page]
     return Report(**{**report.__dict__, "files": tuple(files)})
+
+
+def config_labels(frame: pd.DataFrame, limit: int) -> dict[str, str]:
+    """Trial id -> its config's sampled settings, for the `limit` best-ranked configs."""
+    params = varied_params(frame)
+    labels = {}
+    for _, row in frame.sort_values("pareto_rank", na_position="last").head(limit).iterrows():
+        label = ", ".join(f"{p.removeprefix(CONFIG_PREFIX)}={row[p]}" for p in params) or "all"
+        for trial_id in str(row["trial_id"]).split("+"):
+            labels[trial_id] = label
+    return labels
 
 
 def _status_counts(frame: pd.DataFrame) -> str:
@@ -338,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         parent.info.run_name,
         bounds=bounds_from_parent(parent.data.params) or None,
         min_accuracy=args.min_accuracy,
+        histories=histories_from_mlflow(client, parent),
     )
     publish(client, parent.info.run_id, report)
     for line in _summary_lines(report):

@@ -17,7 +17,7 @@ import ray
 import torch
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
-from analysis.load import flatten, frame_from_tune
+from analysis.load import flatten, frame_from_tune, histories_from_tune
 from analysis.report import build_report, publish
 from search.cluster import ClusterUnavailable, check_address
 from search.config import ConfigError, SearchConfig, load_config
@@ -228,6 +228,7 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
         experiment_dir / "report",
         title=experiment_dir.name,
         bounds=config.search.hypervolume_bounds or None,
+        histories=histories_from_tune(experiment_dir),
     )
     publish(parent.client, parent.run_id, report)
     parent.close_unfinished_trials("lost")  # trials whose runs died with an earlier driver

@@ -39,7 +39,7 @@ from trainables.metrics import (
 from trainables.models import build_model
 from trainables.oom import is_out_of_memory, release_memory
 from trainables.precision import Precision, precision_for
-from trainables.schedules import EpochPlan, epoch_plan, warmup_factor
+from trainables.schedules import EpochPlan, epoch_plan, grows_by_noise, warmup_factor
 from trainables.settings import TrainSettings
 from trainables.training import (
     DIVERGED_AFTER_SKIPPED_STEPS,
@@ -112,7 +112,18 @@ class Trial:
             lr_decay=settings.adabatch_lr_decay,
             capacity=min_known(settings.max_batch_size, self.state.batch_capacity),
             train_size=train_size,
+            growths=self.state.growths if settings.adabatch_rule == "noise_scale" else None,
         )
+
+    def growths_after(self, plan: EpochPlan, result: EpochResult, train_size: int) -> int:
+        """The noise-scale rule's growths for the next epoch, from this epoch's gradients."""
+        settings = self.settings
+        if settings.adabatch_rule != "noise_scale":
+            return self.state.growths
+        grows = grows_by_noise(
+            result.noise.value, plan.scheduled_batch_size, settings.adabatch_growth, train_size
+        )
+        return self.state.growths + int(grows)
 
     def lr_schedule(self, epoch: int, plan: EpochPlan) -> Callable[[float], float]:
         settings = self.settings
@@ -212,6 +223,7 @@ def fit_classifier(
                 progress=progress,
                 last_metrics=metrics,
                 skipped_streak=result.skipped_streak,
+                growths=trial.growths_after(plan, result, len(splits.train)),
             )
             _save_and_report(trial, report)
         return trial.state.last_metrics
@@ -302,6 +314,7 @@ def train_one_epoch(trial: Trial, epoch: int, plan: EpochPlan, splits: TrialData
         budget=trial.budget,
         lr_at=trial.lr_schedule(epoch, plan),
         skipped_streak=trial.state.skipped_streak,
+        noise_probes=settings.noise_probe_steps,
     )
 
 
@@ -324,7 +337,7 @@ def evaluate_epoch(
     test_acc, _ = score(splits.test)
     scores = EvalScores(train_eval_acc=train_eval_acc, val_acc=val_acc, test_acc=test_acc)
     progress = trial.state.progress.advance(
-        epoch, scores, result.seconds, trial.settings.target_acc
+        epoch, scores, result.seconds, trial.settings.target_acc, steps=result.optimizer_steps
     )
     metrics = epoch_metrics(
         epoch=epoch,
@@ -402,6 +415,9 @@ def epoch_metrics(
         "epoch_time_s": result.seconds,
         "train_time_s": progress.train_seconds,
         "time_to_target_s": progress.time_to_target_s,
+        "train_steps": progress.train_steps,
+        "steps_to_target": progress.steps_to_target,
+        "noise_scale": result.noise.value,
         "batch_size": plan.batch_size,
         "accumulation_steps": plan.accumulation_steps,
         "effective_batch_size": plan.effective_batch_size,

@@ -41,6 +41,15 @@ METRICS: dict[str, MetricSpec] = {
     "time_to_target_s": MetricSpec(
         "training seconds until val_acc >= target_acc; inf if never", "min"
     ),
+    "train_steps": MetricSpec("optimizer steps of all epochs so far"),
+    "steps_to_target": MetricSpec(
+        "optimizer steps until val_acc >= target_acc; inf if never", "min"
+    ),
+    "noise_scale": MetricSpec(
+        "the gradient noise scale B_simple = tr(Σ)/|G|² measured over the epoch (McCandlish "
+        "et al. 2018): about the largest batch that still pays off in steps; NaN where not "
+        "measured, inf where the gradient's signal is lost in its noise"
+    ),
     "batch_size": MetricSpec("physical micro-batch on the device"),
     "accumulation_steps": MetricSpec("micro-batches per optimizer step"),
     "effective_batch_size": MetricSpec("batch_size * accumulation_steps: images per update"),
@@ -126,16 +135,28 @@ class Progress:
     val_test_gap: float = math.nan
     train_seconds: float = 0.0  # training time so far, eval excluded
     time_to_target_s: float = math.inf
+    train_steps: int = 0  # optimizer steps so far
+    steps_to_target: float = math.inf  # a whole number once reached
 
     def advance(
-        self, epoch: int, scores: EvalScores, epoch_seconds: float, target_acc: float
+        self,
+        epoch: int,
+        scores: EvalScores,
+        epoch_seconds: float,
+        target_acc: float,
+        *,
+        steps: int = 0,
     ) -> Progress:
+        """After `epoch`, which took `epoch_seconds` of training and `steps` optimizer steps."""
         train_seconds = self.train_seconds + epoch_seconds
+        train_steps = self.train_steps + steps
         reached_now = math.isinf(self.time_to_target_s) and scores.val_acc >= target_acc
         progress = replace(
             self,
             train_seconds=train_seconds,
             time_to_target_s=train_seconds if reached_now else self.time_to_target_s,
+            train_steps=train_steps,
+            steps_to_target=train_steps if reached_now else self.steps_to_target,
         )
         if scores.val_acc > self.best_val_acc:  # strict: a tie keeps the earlier epoch
             progress = replace(

@@ -45,6 +45,10 @@ class Precision:
         self.scaler.update()
         return self.scaler.get_scale() >= scale
 
+    def loss_scale(self) -> float:
+        """What the loss is multiplied by before backward (so the gradients are too)."""
+        return self.scaler.get_scale() if self.scaler else 1.0
+
     def state_dict(self) -> dict[str, Any]:
         return self.scaler.state_dict() if self.scaler else {}
 

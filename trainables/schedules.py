@@ -15,6 +15,12 @@ The effective batch never passes the training split, as in the reference impleme
 floor(split / micro-batch) (the micro-batch itself to the split, if it is larger), and lr
 is multiplied by the batch achieved over the batch asked, so lr follows the batch used.
 
+Beside the paper's fixed interval, the batch can grow when the gradients ask for it
+(`grows_by_noise`): once the measured gradient noise scale (McCandlish et al. 2018, see
+`trainables.noise_scale`) has reached the next batch size, a larger batch still takes
+nearly as few steps per unit of progress as a small one, so growing costs no accuracy per
+step and buys speed.
+
 Gradual warmup (Goyal et al. 2017) ramps lr linearly from `start_factor * lr` to lr over
 the first epochs, per optimizer step.
 """
@@ -60,15 +66,18 @@ def epoch_plan(
     lr_decay: float = 1.0,
     capacity: int | None = None,
     train_size: int | None = None,
+    growths: int | None = None,
 ) -> EpochPlan:
     """Batch, accumulation and lr for `epoch` under AdaBatch growth.
 
     The physical batch grows with the effective one until it would exceed `capacity` (the
     largest batch allowed or known to fit); from there the growth is carried by more
     accumulation steps, so the effective batch keeps following the schedule, up to the
-    `train_size` images of the training split (see the module docstring).
+    `train_size` images of the training split (see the module docstring). `growths`, when
+    given, is how many times the batch has grown (a rule other than the fixed interval).
     """
-    growths = growths_by(epoch, growth, interval)
+    if growths is None:
+        growths = growths_by(epoch, growth, interval)
     scale = growth**growths
     physical = batch_size * scale
     asked = physical * accumulation_steps
@@ -88,6 +97,16 @@ def epoch_plan(
         growths=growths,
         asked_batch_size=asked,
     )
+
+
+def grows_by_noise(
+    noise_scale: float, effective_batch_size: int, growth: int, train_size: int
+) -> bool:
+    """Whether the batch grows for the next epoch under the noise-scale rule: the measured
+    noise scale has reached the next batch, which still fits in the training split. A noise
+    scale not measured (NaN) keeps the batch; one beyond measure (inf) grows it."""
+    following = effective_batch_size * growth
+    return growth > 1 and following <= train_size and noise_scale >= following
 
 
 def warmup_factor(progress_epochs: float, warmup_epochs: int, start_factor: float) -> float:

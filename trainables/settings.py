@@ -46,6 +46,12 @@ class TrainSettings(BaseModel):
     adabatch_growth: int = Field(1, ge=1, **_STRICT)  # beta: effective batch x beta; 1 = off
     adabatch_interval: int = Field(1, gt=0, **_STRICT)  # epochs between growths
     adabatch_lr_decay: float = Field(1.0, gt=0, le=1)  # lr/effective batch x this per growth
+    # interval: grow every adabatch_interval epochs (the paper); noise_scale: grow when the
+    # measured gradient noise scale has reached the next batch size (checked every epoch)
+    adabatch_rule: Literal["interval", "noise_scale"] = "interval"
+    # steps per epoch trained as two halves to measure the gradient noise scale when there is
+    # no accumulation (accumulated steps are all measured, for free); 0: not measured then
+    noise_probe_steps: int = Field(4, ge=0, **_STRICT)
     warmup_epochs: int = Field(0, ge=0, **_STRICT)  # gradual lr warmup (Goyal et al. 2017)
     warmup_start_factor: float = Field(0.1, gt=0, le=1)  # warmup starts at lr x this
     max_batch_size: int | None = Field(None, gt=0, **_STRICT)  # physical cap; then accumulate

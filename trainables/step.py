@@ -7,12 +7,14 @@ with it, so what is measured is exactly what is trained.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainables.noise_scale import NoiseMeter
 from trainables.precision import Precision
 
 
@@ -32,26 +34,36 @@ def train_step(
     *,
     images: int,
     update: bool = True,
+    noise: NoiseMeter | None = None,
 ) -> StepOutcome:
     """One optimizer step over `micro_batches` of (inputs, targets) already on the device.
 
     Each micro-batch's loss is weighted by its share of the step's `images`, so k
     micro-batches of b give the update of one batch of k*b. With `update=False` the
     gradients are computed and dropped: the step's memory without changing the weights.
-    The gradients are released at the end either way.
+    The gradients are released at the end either way. With `noise`, the step's gradient
+    norms go to the gradient-noise-scale meter (two or more equal micro-batches needed).
     """
     device = next(model.parameters()).device
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     seen = 0
-    for inputs, targets in micro_batches:
-        with precision.autocast():
-            logits = model(inputs)
-            loss = F.cross_entropy(logits, targets)
-        precision.backward(loss * (len(targets) / images))
-        loss_sum += loss.detach().float() * len(targets)
-        correct += (logits.detach().argmax(dim=1) == targets).sum()
-        seen += len(targets)
+    with noise.measuring() if noise else nullcontext():
+        for inputs, targets in micro_batches:
+            with precision.autocast():
+                logits = model(inputs)
+                loss = F.cross_entropy(logits, targets)
+            weight = len(targets) / images
+            if noise:
+                noise.micro_batch_started()
+            precision.backward(loss * weight)
+            if noise:
+                noise.micro_batch_done(len(targets), weight)
+            loss_sum += loss.detach().float() * len(targets)
+            correct += (logits.detach().argmax(dim=1) == targets).sum()
+            seen += len(targets)
+        if noise:
+            noise.step_done(precision.loss_scale())
     applied = precision.step(optimizer) if update else False
     optimizer.zero_grad(set_to_none=True)
     return StepOutcome(loss_sum=loss_sum, correct=correct, images=seen, applied=applied)

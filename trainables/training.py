@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,7 @@ from torch import nn
 from trainables.augment import random_crop_flip
 from trainables.memory import MemoryBudget
 from trainables.models import StagedClassifier
+from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, probe_steps
 from trainables.precision import Precision
 from trainables.schedules import EpochPlan
 from trainables.step import train_step
@@ -131,6 +132,7 @@ class EpochResult:
     peak_mem_bytes: int
     skipped_steps: int = 0  # steps the GradScaler skipped (fp16 overflow)
     skipped_streak: int = 0  # consecutive skipped steps at the end of the epoch
+    noise: NoiseScale = field(default_factory=NoiseScale)  # noise-scale estimates, summed
 
     @property
     def diverged(self) -> bool:
@@ -160,6 +162,17 @@ def step_groups(count: int, batch_size: int, accumulation_steps: int) -> list[li
     return [slices[i : i + accumulation_steps] for i in range(0, len(slices), accumulation_steps)]
 
 
+def with_noise_probes(groups: list[list[slice]], probes: int) -> tuple[list[list[slice]], set[int]]:
+    """The epoch's steps as trained when the gradient noise scale is measured, and which
+    steps are measured. Steps of two or more micro-batches are all measured (for free);
+    without accumulation, `probes` steps spread over the epoch are trained as two halves."""
+    if any(len(group) > 1 for group in groups):
+        return groups, {step for step, group in enumerate(groups) if len(group) > 1}
+    probed = set(probe_steps(len(groups), probes))
+    split = [in_halves(group[0]) if step in probed else group for step, group in enumerate(groups)]
+    return split, {step for step in probed if len(split[step]) > 1}
+
+
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -178,6 +191,7 @@ def train_epoch(
     augment: bool = False,
     lr_at: Callable[[float], float] | None = None,
     skipped_streak: int = 0,
+    noise_probes: int = 0,
 ) -> EpochResult:
     """One pass over `split` in the order `generator` draws, on the model's device.
 
@@ -187,7 +201,8 @@ def train_epoch(
     the `budget`'s meter checks the epoch's first step before the clock starts (and
     raises the out-of-memory error a card of that size would). `skipped_streak` carries
     the GradScaler's run of skipped steps over from the previous epoch; the epoch stops
-    early once the run says the trial diverged.
+    early once the run says the trial diverged. The gradient noise scale is measured on
+    every accumulated step, or on `noise_probes` steps without accumulation.
     """
     device = next(model.parameters()).device
     budget = budget or MemoryBudget(device)
@@ -200,6 +215,8 @@ def train_epoch(
         metered = budget.enforce(
             model, optimizer, normalise(split.images[first]), split.labels[first], precision
         )
+    groups, measured = with_noise_probes(groups, noise_probes)
+    meter = NoiseMeter(model) if measured else None
     stream = device_batches(split, (order[s] for group in groups for s in group), device)
 
     def micro_batches(count: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -222,7 +239,12 @@ def train_epoch(
                     param_group["lr"] = lr_at(step / len(groups))
             group_images = sum(batch.stop - batch.start for batch in group)
             outcome = train_step(
-                model, optimizer, micro_batches(len(group)), precision, images=group_images
+                model,
+                optimizer,
+                micro_batches(len(group)),
+                precision,
+                images=group_images,
+                noise=meter if step in measured else None,
             )
             images += outcome.images
             steps += 1
@@ -247,6 +269,7 @@ def train_epoch(
         peak_mem_bytes=budget.peak_bytes(metered),
         skipped_steps=skipped,
         skipped_streak=skipped_streak,
+        noise=meter.result() if meter else NoiseScale(),
     )
 
 

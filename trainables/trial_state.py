@@ -24,6 +24,7 @@ class TrialState:
     last_metrics: dict[str, Any] = field(default_factory=dict)
     batch_capacity: int | None = None  # largest physical batch known to fit, once one did not
     skipped_streak: int = 0  # steps the GradScaler skipped in a row, up to the last epoch
+    growths: int = 0  # times the batch grew under the noise-scale rule (interval: by epoch)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "progress": asdict(self.progress)}

@@ -4,7 +4,14 @@ import math
 import pytest
 from mlflow.tracking import MlflowClient
 
-from analysis.load import find_parent_run, flatten, frame_from_mlflow, frame_from_tune
+from analysis.load import (
+    find_parent_run,
+    flatten,
+    frame_from_mlflow,
+    frame_from_tune,
+    histories_from_mlflow,
+    histories_from_tune,
+)
 
 METRICS = ("epoch", "val_acc", "throughput", "status", "status_detail")
 
@@ -52,6 +59,8 @@ def store(tmp_path_factory):
             client.log_param(child.info.run_id, "optimizer", "sgd")
             for epoch in (1, 2):
                 client.log_metric(child.info.run_id, "val_acc", 0.5 + epoch / 10, step=epoch)
+                client.log_metric(child.info.run_id, "noise_scale", 10.0 * epoch, step=epoch)
+                client.log_metric(child.info.run_id, "effective_batch_size", batch, step=epoch)
             client.log_metric(child.info.run_id, "time_to_target_s", math.inf)
     client.create_run(experiment, run_name="stopped-before-any-trial")
     return client
@@ -79,3 +88,30 @@ def test_a_metric_that_never_reached_its_target_reads_back_as_infinite_not_as_th
 ):
     frame = frame_from_mlflow(store, find_parent_run(store, "search"))
     assert (frame["time_to_target_s"] == math.inf).all()
+
+
+def test_every_ok_epoch_of_a_tune_folder_is_a_history_row(tmp_path):
+    write_trial(tmp_path, "trial_a", {"batch_size": 32}, [
+        {"trial_id": "a", "epoch": 1, "effective_batch_size": 32, "noise_scale": 40.0,
+         "status": "ok"},
+        {"trial_id": "a", "epoch": 2, "effective_batch_size": 64, "noise_scale": 90.0,
+         "status": "ok"},
+        {"trial_id": "a", "epoch": 3, "effective_batch_size": 128, "noise_scale": 90.0,
+         "status": "oom"},  # the pruned report repeats the last good epoch's values
+    ])  # fmt: skip
+    history = histories_from_tune(tmp_path)
+    assert history.to_dict("records") == [
+        {"trial_id": "a", "epoch": 1, "effective_batch_size": 32, "noise_scale": 40.0},
+        {"trial_id": "a", "epoch": 2, "effective_batch_size": 64, "noise_scale": 90.0},
+    ]
+
+
+def test_mlflow_histories_give_each_trial_s_metrics_by_epoch(store):
+    history = histories_from_mlflow(store, find_parent_run(store, "search"))
+    rows = history.sort_values(["trial_id", "epoch"]).to_dict("records")
+    assert rows == [
+        {"trial_id": "t1", "epoch": 1, "effective_batch_size": 32.0, "noise_scale": 10.0},
+        {"trial_id": "t1", "epoch": 2, "effective_batch_size": 32.0, "noise_scale": 20.0},
+        {"trial_id": "t2", "epoch": 1, "effective_batch_size": 256.0, "noise_scale": 10.0},
+        {"trial_id": "t2", "epoch": 2, "effective_batch_size": 256.0, "noise_scale": 20.0},
+    ]

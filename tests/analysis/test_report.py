@@ -139,3 +139,32 @@ def test_declared_hypervolume_bounds_are_read_back_from_the_search_and_used(tmp_
     assert derived.bounds["throughput"] == (0.0, 10000.0)  # the next power of ten
     assert declared.hypervolume > derived.hypervolume
     assert "throughput [0, 5000]" in (tmp_path / "a" / "report.md").read_text()
+
+
+def test_epoch_histories_add_the_chart_of_the_batch_used_against_the_noise_scale(tmp_path):
+    frame = trials()
+    histories = pd.DataFrame(
+        [
+            {"trial_id": trial_id, "epoch": epoch, "effective_batch_size": 16 * 2 ** (epoch // 2),
+             "noise_scale": 20.0 * epoch}
+            for trial_id in frame["trial_id"][2:]
+            for epoch in range(1, 6)
+        ]
+    )  # fmt: skip
+    report = build_report(frame, OBJECTIVES, tmp_path, histories=histories)
+    assert tmp_path / "noise_scale.png" in report.files
+    assert non_empty_png(tmp_path / "noise_scale.png")
+    assert "![noise_scale.png](noise_scale.png)" in (tmp_path / "report.md").read_text()
+
+
+def test_no_noise_scale_chart_where_none_was_measured(tmp_path):
+    frame = trials()
+    histories = pd.DataFrame(
+        {"trial_id": frame["trial_id"], "epoch": 1, "effective_batch_size": 16,
+         "noise_scale": np.nan}
+    )  # fmt: skip
+    report = build_report(frame, OBJECTIVES, tmp_path, histories=histories)
+    assert not (tmp_path / "noise_scale.png").exists()
+    assert {path.name for path in report.files} == {"trials.csv", "pareto_front.png",
+                                                     "pareto_3d.png", "parallel.png",
+                                                     "report.md", "report.html"}  # fmt: skip

@@ -40,7 +40,7 @@ def test_the_gpu_studys_capacity_table_runs_on_cpu_with_the_meter(tmp_path):
     ("config", "grid", "shrink"),
     [
         ("paperspace_sgd_adam.yaml", 8, ["space.batch_size={grid: [16, 256]}"]),
-        ("adabatch.yaml", 4, ["space.adabatch_growth={grid: [1, 2]}", "train.adabatch_interval=1"]),
+        ("adabatch.yaml", 4, ["space.adabatch_growth={grid: [2]}", "train.adabatch_interval=1"]),
     ],
 )
 def test_the_cpu_studies_run_shrunk_to_one_seed_and_two_epochs(
@@ -52,3 +52,5 @@ def test_the_cpu_studies_run_shrunk_to_one_seed_and_two_epochs(
     assert code == 0
     trials = pd.read_csv(tmp_path / "ray_results" / "study" / "report" / "trials.csv")
     assert len(trials) == grid and set(trials["status"]) == {"ok"}  # every grid point ran
+    assert (trials["noise_scale"] > 0).all()  # measured in every trial
+    assert (tmp_path / "ray_results" / "study" / "report" / "noise_scale.png").exists()

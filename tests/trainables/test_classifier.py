@@ -77,6 +77,11 @@ SWITCHES = {
         "augment": True,
         "grad_checkpointing": True,
     },
+    "the noise-scale rule, growing at the stop": {
+        "batch_size": 4,
+        "adabatch_rule": "noise_scale",
+        "adabatch_growth": 2,
+    },
 }
 
 
@@ -95,7 +100,7 @@ def test_a_trial_resumed_from_its_checkpoint_ends_like_one_that_never_stopped(
     assert [m["epoch"] for m in resumed.metrics] == [2, 3]
     for name in set(METRICS) - MACHINE_METRICS:
         assert resumed.metrics[-1][name] == pytest.approx(straight.metrics[-1][name]), name
-    if switches:
+    if "amp" in switches:
         last = straight.metrics[-1]  # grown x4 on a capped batch, then cut to the split
         assert (last["scheduled_batch_size"], last["batch_size"]) == (64, 8)
         assert last["accumulation_steps"] == 6  # 48 training images
@@ -104,6 +109,40 @@ def test_a_trial_resumed_from_its_checkpoint_ends_like_one_that_never_stopped(
 def test_time_to_target_is_infinite_when_the_target_is_out_of_reach(tiny_data: PreparedData):
     last = fit_classifier(settings(epochs=1, target_acc=1.0), tiny_data, Reports())
     assert math.isinf(last["time_to_target_s"]) or last["val_acc"] == 1.0
+    assert math.isinf(last["steps_to_target"]) or last["val_acc"] == 1.0
+
+
+def test_steps_to_target_counts_the_optimizer_steps_until_the_target_was_reached(tiny_data):
+    reports = Reports()
+    fit_classifier(settings(epochs=2, target_acc=0.01, accumulation_steps=2), tiny_data, reports)
+    assert [m["train_steps"] for m in reports.metrics] == [3, 6]  # 48 images, 16 a step
+    assert [m["steps_to_target"] for m in reports.metrics] == [3, 3]
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_every_epoch_reports_the_gradient_noise_scale_with_or_without_accumulation(
+    tiny_data: PreparedData, accumulation
+):
+    reports = Reports()
+    fit_classifier(settings(accumulation_steps=accumulation), tiny_data, reports)
+    assert all(m["noise_scale"] > 0 for m in reports.metrics)  # NaN: not measured
+
+
+def test_without_probes_or_accumulation_the_noise_scale_is_not_measured(tiny_data):
+    last = fit_classifier(settings(noise_probe_steps=0), tiny_data, Reports())
+    assert math.isnan(last["noise_scale"])
+
+
+def test_the_noise_scale_rule_grows_the_batch_exactly_when_the_gradients_ask_for_it(tiny_data):
+    reports = Reports()
+    rule = {"adabatch_rule": "noise_scale", "adabatch_growth": 2, "batch_size": 4}
+    fit_classifier(settings(epochs=5, **rule), tiny_data, reports)
+    for before, after in zip(reports.metrics, reports.metrics[1:], strict=False):
+        following = before["effective_batch_size"] * 2
+        grows = following <= 48 and before["noise_scale"] >= following
+        assert after["effective_batch_size"] == (following if grows else following // 2)
+        assert after["lr"] == pytest.approx(before["lr"] * (2 if grows else 1))
+    assert len({m["effective_batch_size"] for m in reports.metrics}) > 1  # it grew here
 
 
 def test_deterministic_kernels_are_switched_per_trial_not_left_for_the_next_one(

@@ -27,7 +27,8 @@ class Reports:
 
 
 def settings(**changes) -> TrainSettings:
-    base = {"epochs": 3, "batch_size": 8, "train_eval_size": 16, "lr": 0.02}
+    # No noise probes: the injected failures count forward passes, one per step.
+    base = {"epochs": 3, "batch_size": 8, "train_eval_size": 16, "lr": 0.02, "noise_probe_steps": 0}
     return TrainSettings(**{**base, **changes})
 
 

@@ -1,6 +1,8 @@
+import math
+
 import pytest
 
-from trainables.schedules import EpochPlan, epoch_plan, growths_by, warmup_factor
+from trainables.schedules import EpochPlan, epoch_plan, grows_by_noise, growths_by, warmup_factor
 
 
 def plan_at(epoch: int, **settings) -> EpochPlan:
@@ -129,3 +131,19 @@ def test_a_growing_physical_batch_never_passes_the_split_and_lr_follows_the_batc
         else:  # the largest whole number of micro-batches that fits in the split
             assert split - plan.batch_size < used
         assert plan.lr == pytest.approx(0.1 * beta ** ((epoch - 1) // 2) * used / asked)
+
+
+def test_the_noise_rule_grows_once_the_noise_scale_reaches_the_next_batch_that_fits_the_split():
+    assert grows_by_noise(64.0, 32, growth=2, train_size=1200)
+    assert not grows_by_noise(63.9, 32, growth=2, train_size=1200)
+    assert grows_by_noise(math.inf, 32, growth=4, train_size=1200)  # signal lost in the noise
+    assert not grows_by_noise(math.nan, 32, growth=2, train_size=1200)  # not measured
+    assert not grows_by_noise(5000.0, 1024, growth=2, train_size=1200)  # 2048 > the split
+    assert not grows_by_noise(5000.0, 32, growth=1, train_size=1200)  # AdaBatch off
+
+
+def test_a_plan_given_its_growths_ignores_the_interval():
+    plan = epoch_plan(2, batch_size=32, accumulation_steps=1, lr=0.01, growth=2, interval=9,
+                      lr_decay=0.5, growths=2)  # fmt: skip
+    assert (plan.effective_batch_size, plan.growths) == (128, 2)
+    assert plan.lr == pytest.approx(0.01 * 4 * 0.25)

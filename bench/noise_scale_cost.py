@@ -1,0 +1,105 @@
+"""What measuring the gradient noise scale costs an epoch, side by side.
+
+The same epoch (model, data, order, batch) trained with the noise scale measured and
+without, alternating so that drift in the machine's speed falls on both. Two cases:
+
+- without accumulation: `noise_probes` steps of the epoch trained as two halves (the
+  default, 4) against none;
+- with accumulation: every step measured (the micro-batches' gradient norms, read by
+  hooks) against no step measured.
+
+Prints the median training seconds of each and the ratio measured / not measured.
+
+    python bench/noise_scale_cost.py [--model small_cnn] [--image-size 32]
+        [--batch-size 32] [--accumulation 4] [--threads 1] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+
+import torch
+
+from trainables import training
+from trainables.classifier import build_optimizer
+from trainables.data import DataSettings, PreparedData, prepare_data
+from trainables.models import build_model
+from trainables.precision import Precision
+from trainables.schedules import EpochPlan
+from trainables.settings import TrainSettings
+from trainables.training import HostSplit, Normaliser, train_epoch
+
+
+@contextmanager
+def nothing_measured() -> Iterator[None]:
+    """Every step trained as planned and none measured, accumulated ones included."""
+    real = training.with_noise_probes
+    training.with_noise_probes = lambda groups, probes: (groups, set())
+    try:
+        yield
+    finally:
+        training.with_noise_probes = real
+
+
+def epoch_seconds(
+    args: argparse.Namespace, data: PreparedData, accumulation: int, probes: int, measure: bool
+) -> float:
+    settings = TrainSettings(model=args.model, batch_size=args.batch_size, lr=0.01)
+    torch.manual_seed(0)
+    model = build_model(settings.model, data.num_classes, data.image_size)
+    optimizer = build_optimizer(settings, model.parameters())
+    split = HostSplit(torch.from_numpy(data.train.images), torch.from_numpy(data.train.labels))
+    plan = EpochPlan(batch_size=args.batch_size, accumulation_steps=accumulation, lr=0.01,
+                     growths=0)  # fmt: skip
+    normalise = Normaliser.from_stats(data.mean, data.std, torch.device("cpu"))
+    with nullcontext() if measure else nothing_measured():
+        result = train_epoch(
+            model, optimizer, split, normalise, plan=plan, precision=Precision("cpu", None),
+            generator=torch.Generator().manual_seed(0), noise_probes=probes,
+        )  # fmt: skip
+    if measure:
+        assert result.noise.steps > 0, "nothing was measured"
+    return result.seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="small_cnn")
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--accumulation", type=int, default=4)
+    parser.add_argument("--probes", type=int, default=TrainSettings().noise_probe_steps)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cases = {
+        f"no accumulation, {args.probes} probe steps": (1, args.probes, True),
+        "no accumulation, not measured": (1, 0, False),
+        f"accumulation {args.accumulation}, every step measured": (args.accumulation, 0, True),
+        f"accumulation {args.accumulation}, not measured": (args.accumulation, 0, False),
+    }
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    data = prepare_data(DataSettings(image_size=args.image_size, train_per_class=600,
+                                     val_per_class=8, test_per_class=8))  # fmt: skip
+    epoch_seconds(args, data, 1, 0, False)  # warm-up: first-touch costs fall on neither side
+    for _ in range(args.repeats):
+        for name, case in cases.items():
+            times[name].append(epoch_seconds(args, data, *case))
+    print(
+        f"{args.model}, {args.image_size} px, 1,200 images, batch {args.batch_size}, "
+        f"{args.threads} thread(s), median training seconds of {args.repeats} epochs each"
+    )
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    for name, value in medians.items():
+        print(f"  {name:45s} {value:7.3f} s")
+    names = list(medians)
+    print(f"ratio measured / not, no accumulation: {medians[names[0]] / medians[names[1]]:.3f}")
+    print(f"ratio measured / not, accumulation:    {medians[names[2]] / medians[names[3]]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
