@@ -232,7 +232,7 @@ def noise_scale_chart(
     measured = measured[measured["noise_scale"] > 0]
     if measured.empty:
         return None
-    figure, axis = plt.subplots(figsize=(7.5, 4.6))
+    figure, axis = plt.subplots(figsize=(10, 4.8))
     colours = plt.get_cmap("tab10")
     for i, config in enumerate(dict.fromkeys(labels.values())):
         colour = colours(i % 10)

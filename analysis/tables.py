@@ -12,17 +12,27 @@ from analysis.load import CONFIG_PREFIX, typed_param
 from analysis.pareto import finished_mask
 
 
-def _cell(values: pd.Series) -> str:
-    values = values.dropna()
+def _cell(trials: pd.DataFrame, value: str) -> str:
+    """The mean (± the seeds' spread) over the trials that ended ok, with how many they
+    were, and how many of the cell's trials ended otherwise (e.g. "1 of 3 diverged")."""
+    finished = finished_mask(trials)
+    values = trials.loc[finished, value].dropna()
+    ended = trials.loc[~finished, "status"].value_counts() if "status" in trials else []
+    others = [f"{count} of {len(trials)} {status}" for status, count in ended.items()]
     if values.empty:
-        return "-"
-    if len(values) == 1:
-        return f"{values.iloc[0]:.3f}"
+        return f"- ({'; '.join(others)})" if others else "-"
     mean, finite = values.mean(), values[np.isfinite(values)]
     if len(finite) < len(values):  # e.g. time_to_target_s of seeds that never got there
         rest = f", the rest {finite.mean():.3f}" if len(finite) else ""
-        return f"{mean:.3f} (n={len(values)}: {len(values) - len(finite)} {mean:.3f}{rest})"
-    return f"{mean:.3f} ± {values.std():.3f} (n={len(values)})"
+        text, counts = (
+            f"{mean:.3f}",
+            f"n={len(values)}: {len(values) - len(finite)} {mean:.3f}{rest}",
+        )
+    elif len(values) == 1:
+        text, counts = f"{mean:.3f}", "n=1"
+    else:
+        text, counts = f"{mean:.3f} ± {values.std():.3f}", f"n={len(values)}"
+    return f"{text} ({'; '.join([counts, *others])})"
 
 
 def trend_table(
@@ -30,10 +40,17 @@ def trend_table(
 ) -> pd.DataFrame:
     """Mean ± std of `value` over the trials that ended ok, by setting `rows` (and
     `columns`), e.g. best_val_acc by batch_size and optimizer. Settings are named as in the
-    config (`batch_size`), trials are one per seed, so the spread is the seeds'."""
-    finished = frame[finished_mask(frame)]
+    config (`batch_size`), trials are one per seed, so the spread is the seeds'; every
+    cell says how many seeds it rests on and how many ended pruned or diverged."""
     keys = [_setting_column(frame, name) for name in (rows, columns) if name]
-    grouped = finished.groupby(keys, dropna=False)[value].apply(_cell)
+    cells = {key: _cell(group, value) for key, group in frame.groupby(keys, dropna=False)}
+    grouped = pd.Series(cells)
+    if columns:
+        grouped.index = pd.MultiIndex.from_tuples(grouped.index, names=keys)
+    else:
+        grouped.index = pd.Index(
+            [key[0] if isinstance(key, tuple) else key for key in grouped.index]
+        )
     table = grouped.unstack() if columns else grouped.to_frame(value)
     table.index.name = rows
     if columns:

@@ -86,7 +86,7 @@ def test_a_trend_table_gives_the_mean_and_seed_spread_by_two_settings():
     })  # fmt: skip
     table = trend_table(frame, "best_val_acc", "batch_size", "optimizer")
     assert table.loc[16, "sgd"] == "0.820 ± 0.028 (n=2)"
-    assert table.loc[256, "adam"] == "0.700" and table.loc[16, "adam"] == "-"
+    assert table.loc[256, "adam"] == "0.700 (n=1; 1 of 2 oom)" and table.loc[16, "adam"] == "-"
     with pytest.raises(KeyError, match="augment"):
         trend_table(frame, "best_val_acc", "augment")
 
@@ -103,6 +103,19 @@ def test_a_trend_of_a_time_some_seeds_never_reached_counts_them_without_a_nan_sp
     assert table.loc[32, "time_to_target_s"] == "inf (n=3: 1 inf, the rest 4.500)"
     assert table.loc[256, "time_to_target_s"] == "inf (n=2: 2 inf)"
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_trend_cell_says_how_many_seeds_ended_pruned_or_diverged():
+    from analysis.tables import trend_table
+
+    frame = pd.DataFrame({
+        "config.batch_size": [256, 256, 256, 32],
+        "best_val_acc": [0.64, np.nan, np.nan, 0.8],
+        "status": ["ok", "diverged", "diverged", "oom"],
+    })  # fmt: skip
+    table = trend_table(frame, "best_val_acc", "batch_size")
+    assert table.loc[256, "best_val_acc"] == "0.640 (n=1; 2 of 3 diverged)"
+    assert table.loc[32, "best_val_acc"] == "- (1 of 1 oom)"
 
 
 def test_trials_are_selected_by_settings_read_as_yaml():
