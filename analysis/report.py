@@ -115,14 +115,18 @@ def build_report(
         front_3d_chart(marked, objectives, feasible, out_dir / "pareto_3d.png", title),
         parallel_chart(marked, out_dir / "parallel.png", title),
     ]
+    images = {}
     if histories is not None and not histories.empty:
         labels = config_labels(marked, NOISE_CHART_CONFIGS)
-        charts.append(noise_scale_chart(histories, labels, out_dir / "noise_scale.png", title))
+        chart = noise_scale_chart(histories, labels, out_dir / "noise_scale.png", title)
+        charts.append(chart)
+        if chart is not None:
+            images["The batch used against the gradient noise scale, by epoch"] = chart.name
     files += [chart for chart in charts if chart is not None]
     markdown = out_dir / "report.md"
     markdown.write_text(render_markdown(report, title, [c.name for c in charts if c]))
     page = out_dir / "report.html"
-    page.write_text(render_html(report, title, feasible))
+    page.write_text(render_html(report, title, feasible, images))
     files += [markdown, page]
     return Report(**{**report.__dict__, "files": tuple(files)})
 
@@ -225,7 +229,10 @@ def render_markdown(report: Report, title: str, charts: list[str]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def render_html(report: Report, title: str, feasible: np.ndarray) -> str:
+def render_html(
+    report: Report, title: str, feasible: np.ndarray, images: Mapping[str, str] | None = None
+) -> str:
+    """The report page; `images` (heading -> PNG beside the page) follow the charts."""
     figures = interactive_figures(report.frame, report.objectives, feasible)
     plots = [
         plotly.io.to_html(figure, full_html=False, include_plotlyjs="inline" if i == 0 else False)
@@ -244,6 +251,8 @@ def render_html(report: Report, title: str, feasible: np.ndarray) -> str:
     if not infeasible.empty:
         sections.append("<h2>Kept off the front</h2>" + infeasible.to_html(index=False))
     sections.append("<h2>Charts (hover a point for its config)</h2>" + "".join(plots))
+    for heading, name in (images or {}).items():
+        sections.append(f'<h2>{html.escape(heading)}</h2><img src="{html.escape(name)}" alt="">')
     return PAGE.format(title=html.escape(title), body="".join(sections))
 
 

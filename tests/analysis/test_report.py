@@ -155,6 +155,7 @@ def test_epoch_histories_add_the_chart_of_the_batch_used_against_the_noise_scale
     assert tmp_path / "noise_scale.png" in report.files
     assert non_empty_png(tmp_path / "noise_scale.png")
     assert "![noise_scale.png](noise_scale.png)" in (tmp_path / "report.md").read_text()
+    assert '<img src="noise_scale.png"' in (tmp_path / "report.html").read_text()
 
 
 def test_no_noise_scale_chart_where_none_was_measured(tmp_path):
