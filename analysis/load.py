@@ -28,6 +28,9 @@ PARENT_TAG = "mlflow.parentRunId"
 STATUS_ERROR = "error"  # the trial raised: a bug or a crash, not a pruned trial
 # Keys every result carries that are not part of the metric schema (Tune's bookkeeping).
 _TEXT_FIELDS = ("status", "status_detail")
+# Metrics that are inf while their target is not reached. MLflow is given nothing for them
+# then (it would store the largest float and empty its chart): absent after an epoch is inf.
+UNTIL_TARGET_METRICS = ("time_to_target_s", "steps_to_target")
 
 
 def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -177,6 +180,9 @@ def frame_from_mlflow(client: MlflowClient, parent: Run) -> pd.DataFrame:
     for run in child_runs(client, parent):
         config = {key: typed_param(value) for key, value in run.data.params.items()}
         metrics: dict[str, Any] = {k: _unclipped(v) for k, v in run.data.metrics.items()}
+        if "epoch" in metrics:
+            for name in UNTIL_TARGET_METRICS:
+                metrics.setdefault(name, math.inf)
         metrics.update({key: run.data.tags[key] for key in _TEXT_FIELDS if key in run.data.tags})
         row = trial_row(run.data.tags.get("trial_id", run.info.run_id), config, metrics)
         row["run_id"] = run.info.run_id
@@ -185,8 +191,8 @@ def frame_from_mlflow(client: MlflowClient, parent: Run) -> pd.DataFrame:
 
 
 def _unclipped(value: float) -> float:
-    """MLflow stores an infinite metric (time_to_target_s of a trial that never reached the
-    target) as the largest float; read it back as the infinity it was."""
+    """MLflow stores an infinite metric as the largest float (stores written before such
+    metrics were left out); read it back as the infinity it was."""
     return math.copysign(math.inf, value) if abs(value) >= sys.float_info.max else value
 
 

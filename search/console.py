@@ -21,6 +21,16 @@ def mlflow_ui_command(tracking_uri: str) -> str:
     return f"mlflow ui --backend-store-uri {tracking_uri}"
 
 
+def runs_link(tracking_uri: str, experiment_id: str) -> str:
+    """The page of MLflow's UI that lists the search's runs: on the server, or on the local
+    UI that `mlflow ui` starts (port 5000)."""
+    if tracking_uri.startswith(("http://", "https://")):
+        base = tracking_uri.rstrip("/")
+    else:
+        base = "http://127.0.0.1:5000"
+    return f"{base}/#/experiments/{experiment_id}/runs"
+
+
 def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
     objectives = ", ".join(f"{name} ({way})" for name, way in config.objectives.items())
     sampled = ", ".join(config.space) or "nothing (fixed config)"

@@ -21,7 +21,7 @@ from analysis.load import flatten, frame_from_tune, histories_from_tune
 from analysis.report import build_report, publish
 from search.cluster import ClusterUnavailable, check_address
 from search.config import ConfigError, SearchConfig, load_config
-from search.console import plan, say, summary_table
+from search.console import mlflow_ui_command, plan, runs_link, say, summary_table
 from search.errors import Problem
 from search.experiment import (
     ExperimentNotFound,
@@ -240,6 +240,10 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
     say(f"Report:  {experiment_dir / 'report' / 'report.html'}")
     say(f"Hypervolume of the front: {report.hypervolume:.4f}")
     say(f"MLflow:  {config.tracking.uri}")
+    uri = config.tracking.uri or ""
+    if not uri.startswith(("http://", "https://")):
+        say(f"Review:  {mlflow_ui_command(uri)}")
+    say(f"Runs:    {runs_link(uri, parent.experiment_id)}")
     return 0
 
 

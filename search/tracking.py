@@ -22,9 +22,13 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from ray import tune
 
-from trainables.metrics import NUMERIC_METRICS, TEXT_METRICS
+from trainables.metrics import NUMERIC_METRICS, PRUNED_STATUSES, TEXT_METRICS
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
+# The experiment tag by which MLflow 3's UI opens an experiment on its runs (classic model
+# training) instead of its GenAI traces page.
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+NOTE_TAG = "mlflow.note.content"  # a run's description: shown in full on its page
 BATCH_LIMIT = 100  # params per log_batch call allowed by MLflow
 
 
@@ -64,6 +68,34 @@ def git_commit(directory: Path) -> str | None:
     return out.stdout.strip() or None
 
 
+def trial_run_name(config: Mapping[str, Any], trial_id: str) -> str:
+    """What a trial trains with, readable in MLflow's runs list, e.g.
+    `bs64-adam-lr0.001-amp-ckpt-acc4-grow2every3-s1-9f3a`: the batch, optimizer and lr, the
+    techniques that are on, the seed, and the end of the trial id, which keeps it unique."""
+    parts = [f"bs{config.get('batch_size', '?')}"]
+    if config.get("optimizer"):
+        parts.append(str(config["optimizer"]))
+    if isinstance(config.get("lr"), int | float):
+        parts.append(f"lr{config['lr']:.2g}")
+    parts += [flag for key, flag in (("amp", "amp"), ("grad_checkpointing", "ckpt"))
+              if config.get(key) is True]  # fmt: skip
+    if (config.get("accumulation_steps") or 1) > 1:
+        parts.append(f"acc{config['accumulation_steps']}")
+    if (growth := config.get("adabatch_growth") or 1) > 1:
+        when = "noise" if config.get("adabatch_rule") == "noise_scale" else (
+            f"every{config.get('adabatch_interval', 1)}"
+        )  # fmt: skip
+        parts.append(f"grow{growth}{when}")
+    if config.get("seed"):
+        parts.append(f"s{config['seed']}")
+    return "-".join([*parts, trial_id[-4:]])
+
+
+def pruned_run_name(name: str, status: str) -> str:
+    """A pruned trial's run name says so first: the runs list shows it without a column."""
+    return f"[{status}] {name}"
+
+
 def log_params(client: MlflowClient, run_id: str, params: Mapping[str, Any]) -> None:
     items = [Param(key, str(value)[:PARAM_VALUE_LIMIT]) for key, value in params.items()]
     for start in range(0, len(items), BATCH_LIMIT):
@@ -91,6 +123,8 @@ class ParentRun:
         client = MlflowClient(tracking_uri)
         found = client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+        if found is None or EXPERIMENT_KIND_TAG not in found.tags:
+            client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         if resume_run_id is not None:
             client.update_run(resume_run_id, status=RunStatus.to_string(RunStatus.RUNNING))
             return cls(client, resume_run_id, experiment_id)
@@ -165,12 +199,13 @@ class MlflowTrialCallback(tune.Callback):
         return run_id
 
     def _create_run(self, trial: Any) -> str:
+        name = trial_run_name({**self.fixed_params, **trial.config}, trial.trial_id)
         run = self.client.create_run(
             self.experiment_id,
-            run_name=trial.trial_id,
+            run_name=name,
             tags={
                 MLFLOW_PARENT_RUN_ID: self.parent_run_id,
-                MLFLOW_RUN_NAME: trial.trial_id,
+                MLFLOW_RUN_NAME: name,
                 "trial_id": trial.trial_id,
                 "trial_name": str(trial),
                 "status": "running",
@@ -191,11 +226,19 @@ class MlflowTrialCallback(tune.Callback):
         metrics = [
             Metric(name, float(result[name]), now, step)
             for name in NUMERIC_METRICS
-            # NaN: not measured (a pruned trial's report); leave the history clean
-            if isinstance(result.get(name), int | float) and not math.isnan(result[name])
+            # NaN: not measured (a pruned trial's report); inf: not reached (time_to_target_s)
+            # or beyond measure, which MLflow would store as the largest float and which
+            # would empty its chart. Either is left out of the history: nothing was measured.
+            if isinstance(result.get(name), int | float) and math.isfinite(result[name])
         ]
         tags = [RunTag(name, str(result[name])) for name in TEXT_METRICS if result.get(name)]
-        self.client.log_batch(self.run_id_for(trial), metrics=metrics, tags=tags)
+        run_id = self.run_id_for(trial)
+        if result.get("status") in PRUNED_STATUSES:
+            tags.append(RunTag(NOTE_TAG, f"{result['status']}: {result.get('status_detail', '')}"))
+            name = self.client.get_run(run_id).info.run_name
+            if not name.startswith("["):
+                self.client.update_run(run_id, name=pruned_run_name(name, result["status"]))
+        self.client.log_batch(run_id, metrics=metrics, tags=tags)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.client.set_terminated(self.run_id_for(trial), status="FINISHED")

@@ -92,6 +92,14 @@ def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_
     config = yaml.safe_load(SMOKE.read_text())
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("smoke")
+    closing = finished.stdout.splitlines()[-3:]  # how to review, at the end, not scrolled away
+    assert (
+        closing[-2] == f"Review:  mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'}"
+    )
+    assert (
+        closing[-1]
+        == f"Runs:    http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs"
+    )
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
@@ -109,6 +117,7 @@ def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_
         history = client.get_metric_history(child.info.run_id, "val_acc")
         assert [m.step for m in history] == list(range(1, config["train"]["epochs"] + 1))
         assert "training_iteration" not in child.data.metrics
+        assert child.info.run_name.startswith(f"bs{child.data.params['batch_size']}-")
     assert {c.data.params["optimizer"] for c in children} == {"sgd", "adam"}  # the grid ran
 
     assert sorted(c.data.params["seed"] for c in children) == ["0", "0", "1", "1"]

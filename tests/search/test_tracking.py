@@ -3,11 +3,13 @@ import pickle
 import pytest
 from mlflow.tracking import MlflowClient
 
+from analysis.load import frame_from_mlflow
 from search.tracking import (
     MlflowTrialCallback,
     ParentRun,
     TrackingUnavailable,
     check_reachable,
+    trial_run_name,
 )
 from tests.fakes import FakeTrial, schema_result
 
@@ -38,6 +40,53 @@ def test_each_trial_becomes_a_child_run_nested_under_the_search(parent, store):
     assert run.data.params == {"batch_size": "32", "lr": "0.01", "epochs": "2"}
 
 
+def test_a_trial_run_is_named_by_what_it_trains_with_and_stays_unique(parent, store):
+    callback = callback_for(parent, store)
+    config = {"batch_size": 64, "optimizer": "adam", "lr": 0.001, "amp": True,
+              "grad_checkpointing": True, "accumulation_steps": 4, "adabatch_growth": 2,
+              "adabatch_interval": 3}  # fmt: skip
+    first, repeat = FakeTrial("5c1e9f3a", config), FakeTrial("5c1e77b0", {**config, "seed": 1})
+    for trial in (first, repeat):
+        callback.on_trial_start(0, [], trial)
+    client = MlflowClient(store)
+    names = [client.get_run(callback.run_id_for(t)).info.run_name for t in (first, repeat)]
+    assert names == ["bs64-adam-lr0.001-amp-ckpt-acc4-grow2every3-9f3a",
+                     "bs64-adam-lr0.001-amp-ckpt-acc4-grow2every3-s1-77b0"]  # fmt: skip
+
+
+def test_plain_trials_get_short_names_and_the_noise_rule_says_so():
+    assert trial_run_name({"batch_size": 32, "optimizer": "sgd"}, "abcd1234") == "bs32-sgd-1234"
+    grown = {"batch_size": 32, "adabatch_growth": 2, "adabatch_rule": "noise_scale"}
+    assert trial_run_name(grown, "abcd1234") == "bs32-grow2noise-1234"
+
+
+def test_a_pruned_trial_s_run_says_so_in_its_name_and_its_description(parent, store):
+    callback = callback_for(parent, store)
+    trial = FakeTrial("abcd1234", {"batch_size": 128})
+    callback.on_trial_start(0, [], trial)
+    callback.on_trial_result(0, [], trial, schema_result(1))
+    detail = "a training step of 128 images needs 42 MiB, over the budget of 40 MiB"
+    callback.on_trial_result(0, [], trial, schema_result(2, "oom", status_detail=detail))
+    callback.on_trial_result(0, [], trial, schema_result(2, "oom", status_detail=detail))
+    run = MlflowClient(store).get_run(callback.run_id_for(trial))
+    assert run.info.run_name == "[oom] bs128-1234"  # once, however often it is told
+    assert run.data.tags["mlflow.note.content"] == f"oom: {detail}"
+
+
+def test_a_target_never_reached_reads_back_as_infinite_though_nothing_was_logged(parent, store):
+    callback = callback_for(parent, store)
+    trial = FakeTrial("abc")
+    callback.on_trial_start(0, [], trial)
+    callback.on_trial_result(0, [], trial, schema_result(1))
+    row = frame_from_mlflow(MlflowClient(store), MlflowClient(store).get_run(parent.run_id)).iloc[0]
+    assert row["time_to_target_s"] == float("inf") and row["steps_to_target"] == float("inf")
+
+
+def test_the_experiment_opens_on_its_runs_in_mlflow_3(parent, store):
+    experiment = MlflowClient(store).get_experiment(parent.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
 def test_results_are_logged_as_schema_metrics_by_epoch_without_tune_bookkeeping(parent, store):
     callback = callback_for(parent, store)
     trial = FakeTrial("abc")
@@ -46,9 +95,8 @@ def test_results_are_logged_as_schema_metrics_by_epoch_without_tune_bookkeeping(
         callback.on_trial_result(0, [], trial, schema_result(epoch))
     client = MlflowClient(store)
     run = client.get_run(callback.run_id_for(trial))
-    assert set(run.data.metrics) == {
-        "epoch", "val_acc", "best_val_acc", "throughput", "gen_gap", "time_to_target_s",
-    }  # fmt: skip
+    # time_to_target_s is inf (not reached): nothing is logged rather than a sentinel
+    assert set(run.data.metrics) == {"epoch", "val_acc", "best_val_acc", "throughput", "gen_gap"}
     history = client.get_metric_history(run.info.run_id, "val_acc")
     assert [(m.step, round(m.value, 3)) for m in history] == [(1, 0.6), (2, 0.7)]
     assert run.data.tags["status"] == "ok"
