@@ -23,12 +23,13 @@ def mlflow_ui_command(tracking_uri: str) -> str:
 
 def runs_link(tracking_uri: str, experiment_id: str) -> str:
     """The page of MLflow's UI that lists the search's runs: on the server, or on the local
-    UI that `mlflow ui` starts (port 5000)."""
+    UI that `mlflow ui` starts (port 5000). MLflow 3 opens on its GenAI pages unless told
+    the workflow is model training (its own switch, kept in the link's query)."""
     if tracking_uri.startswith(("http://", "https://")):
         base = tracking_uri.rstrip("/")
     else:
         base = "http://127.0.0.1:5000"
-    return f"{base}/#/experiments/{experiment_id}/runs"
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
 def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:

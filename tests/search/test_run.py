@@ -98,7 +98,7 @@ def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_
     )
     assert (
         closing[-1]
-        == f"Runs:    http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs"
+        == f"Runs:    http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning"
     )
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
