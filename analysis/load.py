@@ -21,6 +21,8 @@ import yaml
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
+from analysis.flat import flatten
+
 CONFIG_PREFIX = "config."
 # Config keys that are not settings of a trial: the repeat's seed and the search's notes.
 NOT_SETTINGS = frozenset({"seed", "repeat_of", "oom_predicted_from"})
@@ -31,18 +33,6 @@ _TEXT_FIELDS = ("status", "status_detail")
 # Metrics that are inf while their target is not reached. MLflow is given nothing for them
 # then (it would store the largest float and empty its chart): absent after an epoch is inf.
 UNTIL_TARGET_METRICS = ("time_to_target_s", "steps_to_target")
-
-
-def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """{"data": {"seed": 0}} -> {"data.seed": 0}."""
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            flat.update(flatten(name, value))
-        else:
-            flat[name] = value
-    return flat
 
 
 def trial_row(

@@ -1,9 +1,11 @@
-"""Reaching an existing Ray cluster: fail in seconds with a clear message, not after Ray's
-minutes of connection retries."""
+"""Reaching the services a search uses, an existing Ray cluster and an MLflow server: fail
+in seconds with a clear message, not after minutes of the libraries' connection retries."""
 
 from __future__ import annotations
 
 import socket
+import urllib.error
+import urllib.request
 
 LOCAL_ADDRESSES = ("auto", "local")  # Ray finds or starts the cluster itself
 
@@ -30,4 +32,25 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
         raise ClusterUnavailable(
             f"cannot reach the Ray cluster at {address} ({error.strerror or error}); start "
             "its head node (`ray start --head --port=6379`) or check --address / RAY_ADDRESS"
+        ) from None
+
+
+class TrackingUnavailable(Exception):
+    """The tracking store cannot be reached; raised before any trial runs."""
+
+
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail within seconds, not after MLflow's minutes of retries, if a server is down."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s):
+            return
+    except urllib.error.HTTPError:
+        return  # something answers; MLflow's own calls will report what is wrong
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise TrackingUnavailable(
+            f"cannot reach the MLflow server at {uri} ({reason}); start it "
+            f"(`mlflow server --host 127.0.0.1 --port PORT`) or pass another --tracking-uri"
         ) from None

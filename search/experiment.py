@@ -8,9 +8,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ray import tune
-
-from analysis.load import flatten
+from analysis.flat import flatten
 from search.errors import ConfigError, Problem
 
 STATE_FILE = "search_state.json"
@@ -68,6 +66,8 @@ def new_run_name(config_name: str) -> str:
 
 def find_resumable(storage: Path, config_name: str, run_name: str | None) -> Path:
     """The experiment folder `--resume` continues: `--name`'s, or the newest of this config."""
+    from ray.tune import Tuner  # here: only a resume needs Ray before the search starts
+
     if run_name is not None:
         candidates = [storage / run_name]
     else:
@@ -79,9 +79,7 @@ def find_resumable(storage: Path, config_name: str, run_name: str | None) -> Pat
     for candidate in candidates:
         # can_restore is true as soon as the Tuner exists; a search that stopped before
         # its first trial has no experiment state to continue from.
-        if tune.Tuner.can_restore(str(candidate)) and any(
-            candidate.glob("experiment_state-*.json")
-        ):
+        if Tuner.can_restore(str(candidate)) and any(candidate.glob("experiment_state-*.json")):
             return candidate
     wanted = f"{storage / run_name}" if run_name else f"{storage}/{config_name}-*"
     raise ExperimentNotFound(

@@ -13,9 +13,10 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ray import tune
+if TYPE_CHECKING:
+    from ray import tune
 
 SpaceKind = Literal["choice", "grid", "uniform", "loguniform", "randint"]
 _LISTS = ("choice", "grid")
@@ -73,6 +74,8 @@ class SpaceParam:
         return [(f"{self.kind}[0]", self.low), (f"{self.kind}[1]", self.high)]
 
     def to_tune(self) -> tune.search.sample.Domain:
+        from ray import tune  # here, not above: checking a config must not wait for Ray
+
         if self.kind in _LISTS:
             return tune.choice(list(self.values))
         if self.kind == "uniform":

@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,27 +28,6 @@ PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 NOTE_TAG = "mlflow.note.content"  # a run's description: shown in full on its page
 BATCH_LIMIT = 100  # params per log_batch call allowed by MLflow
-
-
-class TrackingUnavailable(Exception):
-    """The tracking store cannot be reached; raised before any trial runs."""
-
-
-def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail within seconds, not after MLflow's minutes of retries, if a server is down."""
-    if not uri.startswith(("http://", "https://")):
-        return
-    try:
-        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s):
-            return
-    except urllib.error.HTTPError:
-        return  # something answers; MLflow's own calls will report what is wrong
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise TrackingUnavailable(
-            f"cannot reach the MLflow server at {uri} ({reason}); start it "
-            f"(`mlflow server --host 127.0.0.1 --port PORT`) or pass another --tracking-uri"
-        ) from None
 
 
 def git_commit(directory: Path) -> str | None:

@@ -6,11 +6,23 @@
 This package never imports `search`: other people's searches use it on its own.
 """
 
-from trainables.classifier import fit_classifier, train_classifier
-from trainables.data import DataSettings, DataUnavailable, PreparedData, prepare_data
-from trainables.metrics import METRICS
-from trainables.settings import TrainSettings
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported on first use, so that `trainables.settings` and `trainables.metrics` load without
+# torch or Ray: the search's CLI checks a config (and answers --help) in about a second.
+_EXPORTS = {
+    "METRICS": "trainables.metrics",
+    "DataSettings": "trainables.data.settings",
+    "DataUnavailable": "trainables.data.errors",
+    "PreparedData": "trainables.data.prepared",
+    "TrainSettings": "trainables.settings",
+    "fit_classifier": "trainables.classifier",
+    "prepare_data": "trainables.data.preparation",
+    "train_classifier": "trainables.classifier",
+}
 __all__ = [
     "METRICS",
     "DataSettings",
@@ -21,3 +33,18 @@ __all__ = [
     "prepare_data",
     "train_classifier",
 ]
+
+if TYPE_CHECKING:
+    from trainables.classifier import fit_classifier, train_classifier
+    from trainables.data.errors import DataUnavailable
+    from trainables.data.preparation import prepare_data
+    from trainables.data.prepared import PreparedData
+    from trainables.data.settings import DataSettings
+    from trainables.metrics import METRICS
+    from trainables.settings import TrainSettings
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'trainables' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

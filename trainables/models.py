@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Literal
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torchvision.models import resnet18, resnet50
 
-ModelName = Literal["small_cnn", "resnet18", "resnet50"]
+from trainables.settings import ModelName
 
 
 class StagedClassifier(nn.Module):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-AmpDtype = Literal["float16", "bfloat16"]
+from trainables.settings import AmpDtype
 
 
 @dataclass

@@ -12,10 +12,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainables.data.settings import DataSettings
-from trainables.models import ModelName
-from trainables.precision import AmpDtype
 
 DEFAULT_LR = {"sgd": 0.01, "adam": 0.001}
+ModelName = Literal["small_cnn", "resnet18", "resnet50"]  # built by trainables.models
+AmpDtype = Literal["float16", "bfloat16"]  # autocast dtype on CUDA (trainables.precision)
 
 # Integers and booleans are strict: a quoted "64" in YAML is a mistake worth reporting.
 # Floats stay lax because YAML 1.1 reads `1e-4` (no dot) as a string.

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from search import run as search_run
+from search import execute
 from search.run import main
 from tests.conftest import CONFIGS, REPO
 
@@ -83,7 +83,7 @@ CASES = [
 def nothing_runs(monkeypatch, tmp_path):
     """Valid configs would start a search; record that instead."""
     started = []
-    monkeypatch.setattr(search_run, "run_search", lambda *args: started.append(args) or 0)
+    monkeypatch.setattr(execute, "run_search", lambda *args: started.append(args) or 0)
     monkeypatch.chdir(tmp_path)
     return started
 
@@ -174,3 +174,26 @@ def test_as_a_real_process_a_bad_config_prints_no_traceback(tmp_path):
     assert finished.returncode == 2
     assert "Traceback" not in finished.stderr + finished.stdout
     assert "train.epochs" in finished.stderr and "train.batch_sise" in finished.stderr
+
+
+HEAVY = ("torch", "ray", "mlflow", "pandas", "torchvision")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["--config", str(CONFIGS / "smoke.yaml"), "train.epochs=0"]],
+    ids=["help", "config error"],
+)
+def test_help_and_config_errors_answer_before_torch_ray_or_mlflow_load(args):
+    probe = (
+        "import sys\n"
+        "from search.run import main\n"
+        "try:\n"
+        f"    main({args!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(sorted(name for name in {HEAVY!r} if name in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr

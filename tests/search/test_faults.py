@@ -10,7 +10,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from search import run as search_run
+from search import execute
 from search.recovery import is_host_memory_kill
 from search.run import main
 from tests.conftest import CONFIGS
@@ -193,7 +193,7 @@ def test_the_search_resumes_by_itself_after_the_memory_monitor_aborts_a_fit(
     ray_instance, tmp_path, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)
-    real_fit, calls = search_run.fit_with_recovery, []
+    real_fit, calls = execute.fit_with_recovery, []
 
     def first_fit_killed(first_tuner, restored_tuner, **kwargs):
         def killed_after_a_trial():
@@ -204,7 +204,7 @@ def test_the_search_resumes_by_itself_after_the_memory_monitor_aborts_a_fit(
 
         return real_fit(killed_after_a_trial, restored_tuner, **kwargs)
 
-    monkeypatch.setattr(search_run, "fit_with_recovery", first_fit_killed)
+    monkeypatch.setattr(execute, "fit_with_recovery", first_fit_killed)
     code = main(["--config", SMOKE, "--name", "monitor", "--num-samples", "2"])
     assert code == 0 and calls == ["first"]
     runs = [r for r in trial_runs(tmp_path)]
@@ -217,7 +217,7 @@ def test_a_search_the_memory_monitor_keeps_killing_stops_with_the_exact_resume_c
 ):
     monkeypatch.chdir(tmp_path)
 
-    real_fit = search_run.fit_with_recovery
+    real_fit = execute.fit_with_recovery
 
     def always_killed(first_tuner, restored_tuner, **kwargs):
         def killed():
@@ -226,7 +226,7 @@ def test_a_search_the_memory_monitor_keeps_killing_stops_with_the_exact_resume_c
 
         return real_fit(killed, killed, **kwargs)
 
-    monkeypatch.setattr(search_run, "fit_with_recovery", always_killed)
+    monkeypatch.setattr(execute, "fit_with_recovery", always_killed)
     code = main(["--config", SMOKE, "--name", "doomed", "--num-samples", "2"])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err

@@ -4,13 +4,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis.load import frame_from_mlflow
-from search.tracking import (
-    MlflowTrialCallback,
-    ParentRun,
-    TrackingUnavailable,
-    check_reachable,
-    trial_run_name,
-)
+from search.cluster import TrackingUnavailable, check_reachable
+from search.tracking import MlflowTrialCallback, ParentRun, trial_run_name
 from tests.fakes import FakeTrial, schema_result
 
 

@@ -1,0 +1,20 @@
+"""Nested config dicts as dotted keys: the one naming of settings in MLflow params, the
+trials frame's `config.` columns and config comparisons. Imports nothing heavy, so the
+search's CLI can use it before deciding to start anything."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """{"data": {"seed": 0}} -> {"data.seed": 0}."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten(name, value))
+        else:
+            flat[name] = value
+    return flat

@@ -1,0 +1,52 @@
+"""The command line of `python -m search.run`: its arguments, options and exit codes.
+
+Light on purpose: `--help` and a config error answer before torch, Ray or MLflow load.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+EXIT_USAGE = 2  # a user mistake, stated in one message
+EXIT_STOPPED = 1  # stopped by Ray's memory monitor: resumable
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT: resumable
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    run_name: str | None = None  # --name; default: <config name>-<timestamp>
+    address: str | None = None  # Ray cluster; default: RAY_ADDRESS or a local instance
+    resume: bool = False
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m search.run",
+        description="Search batch-size techniques with Ray Tune; log to MLflow; report the "
+        "speed / accuracy / generalization Pareto front.",
+        epilog="Example: python -m search.run --config configs/cats_dogs.yaml "
+        "search.num_samples=4 train.epochs=3",
+    )
+    parser.add_argument("--config", required=True, help="YAML file (see configs/)")
+    parser.add_argument("--num-samples", type=int, help="trials to run (search.num_samples)")
+    parser.add_argument("--name", help="name of this search's results folder and parent run")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (tracking.uri)")
+    parser.add_argument("--storage-path", help="folder for Ray Tune results (run.storage_path)")
+    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS or local)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the search named by --name, or this config's newest one",
+    )
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value", help="config overrides")
+    return parser.parse_args(argv)
+
+
+# Ray settings for a readable terminal; a user's own environment wins.
+RAY_ENVIRONMENT = {
+    "RAY_AIR_NEW_OUTPUT": "0",  # the table engine, which honours our column choice
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # loggers are chosen in search.tuner
+    # One checkpoint kept per trial makes Tune snapshot often; on local disk that is cheap.
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+}

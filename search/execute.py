@@ -1,0 +1,190 @@
+"""One whole search once its config is valid: the data prepared once, Ray started, the
+Tuner fitted (and resumed after Ray's memory monitor), the report written, and every MLflow
+run left FINISHED or FAILED. `search.run` checks the command line before coming here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import ray
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
+
+from analysis.flat import flatten
+from analysis.load import frame_from_tune, histories_from_tune
+from analysis.report import build_report, publish
+from search.cli import EXIT_INTERRUPTED, EXIT_STOPPED, EXIT_USAGE, RunOptions
+from search.config import ConfigError, SearchConfig
+from search.console import mlflow_ui_command, plan, runs_link, say, summary_table
+from search.errors import Problem
+from search.experiment import SearchState
+from search.recovery import Outcome, fit_with_recovery
+from search.tracking import MlflowTrialCallback, ParentRun, git_commit
+from search.tuner import build_tuner, restore_tuner
+from trainables.data import DataUnavailable, PreparedData, prepare_data
+from trainables.metrics import METRICS
+
+METRIC_NAMES = tuple(METRICS)
+
+AUTOMATIC_RESUMES = 2  # after Ray's memory monitor aborts a fit; then the user decides
+
+
+def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> int:
+    say(plan(config, experiment_dir, options.resume))
+    try:
+        data = prepare_data(config.data)
+    except DataUnavailable as error:
+        print(ConfigError(config.source, [Problem("data", str(error))]).render(), file=sys.stderr)
+        return EXIT_USAGE
+    say(f"Data: {data.description}")
+    start_ray(options.address)
+    try:
+        check_cluster_devices(config)
+    except ConfigError as error:
+        print(error.render(), file=sys.stderr)
+        return EXIT_USAGE
+    parent = open_parent_run(config, experiment_dir, options.resume, data)
+    callback = MlflowTrialCallback(
+        config.tracking.uri or "",
+        parent.experiment_id,
+        parent.run_id,
+        fixed_params=flatten(
+            "", {k: v for k, v in config.trainable_config().items() if k != "data"}
+        ),
+    )
+    try:
+        result = fit_with_recovery(
+            first_tuner=lambda: (
+                restore_tuner(config, data, experiment_dir)
+                if options.resume
+                else build_tuner(config, data, experiment_dir.name, [callback])
+            ),
+            restored_tuner=lambda: restore_tuner(config, data, experiment_dir),
+            expected_trials=config.search.num_samples,
+            automatic_resumes=AUTOMATIC_RESUMES,
+            say=say,
+        )
+    except BaseException:
+        stop_early(parent, config, experiment_dir, "the search failed")
+        raise
+    if result.outcome is not Outcome.FINISHED:
+        reason = {
+            Outcome.INTERRUPTED: f"the search was interrupted ({result.detail})",
+            Outcome.HOST_MEMORY: (
+                f"Ray's memory monitor killed trials {result.automatic_resumes + 1} times "
+                f"({result.detail}); free memory or lower resources.memory_budget_mb / "
+                "search.max_concurrent_trials"
+            ),
+        }[result.outcome]
+        stop_early(parent, config, experiment_dir, reason)
+        return EXIT_INTERRUPTED if result.outcome is Outcome.INTERRUPTED else EXIT_STOPPED
+    report = build_report(
+        frame_from_tune(experiment_dir, METRIC_NAMES),
+        config.objectives,
+        experiment_dir / "report",
+        title=experiment_dir.name,
+        bounds=config.search.hypervolume_bounds or None,
+        histories=histories_from_tune(experiment_dir),
+    )
+    publish(parent.client, parent.run_id, report)
+    parent.close_unfinished_trials("lost")  # trials whose runs died with an earlier driver
+    parent.finish("FINISHED")
+    say()
+    say(summary_table(report.frame, list(config.space), list(config.objectives)))
+    say()
+    say(f"Results: {experiment_dir}")
+    say(f"Report:  {experiment_dir / 'report' / 'report.html'}")
+    say(f"Hypervolume of the front: {report.hypervolume:.4f}")
+    say(f"MLflow:  {config.tracking.uri}")
+    uri = config.tracking.uri or ""
+    if not uri.startswith(("http://", "https://")):
+        say(f"Review:  {mlflow_ui_command(uri)}")
+    say(f"Runs:    {runs_link(uri, parent.experiment_id)}")
+    return 0
+
+
+def resume_command(config: SearchConfig, experiment_dir: Path) -> str:
+    return f"python -m search.run --config {config.source} --name {experiment_dir.name} --resume"
+
+
+def stop_early(parent: ParentRun, config: SearchConfig, experiment_dir: Path, reason: str) -> None:
+    """Leave no run RUNNING, and say how to continue."""
+    parent.close_unfinished_trials("interrupted")
+    parent.finish("FAILED")
+    print(f"Stopped: {reason}.", file=sys.stderr)
+    print(
+        f"To continue where it stopped: {resume_command(config, experiment_dir)}", file=sys.stderr
+    )
+
+
+def start_ray(address: str | None) -> None:
+    if address is None:
+        # Ray's own services listen on the machine's address (Ray turns a loopback node
+        # address into a reachable one); its token authentication, on by default since
+        # 2.59, guards them and is never turned off here. No dashboard is started.
+        ray.init(
+            include_dashboard=False,
+            log_to_driver=False,  # trial errors still reach the terminal through Tune
+            ignore_reinit_error=True,
+        )
+    else:
+        ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
+
+
+def check_cluster_devices(config: SearchConfig) -> None:
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if config.resources.gpu > 0 and gpus == 0:
+        raise ConfigError(
+            config.source,
+            [
+                Problem(
+                    "resources.gpu",
+                    f"asks for {config.resources.gpu:g} GPU per trial, but the "
+                    "Ray cluster has no GPUs",
+                )
+            ],
+        )
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if config.resources.cpu > cpus:
+        raise ConfigError(
+            config.source,
+            [
+                Problem(
+                    "resources.cpu",
+                    f"asks for {config.resources.cpu:g} CPUs per trial, but the "
+                    f"Ray cluster has {cpus:g}",
+                )
+            ],
+        )
+
+
+def open_parent_run(
+    config: SearchConfig, experiment_dir: Path, resume: bool, data: PreparedData
+) -> ParentRun:
+    previous = SearchState.load(experiment_dir) if resume else None
+    commit = git_commit(Path(__file__).resolve().parent)
+    tags = {"data_source": data.source, "data": data.description[:5000]}
+    if commit:
+        tags[MLFLOW_GIT_COMMIT] = commit
+    parent = ParentRun.start(
+        tracking_uri=config.tracking.uri or "",
+        experiment=config.tracking.experiment or config.name,
+        run_name=experiment_dir.name,
+        params=flatten("", config.as_yaml_dict()),
+        tags=tags,
+        resume_run_id=previous.parent_run_id if previous else None,
+    )
+    if previous is None:
+        try:
+            SearchState(
+                parent.run_id,
+                config.tracking.uri or "",
+                config.tracking.experiment or "",
+                config.as_yaml_dict(),
+            ).save(experiment_dir)
+            parent.client.log_dict(parent.run_id, config.as_yaml_dict(), "resolved_config.yaml")
+        except BaseException:
+            parent.finish("FAILED")  # never leave the run RUNNING
+            raise
+    return parent
