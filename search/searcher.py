@@ -105,8 +105,9 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
         # An OOM while the card as a whole was full says nothing about the config's needs.
         own_oom = status == STATUS_OOM and (result or {}).get("oom_cause") != OOM_CAUSE_CARD
         if own_oom and trial_id in self._settings:
+            ran_with = _whole((result or {}).get("physical_batch_size"))
             self._failures[trial_id] = MemoryFootprint.of(
-                self._settings[trial_id], batch_size=_whole((result or {}).get("batch_size"))
+                self._settings[trial_id], batch_size=ran_with
             )
         ot_trial = self._ot_trials[trial_id]
         ot_trial.set_user_attr("status", status)

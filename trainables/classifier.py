@@ -285,7 +285,7 @@ def plan_that_fits(trial: Trial, epoch: int, splits: TrialData) -> EpochPlan:
     """The epoch's plan; when AdaBatch grows the physical batch beyond what fits in memory,
     the previous batch becomes the trial's capacity and the growth goes to accumulation."""
     plan = trial.plan(epoch, len(splits.train))
-    previous = trial.state.last_metrics.get("batch_size")
+    previous = trial.state.last_metrics.get("physical_batch_size")
     if previous is None or plan.batch_size <= previous:
         return plan
     device = trial.budget.device
@@ -365,7 +365,7 @@ def _report_pruned(
     batch: dict[str, Any] = {}
     if plan is not None:
         batch = {
-            "batch_size": plan.batch_size,
+            "physical_batch_size": plan.batch_size,
             "accumulation_steps": plan.accumulation_steps,
             "effective_batch_size": plan.effective_batch_size,
             "scheduled_batch_size": plan.scheduled_batch_size,
@@ -418,7 +418,7 @@ def epoch_metrics(
         "train_steps": progress.train_steps,
         "steps_to_target": progress.steps_to_target,
         "noise_scale": result.noise.value,
-        "batch_size": plan.batch_size,
+        "physical_batch_size": plan.batch_size,
         "accumulation_steps": plan.accumulation_steps,
         "effective_batch_size": plan.effective_batch_size,
         "scheduled_batch_size": plan.scheduled_batch_size,

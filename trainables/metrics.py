@@ -50,7 +50,10 @@ METRICS: dict[str, MetricSpec] = {
         "et al. 2018): about the largest batch that still pays off in steps; NaN where not "
         "measured, inf where the gradient's signal is lost in its noise"
     ),
-    "batch_size": MetricSpec("physical micro-batch on the device"),
+    "physical_batch_size": MetricSpec(
+        "images per forward pass on the device in the epoch (the param batch_size is where "
+        "it started; AdaBatch grows it, capacity caps it)"
+    ),
     "accumulation_steps": MetricSpec("micro-batches per optimizer step"),
     "effective_batch_size": MetricSpec("batch_size * accumulation_steps: images per update"),
     "scheduled_batch_size": MetricSpec(

@@ -37,7 +37,7 @@ def test_every_epoch_reports_every_metric_of_the_schema(tiny_data: PreparedData)
         assert set(metrics) == set(METRICS) - {"node"}  # the Tune trainable adds where it ran
         assert metrics["status"] == STATUS_OK
         assert 0 <= metrics["val_acc"] <= 1 and metrics["throughput"] > 0
-        assert metrics["effective_batch_size"] == metrics["batch_size"] == 8
+        assert metrics["effective_batch_size"] == metrics["physical_batch_size"] == 8
         assert metrics["peak_mem_mb"] > 0
     assert last == reports.metrics[-1]
     assert last["best_val_acc"] == max(m["val_acc"] for m in reports.metrics)
@@ -51,7 +51,7 @@ def test_adabatch_growth_shows_in_the_reported_batch_and_learning_rate(tiny_data
         reports,
     )
     reported = [
-        (m["batch_size"], m["accumulation_steps"], m["effective_batch_size"], m["lr"])
+        (m["physical_batch_size"], m["accumulation_steps"], m["effective_batch_size"], m["lr"])
         for m in reports.metrics
     ]
     assert reported == [(8, 1, 8, 0.02), (8, 1, 8, 0.02), (16, 1, 16, 0.04), (16, 1, 16, 0.04)]
@@ -102,7 +102,7 @@ def test_a_trial_resumed_from_its_checkpoint_ends_like_one_that_never_stopped(
         assert resumed.metrics[-1][name] == pytest.approx(straight.metrics[-1][name]), name
     if "amp" in switches:
         last = straight.metrics[-1]  # grown x4 on a capped batch, then cut to the split
-        assert (last["scheduled_batch_size"], last["batch_size"]) == (64, 8)
+        assert (last["scheduled_batch_size"], last["physical_batch_size"]) == (64, 8)
         assert last["accumulation_steps"] == 6  # 48 training images
 
 

@@ -125,7 +125,7 @@ def test_an_oom_in_the_first_epoch_reports_nan_for_what_was_never_measured(
 ):
     with_stage(monkeypatch, FailingForward(OOM_ERRORS["cuda runtime"], at=1))
     last = fit_classifier(settings(), tiny_data, Reports())
-    assert last["status"] == "oom" and last["epoch"] == 1 and last["batch_size"] == 8
+    assert last["status"] == "oom" and last["epoch"] == 1 and last["physical_batch_size"] == 8
     assert math.isnan(last["best_val_acc"]) and math.isnan(last["throughput"])
 
 
@@ -190,7 +190,7 @@ def test_adabatch_growth_that_would_exceed_the_budget_continues_through_accumula
     grown = settings(epochs=3, adabatch_growth=2, adabatch_interval=1, memory_budget_mb=budget)
     fit_classifier(grown, tiny_data, reports)
     assert [m["status"] for m in reports.metrics] == ["ok", "ok", "ok"]
-    assert [(m["batch_size"], m["accumulation_steps"]) for m in reports.metrics] == [
+    assert [(m["physical_batch_size"], m["accumulation_steps"]) for m in reports.metrics] == [
         (8, 1),
         (8, 2),
         (8, 4),
@@ -280,7 +280,10 @@ def test_the_adabatch_probe_measures_in_training_mode_where_checkpointing_acts()
     grown = settings(model="resnet18", grad_checkpointing=True, epochs=2, batch_size=32,
                      adabatch_growth=2, memory_budget_mb=budget_mb, train_eval_size=8)  # fmt: skip
     fit_classifier(grown, data, reports)
-    assert [(m["status"], m["batch_size"], m["accumulation_steps"]) for m in reports.metrics] == [
+    batches = [
+        (m["status"], m["physical_batch_size"], m["accumulation_steps"]) for m in reports.metrics
+    ]
+    assert batches == [
         ("ok", 32, 1),
         ("ok", 64, 1),  # grew: the probe saw the checkpointed step
     ]
