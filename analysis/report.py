@@ -83,11 +83,13 @@ def build_report(
     bounds: Bounds | None = None,
     min_accuracy: float | None = DEFAULT_MIN_ACCURACY,
     histories: pd.DataFrame | None = None,
+    on_gpu: bool | None = None,
 ) -> Report:
     """Rank the trials, chart them, and write the report files into `out_dir`.
 
     `histories` (every epoch of every trial, `analysis.load.histories_from_*`) adds the
-    chart of the batch used against the gradient noise scale."""
+    chart of the batch used against the gradient noise scale. `on_gpu` False says the
+    trials ran on CPUs (GPU-only techniques' effects are then not measurable)."""
     objectives = dict(objectives)
     for name in objectives:
         if name not in frame:
@@ -102,7 +104,7 @@ def build_report(
         bounds=declared,
         hypervolume=hypervolume(marked, objectives, declared, min_accuracy),
         knee=knee_point(marked, objectives),
-        effects=technique_effects(marked, objectives, feasible),
+        effects=technique_effects(marked, objectives, feasible, on_gpu),
         min_accuracy=min_accuracy,
         files=(),
     )
@@ -216,8 +218,10 @@ def render_markdown(report: Report, title: str, charts: list[str]) -> str:
         parts += [
             "## What each technique does",
             "",
-            "Share of the front that uses it against its share of feasible trials, and the "
-            "median effect on each objective (on minus off, feasible trials).",
+            "Share of the front that uses it against its share of feasible trials, and its "
+            "effect on each objective with a 95% interval: from configs that differ in it "
+            "alone where the search has them, otherwise a regression that controls for the "
+            "other settings the search varied; 'estimated from' says which, and on how many.",
             "",
             report.effects.round(4).to_markdown(index=False),
             "",
@@ -300,6 +304,14 @@ def _params_under(params: Mapping[str, str], prefix: str) -> dict[str, str]:
     return {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
 
 
+def gpu_from_parent(params: Mapping[str, str]) -> bool | None:
+    """Whether the search's trials had GPUs (its `resources.gpu` param); None: unknown."""
+    try:
+        return float(params["resources.gpu"]) > 0
+    except (KeyError, ValueError):
+        return None
+
+
 def parse_objectives(text: str) -> dict[str, str]:
     objectives = {}
     for item in text.split(","):
@@ -374,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         bounds=bounds_from_parent(parent.data.params) or None,
         min_accuracy=args.min_accuracy,
         histories=histories_from_mlflow(client, parent),
+        on_gpu=gpu_from_parent(parent.data.params),
     )
     publish(client, parent.info.run_id, report)
     for line in _summary_lines(report):

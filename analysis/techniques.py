@@ -1,30 +1,69 @@
 """What the front means: which technique switches it holds, and what each one does.
 
 For every switch the search varied: how many trials used it, what share of the front uses
-it (against its share of all feasible trials), and its median effect on each objective
-(median over feasible trials with the switch on, minus with it off).
+it (against its share of all feasible trials), and its effect on each objective with a 95%
+interval, estimated so that the other settings do not masquerade as the switch's effect:
+
+- matched pairs where the search has them: configs that differ in this switch only (their
+  seeds averaged), the mean of on minus off over the pairs, with a t interval;
+- otherwise a linear regression over the feasible trials of the objective on the switch and
+  every other setting the search varied (numbers spanning a decade or more on a log scale,
+  categories as indicators), the switch's coefficient with its interval (statsmodels OLS);
+- "not measurable here" when neither is possible (too few trials for the settings that
+  vary, or the switch always moved with another setting), or when the switch does nothing
+  on the device the trials ran on (the cuDNN autotuner on a CPU).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import statsmodels.api as sm
+from scipy import stats
 
-from analysis.load import CONFIG_PREFIX
+from analysis.load import CONFIG_PREFIX, NOT_SETTINGS
 
-# switch -> (config key, "is it on" for a value of that key)
-SWITCHES: dict[str, tuple[str, Callable[[object], bool]]] = {
-    "amp": ("amp", lambda value: value is True),
-    "grad_checkpointing": ("grad_checkpointing", lambda value: value is True),
-    "accumulation": ("accumulation_steps", lambda value: _number(value) > 1),
-    "adabatch": ("adabatch_growth", lambda value: _number(value) > 1),
-    "warmup": ("warmup_epochs", lambda value: _number(value) > 0),
-    "optimizer adam": ("optimizer", lambda value: value == "adam"),
-    "augment": ("augment", lambda value: value is True),
-    "cudnn_benchmark": ("cudnn_benchmark", lambda value: value is True),
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Switch:
+    key: str  # the config key
+    is_on: Callable[[object], bool]
+    gpu_only: bool = False  # does nothing on a CPU
+
+
+SWITCHES: dict[str, Switch] = {
+    "amp": Switch("amp", lambda value: value is True),
+    "grad_checkpointing": Switch("grad_checkpointing", lambda value: value is True),
+    "accumulation": Switch("accumulation_steps", lambda value: _number(value) > 1),
+    "adabatch": Switch("adabatch_growth", lambda value: _number(value) > 1),
+    "warmup": Switch("warmup_epochs", lambda value: _number(value) > 0),
+    "optimizer adam": Switch("optimizer", lambda value: value == "adam"),
+    "augment": Switch("augment", lambda value: value is True),
+    "cudnn_benchmark": Switch("cudnn_benchmark", lambda value: value is True, gpu_only=True),
 }
+
+
+@dataclass(frozen=True)
+class Effect:
+    estimate: float  # NaN: not measurable here
+    low: float
+    high: float
+    basis: str  # what it rests on, or why it cannot be measured
+
+    @property
+    def interval(self) -> str:
+        if not np.isfinite(self.low):
+            return "-"
+        return f"[{self.low:+.4g}, {self.high:+.4g}]"
+
+
+def not_measurable(why: str) -> Effect:
+    return Effect(np.nan, np.nan, np.nan, f"not measurable here: {why}")
 
 
 def _number(value: object) -> float:
@@ -36,36 +75,117 @@ def _number(value: object) -> float:
 
 def switch_column(frame: pd.DataFrame, switch: str) -> pd.Series | None:
     """True/False per trial for `switch`, or None when the search did not vary it."""
-    key, is_on = SWITCHES[switch]
-    column = f"{CONFIG_PREFIX}{key}"
+    spec = SWITCHES[switch]
+    column = f"{CONFIG_PREFIX}{spec.key}"
     if column not in frame:
         return None
-    on = frame[column].map(is_on).astype(bool)
+    on = frame[column].map(spec.is_on).astype(bool)
     return on if on.nunique() > 1 else None
 
 
+def varied_settings(frame: pd.DataFrame) -> list[str]:
+    """The config columns that differ between the trials (the seed aside)."""
+    return [
+        column
+        for column in frame.columns
+        if column.startswith(CONFIG_PREFIX)
+        and column.removeprefix(CONFIG_PREFIX) not in NOT_SETTINGS
+        and frame[column].map(repr).nunique() > 1
+    ]
+
+
+def matched_pairs(
+    frame: pd.DataFrame, on: pd.Series, objective: str, others: list[str]
+) -> np.ndarray:
+    """On minus off of `objective` for every group of trials equal in `others`."""
+    values = frame[objective].replace([np.inf, -np.inf], np.nan)
+    keys = frame[others].map(repr) if others else pd.DataFrame(index=frame.index)
+    differences = []
+    groups = keys.groupby(list(keys.columns)).groups if others else {(): frame.index}
+    for index in groups.values():
+        with_on, with_off = values[index][on[index]], values[index][~on[index]]
+        if with_on.notna().any() and with_off.notna().any():
+            differences.append(with_on.mean() - with_off.mean())
+    return np.array(differences, dtype=float)
+
+
+def design_matrix(frame: pd.DataFrame, on: pd.Series, others: list[str]) -> pd.DataFrame:
+    """The switch, an intercept, and the other varied settings as regressors."""
+    columns = {"switch": on.astype(float)}
+    for column in others:
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        is_number = numbers.notna().all() and not frame[column].map(type).isin([bool, str]).any()
+        name = column.removeprefix(CONFIG_PREFIX)
+        if is_number:
+            spans_decades = numbers.min() > 0 and numbers.max() / numbers.min() >= 10
+            columns[name] = np.log10(numbers) if spans_decades else numbers
+        else:
+            dummies = pd.get_dummies(frame[column].map(str), prefix=name, drop_first=True)
+            columns.update({c: dummies[c].astype(float) for c in dummies.columns})
+    return sm.add_constant(pd.DataFrame(columns, index=frame.index), has_constant="add")
+
+
+def estimate_effect(
+    frame: pd.DataFrame, on: pd.Series, objective: str, others: list[str]
+) -> Effect:
+    """The switch's effect on `objective` over `frame` (feasible trials), see the module."""
+    pairs = matched_pairs(frame, on, objective, others)
+    if len(pairs) >= 2:
+        mean, spread = float(pairs.mean()), stats.sem(pairs)
+        half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(pairs) - 1) * spread)
+        return Effect(mean, mean - half, mean + half, f"{len(pairs)} matched pairs")
+    values = frame[objective].replace([np.inf, -np.inf], np.nan)
+    known = values.notna()
+    design = design_matrix(frame, on, others)[known]
+    rank = np.linalg.matrix_rank(design.to_numpy(dtype=float))
+    if rank < design.shape[1]:
+        return not_measurable("the switch always moved with another setting")
+    if len(design) - rank < 2:
+        return not_measurable(f"{len(design)} trials are too few for the settings that vary")
+    fit = sm.OLS(values[known].to_numpy(dtype=float), design.to_numpy(dtype=float)).fit()
+    switch = list(design.columns).index("switch")
+    low, high = fit.conf_int(alpha=1 - CONFIDENCE)[switch]
+    controls = ", ".join(c.removeprefix(CONFIG_PREFIX) for c in others) or "nothing else"
+    basis = f"regression on {known.sum()} trials, controlling for {controls}"
+    return Effect(float(fit.params[switch]), float(low), float(high), basis)
+
+
 def technique_effects(
-    frame: pd.DataFrame, objectives: Mapping[str, str], feasible: np.ndarray
+    frame: pd.DataFrame,
+    objectives: Mapping[str, str],
+    feasible: np.ndarray,
+    on_gpu: bool | None = None,
 ) -> pd.DataFrame:
-    """One row per varied switch (see the module docstring); `frame` needs `is_pareto`."""
+    """One row per varied switch (see the module docstring); `frame` needs `is_pareto`.
+    `on_gpu` False: the trials ran on CPUs, where GPU-only switches are not measurable."""
     usable = frame.loc[feasible]
     front = usable[usable["is_pareto"] == True]  # noqa: E712
+    settings = varied_settings(usable)
     rows = []
-    for switch in SWITCHES:
-        on = switch_column(frame, switch)
+    for name, spec in SWITCHES.items():
+        on = switch_column(frame, name)
         if on is None:
             continue
         on_usable = on.loc[usable.index]
         row: dict[str, object] = {
-            "technique": switch,
+            "technique": name,
             "trials_on": int(on.sum()),
             "trials_off": int((~on).sum()),
             "share_of_feasible": float(on_usable.mean()) if len(usable) else np.nan,
             "share_of_front": float(on.loc[front.index].mean()) if len(front) else np.nan,
         }
-        for name in objectives:
-            with_on = usable.loc[on_usable, name].replace([np.inf, -np.inf], np.nan)
-            with_off = usable.loc[~on_usable, name].replace([np.inf, -np.inf], np.nan)
-            row[f"effect on {name}"] = float(with_on.median() - with_off.median())
+        others = [c for c in settings if c != f"{CONFIG_PREFIX}{spec.key}"]
+        bases = []
+        for objective in objectives:
+            if spec.gpu_only and on_gpu is False:
+                effect = not_measurable("it does nothing on the CPUs these trials ran on")
+            elif on_usable.nunique() < 2:
+                effect = not_measurable("no feasible trial has it both on and off")
+            else:
+                effect = estimate_effect(usable, on_usable, objective, others)
+            row[f"effect on {objective}"] = effect.estimate
+            row[f"{objective} {CONFIDENCE:.0%} interval"] = effect.interval
+            bases.append(effect.basis)
+        row["estimated from"] = "; ".join(dict.fromkeys(bases))
         rows.append(row)
     return pd.DataFrame(rows)

@@ -86,6 +86,7 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
         title=experiment_dir.name,
         bounds=config.search.hypervolume_bounds or None,
         histories=histories_from_tune(experiment_dir),
+        on_gpu=config.resources.gpu > 0,
     )
     publish(parent.client, parent.run_id, report)
     parent.close_unfinished_trials("lost")  # trials whose runs died with an earlier driver

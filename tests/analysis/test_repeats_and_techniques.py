@@ -64,15 +64,73 @@ def test_warmup_counts_as_on_for_any_warmup_epochs():
     assert switch_column(frame, "warmup").tolist() == [False, True, True, False]
 
 
-def test_effects_are_medians_on_minus_off_and_front_shares_over_feasible_trials():
+def test_effects_come_from_matched_pairs_where_the_search_has_them():
     marked = mark_front(trials(), OBJECTIVES)
     effects = technique_effects(marked, OBJECTIVES, feasible_mask(marked, OBJECTIVES))
     amp = effects.set_index("technique").loc["amp"]
     assert amp["trials_on"] == 3 and amp["trials_off"] == 3
-    assert amp["effect on throughput"] == pytest.approx(290.0 - 100.0)  # the oom trial left out
+    # adam: 300 on, 110 off; sgd: 280 on, mean(100, 90) off; the oom trial left out
+    assert amp["effect on throughput"] == pytest.approx((190.0 + 185.0) / 2)
+    assert amp["estimated from"] == "2 matched pairs"
+    low, high = (float(x) for x in amp["throughput 95% interval"].strip("[]").split(","))
+    assert low < 187.5 < high
     assert amp["share_of_front"] == 1.0
     assert amp["share_of_feasible"] == pytest.approx(2 / 5)
     assert set(effects["technique"]) == {"amp", "optimizer adam"}
+
+
+def confounded_search(seed: int = 0) -> pd.DataFrame:
+    """AMP adds 50 images/s, but the search tried it mostly at small batches, which are
+    slow: on minus off says AMP costs speed. No two configs differ in AMP alone."""
+    rng = np.random.default_rng(seed)
+    batch = np.array([16, 16, 16, 32, 32, 256, 256, 256, 128, 128, 64, 64])
+    amp = np.array([1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0], dtype=bool)
+    throughput = 100 + 300 * np.log10(batch) + 50 * amp + rng.normal(0, 5, len(batch))
+    return pd.DataFrame({
+        "trial_id": [f"t{i}" for i in range(len(batch))],
+        "config.batch_size": batch,
+        "config.amp": amp,
+        "config.lr": rng.uniform(1e-3, 1e-2, len(batch)),  # every config unique: no pairs
+        "throughput": throughput,
+        "best_val_acc": rng.uniform(0.6, 0.9, len(batch)),
+        "status": "ok",
+    })  # fmt: skip
+
+
+def test_without_pairs_a_regression_on_the_other_settings_finds_the_effect_a_median_hides():
+    frame = confounded_search()
+    on = frame["config.amp"]
+    naive = frame.loc[on, "throughput"].median() - frame.loc[~on, "throughput"].median()
+    assert naive < 0  # what on-minus-off medians reported
+    marked = mark_front(frame, OBJECTIVES)
+    effects = technique_effects(marked, OBJECTIVES, feasible_mask(marked, OBJECTIVES))
+    amp = effects.set_index("technique").loc["amp"]
+    assert amp["effect on throughput"] == pytest.approx(50, abs=10)
+    low, high = (float(x) for x in amp["throughput 95% interval"].strip("[]").split(","))
+    assert low < 50 < high and high - low < 40
+    assert amp["estimated from"].startswith("regression on 12 trials, controlling for")
+
+
+def test_an_effect_that_cannot_be_measured_says_so_and_why():
+    frame = pd.DataFrame({
+        "trial_id": list("abcd"),
+        "config.amp": [True, True, False, False],
+        "config.optimizer": ["adam", "adam", "sgd", "sgd"],  # always together with amp
+        "config.cudnn_benchmark": [True, False, True, False],
+        "config.lr": [0.1, 0.2, 0.3, 0.4],
+        "throughput": [300.0, 280.0, 100.0, 90.0],
+        "best_val_acc": [0.7, 0.72, 0.6, 0.62],
+        "status": "ok",
+    })  # fmt: skip
+    marked = mark_front(frame, OBJECTIVES)
+    feasible = feasible_mask(marked, OBJECTIVES)
+    effects = technique_effects(marked, OBJECTIVES, feasible, on_gpu=False).set_index("technique")
+    assert np.isnan(effects.loc["amp", "effect on throughput"])
+    assert "always moved with another setting" in effects.loc["amp", "estimated from"]
+    assert effects.loc["cudnn_benchmark", "estimated from"] == (
+        "not measurable here: it does nothing on the CPUs these trials ran on"
+    )
+    assert effects.loc["cudnn_benchmark", "throughput 95% interval"] == "-"
 
 
 def test_a_trend_table_gives_the_mean_and_seed_spread_by_two_settings():
