@@ -1,3 +1,7 @@
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -169,3 +173,36 @@ def test_no_noise_scale_chart_where_none_was_measured(tmp_path):
     assert {path.name for path in report.files} == {"trials.csv", "pareto_front.png",
                                                      "pareto_3d.png", "parallel.png",
                                                      "report.md", "report.html"}  # fmt: skip
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def rendered_in_chromium(page: Path) -> tuple[str, str]:
+    """(the DOM after the page's scripts ran, the browser's log) from headless Chromium."""
+    shown = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+         "--v=0", "--virtual-time-budget=10000", "--dump-dom", page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return shown.stdout, shown.stderr
+
+
+NO_BROWSER = "Debian's chromium is not installed (apt-get install chromium): no page is opened"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_BROWSER)
+def test_the_report_page_renders_its_charts_in_a_real_browser_without_script_errors(tmp_path):
+    build_report(trials(), OBJECTIVES, tmp_path, title="test")
+    dom, log = rendered_in_chromium(tmp_path / "report.html")
+    assert "Uncaught" not in log, log[-3000:]
+    assert dom.count('class="main-svg"') >= 3  # plotly drew the charts: the scripts ran
+    assert "The front" in dom
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_BROWSER)
+def test_the_browser_check_sees_a_script_error(tmp_path):
+    broken = tmp_path / "broken.html"
+    broken.write_text("<html><body><script>undefinedFunction();</script></body></html>")
+    _, log = rendered_in_chromium(broken)
+    assert "Uncaught ReferenceError" in log
