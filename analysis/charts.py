@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import ScalarFormatter
 import moocore
 import numpy as np
 import pandas as pd
@@ -51,6 +52,29 @@ def front_staircase(points: np.ndarray, directions: tuple[str, str]) -> np.ndarr
         ]
         line += [np.array(corner), following]
     return np.array(line)
+
+
+def unit_of(metric: str) -> str:
+    """The unit of a schema metric, read off its name's convention."""
+    if metric == "throughput":
+        return "images/s"
+    if metric.endswith("_s"):
+        return "s"
+    if metric.endswith("_mb"):
+        return "MiB"
+    if "steps" in metric:
+        return "steps"
+    if metric.endswith(("_acc", "_gap")):
+        return "fraction"
+    if "batch_size" in metric:
+        return "images"
+    return ""
+
+
+def axis_label(metric: str, direction: str | None = None) -> str:
+    """`throughput (images/s, max)`: the name, its unit and which way is better."""
+    notes = [note for note in (unit_of(metric), direction) if note]
+    return f"{metric} ({', '.join(notes)})" if notes else metric
 
 
 def _pairs(objectives: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -102,8 +126,8 @@ def pairwise_front_chart(
             missing = int(mask.sum()) - len(bad)
             if missing:
                 axis.plot([], [], "x", c=color, label=f"{missing} {label} without values")
-        axis.set_xlabel(f"{x_name} ({objectives[x_name]})")
-        axis.set_ylabel(f"{y_name} ({objectives[y_name]})")
+        axis.set_xlabel(axis_label(x_name, objectives[x_name]))
+        axis.set_ylabel(axis_label(y_name, objectives[y_name]))
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
     figure.suptitle(title or "Trials and Pareto front")
@@ -137,7 +161,7 @@ def front_3d_chart(
     for setter, name in zip(
         (axis.set_xlabel, axis.set_ylabel, axis.set_zlabel), names, strict=True
     ):
-        setter(f"{name} ({objectives[name]})", fontsize=8)
+        setter(axis_label(name, objectives[name]), fontsize=8)
     if axis.collections:
         axis.legend(fontsize=7)
     else:  # e.g. time_to_target_s is inf for every trial that never reached the target
@@ -157,21 +181,34 @@ def varied_params(frame: pd.DataFrame) -> list[str]:
     return [c for c in columns if frame[c].map(str).nunique() > 1]
 
 
-def _axis_values(column: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """A param as positions in [0, 1] and its tick labels: numbers on a linear or (spanning a
-    decade or more) log scale with their ends labelled, anything else as categories."""
+MAX_TICKS = 8  # a numeric axis with more distinct values labels its ends and middle
+
+
+def _axis_values(column: pd.Series) -> tuple[np.ndarray, list[tuple[float, str]]]:
+    """A param as positions in [0, 1] and its ticks (position, label): numbers on a linear
+    or (spanning a decade or more) log scale, each distinct value labelled where there are
+    few; anything else as evenly spaced categories."""
     numeric = pd.to_numeric(column, errors="coerce")
     if numeric.notna().all() and not column.map(type).isin([bool, str]).any():
         low, high = float(numeric.min()), float(numeric.max())
         if low > 0 and high / low >= 10:
-            scaled, span = np.log10(numeric / low), np.log10(high / low)
+
+            def scale(v):
+                return np.log10(np.asarray(v, dtype=float) / low) / np.log10(high / low)
         else:
-            scaled, span = numeric - low, (high - low) or 1.0
-        return (scaled / span).to_numpy(dtype=float), [f"{low:.3g}", f"{high:.3g}"]
+
+            def scale(v):
+                return (np.asarray(v, dtype=float) - low) / ((high - low) or 1.0)
+
+        distinct = sorted(set(numeric.tolist()))
+        if len(distinct) > MAX_TICKS:
+            distinct = [low, float(np.median(numeric)), high]
+        ticks = [(float(scale(value)), f"{value:.3g}") for value in distinct]
+        return scale(numeric), ticks
     text = column.map(str)
     categories = sorted(text.unique())
     position = {value: i / max(1, len(categories) - 1) for i, value in enumerate(categories)}
-    return text.map(position).to_numpy(dtype=float), categories
+    return text.map(position).to_numpy(dtype=float), [(position[c], c) for c in categories]
 
 
 def _rank_colour(rank: float, worst: float) -> tuple[float, ...]:
@@ -208,15 +245,71 @@ def parallel_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | N
     axis.set_xticks(range(len(params)), [p.removeprefix(CONFIG_PREFIX) for p in params],
                     rotation=20, fontsize=8)  # fmt: skip
     for i, param in enumerate(params):
-        labels = positions[param][1]
-        for j, label in enumerate(labels):
-            y = j / max(1, len(labels) - 1)
+        for y, label in positions[param][1]:
             axis.annotate(label, (i, y), fontsize=7, xytext=(3, 0), textcoords="offset points")
     axis.set_yticks([])
     for label, style in legend.items():
         axis.plot([], [], label=label, **style)
     axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=5)
     axis.set_title(title or "Sampled settings by Pareto rank", fontsize=10)
+    return _save(figure, path)
+
+
+MEMORY_TECHNIQUES = (("amp", "AMP"), ("grad_checkpointing", "checkpointing"))
+
+
+def technique_label(row: pd.Series) -> str:
+    """The memory techniques a trial used, e.g. `AMP + checkpointing`, or `plain`."""
+    used = [name for key, name in MEMORY_TECHNIQUES if row.get(f"{CONFIG_PREFIX}{key}") is True]
+    return " + ".join(used) or "plain"
+
+
+def batch_size_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | None:
+    """The chart a batch-size search needs most, over the starting batch (log scale): peak
+    memory per technique with the memory budget as a line and the trials that ran out of
+    memory drawn where they failed (at what the step needed, or, predicted, at the budget);
+    and throughput, the seed articles' central plot. None without batch sizes."""
+    batch_column = f"{CONFIG_PREFIX}batch_size"
+    if batch_column not in frame or "peak_mem_mb" not in frame:
+        return None
+    labels = frame.apply(technique_label, axis=1)
+    budget_column = f"{CONFIG_PREFIX}memory_budget_mb"
+    budgets = pd.to_numeric(frame.get(budget_column, pd.Series(dtype=float)), errors="coerce")
+    budgets = sorted(set(budgets.dropna().tolist()))
+    figure, (memory, speed) = plt.subplots(1, 2, figsize=(11, 4.4))
+    colours = plt.get_cmap("tab10")
+    status = frame.get("status", pd.Series("ok", index=frame.index))
+    for i, label in enumerate(sorted(labels.unique())):
+        ok = frame[(labels == label) & (status == "ok")]
+        memory.scatter(ok[batch_column], ok["peak_mem_mb"], c=[colours(i)], label=label, s=30)
+        if "throughput" in frame:
+            speed.scatter(ok[batch_column], ok["throughput"], c=[colours(i)], label=label, s=30)
+    ceiling = budgets[-1] if budgets else np.nan
+    oom = frame[status == "oom"]
+    if len(oom):
+        needed = oom["peak_mem_mb"].where(np.isfinite(oom["peak_mem_mb"]), ceiling)
+        memory.scatter(oom[batch_column], needed, marker="x", c=INFEASIBLE, s=50,
+                       label="out of memory (what the step needed)")  # fmt: skip
+    predicted = frame[status == "oom_predicted"]
+    if len(predicted) and budgets:
+        memory.scatter(predicted[batch_column], [ceiling] * len(predicted), marker="^",
+                       c=INFEASIBLE, s=50, label="predicted out of memory, not run")  # fmt: skip
+    for budget in budgets:
+        memory.axhline(budget, ls="--", c="k", lw=1)
+        where = ("axes fraction", "data")
+        memory.annotate(f"budget {budget:g} MiB", (0.01, budget), xycoords=where, fontsize=7,
+                        va="bottom")  # fmt: skip
+    for axis, metric in ((memory, "peak_mem_mb"), (speed, "throughput")):
+        axis.set_xscale("log", base=2)
+        axis.xaxis.set_major_formatter(ScalarFormatter())  # 64, not 2^6
+        axis.set_xlabel(axis_label("batch_size") + ", at the start")
+        axis.set_ylabel(axis_label(metric))
+        axis.grid(alpha=0.3)
+        if axis.collections:
+            axis.legend(fontsize=7)
+    memory.set_title("Peak memory of a training step", fontsize=10)
+    speed.set_title("Training throughput", fontsize=10)
+    figure.suptitle(title or "Against the batch size")
     return _save(figure, path)
 
 
@@ -275,6 +368,31 @@ def _hover(frame: pd.DataFrame) -> list[str]:
     return texts
 
 
+def _parcoords_axis(column: pd.Series) -> dict:
+    """A Parcoords dimension showing the param's own values: numbers as they are (log10 with
+    the values as tick labels where they span a decade), categories by name."""
+    label = column.name.removeprefix(CONFIG_PREFIX)
+    numeric = pd.to_numeric(column, errors="coerce")
+    if numeric.notna().all() and not column.map(type).isin([bool, str]).any():
+        low, high = float(numeric.min()), float(numeric.max())
+        if low > 0 and high / low >= 10:
+            ticks = sorted(set(numeric.tolist()))
+            if len(ticks) > MAX_TICKS:
+                ticks = [low, float(np.median(numeric)), high]
+            return {
+                "label": f"{label} (log scale)",
+                "values": np.log10(numeric),
+                "tickvals": np.log10(ticks),
+                "ticktext": [f"{t:.3g}" for t in ticks],
+            }
+        return {"label": label, "values": numeric}
+    text = column.map(str)
+    categories = sorted(text.unique())
+    codes = text.map({value: i for i, value in enumerate(categories)})
+    return {"label": label, "values": codes, "tickvals": list(range(len(categories))),
+            "ticktext": categories}  # fmt: skip
+
+
 def interactive_figures(
     frame: pd.DataFrame, objectives: Mapping[str, str], feasible: np.ndarray
 ) -> list[go.Figure]:
@@ -298,8 +416,8 @@ def interactive_figures(
             ))  # fmt: skip
         figure.update_layout(
             title=f"{x_name} ({objectives[x_name]}) vs {y_name} ({objectives[y_name]})",
-            xaxis_title=x_name,
-            yaxis_title=y_name,
+            xaxis_title=axis_label(x_name),
+            yaxis_title=axis_label(y_name),
         )
         figures.append(figure)
     names = list(objectives)[:3]
@@ -312,25 +430,28 @@ def interactive_figures(
                 marker={"color": color, "symbol": "x" if symbol == "x" else "circle", "size": 5},
                 hovertemplate="%{text}<extra></extra>",
             ))  # fmt: skip
-        figure.update_layout(title="Three objectives", scene={
-            "xaxis_title": names[0], "yaxis_title": names[1], "zaxis_title": names[2]})  # fmt: skip
+        # Room for the axis titles: plotly's default margins cut them off.
+        figure.update_layout(
+            title="Three objectives", height=650, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+            scene={f"{axis}axis": {"title": {"text": axis_label(name), "font": {"size": 11}}}
+                   for axis, name in zip("xyz", names, strict=True)},
+        )  # fmt: skip
         figures.append(figure)
     params = varied_params(frame)
     if params:
-        ranks = frame["pareto_rank"].fillna(-1).to_numpy(dtype=float)
-        dimensions = []
-        for param in params:
-            values, labels = _axis_values(frame[param])
-            dimension = {"label": param.removeprefix(CONFIG_PREFIX), "values": values}
-            if len(labels) > 2 or not labels[0].replace(".", "").lstrip("-").isdigit():
-                dimension["tickvals"] = [i / max(1, len(labels) - 1) for i in range(len(labels))]
-                dimension["ticktext"] = labels
-            dimensions.append(dimension)
-        dimensions.append({"label": "pareto rank (-1: kept off)", "values": ranks})
+        dimensions = [_parcoords_axis(frame[param]) for param in params]
+        # The line colour is a category, not a scale: front, other feasible, kept off.
+        ranks = frame["pareto_rank"]
+        kind = np.where(ranks == 0, 2, np.where(ranks.notna(), 1, 0))
+        steps = [INFEASIBLE, OTHER, FRONT]
+        colorscale = [[edge, colour] for i, colour in enumerate(steps)
+                      for edge in (i / 3, (i + 1) / 3)]  # fmt: skip
         figure = go.Figure(go.Parcoords(
-            line={"color": ranks, "colorscale": "Viridis_r", "showscale": True},
+            line={"color": kind, "colorscale": colorscale, "cmin": -0.5, "cmax": 2.5,
+                  "showscale": True, "colorbar": {"tickvals": [0, 1, 2],
+                  "ticktext": ["kept off", "other trial", "Pareto front"]}},
             dimensions=dimensions,
         ))  # fmt: skip
-        figure.update_layout(title="Sampled settings by Pareto rank")
+        figure.update_layout(title="Sampled settings, front and rest")
         figures.append(figure)
     return figures

@@ -23,6 +23,7 @@ from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
 
 from analysis.charts import (
+    batch_size_chart,
     front_3d_chart,
     interactive_figures,
     noise_scale_chart,
@@ -116,8 +117,11 @@ def build_report(
         pairwise_front_chart(marked, objectives, feasible, out_dir / "pareto_front.png", title),
         front_3d_chart(marked, objectives, feasible, out_dir / "pareto_3d.png", title),
         parallel_chart(marked, out_dir / "parallel.png", title),
+        batch_size_chart(marked, out_dir / "batch_size.png", title),
     ]
     images = {}
+    if charts[-1] is not None:
+        images["Peak memory and throughput against the batch size"] = charts[-1].name
     if histories is not None and not histories.empty:
         labels = config_labels(marked, NOISE_CHART_CONFIGS)
         chart = noise_scale_chart(histories, labels, out_dir / "noise_scale.png", title)

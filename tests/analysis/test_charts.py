@@ -1,10 +1,15 @@
 import numpy as np
 import pandas as pd
+import pytest
 from matplotlib.colors import to_hex
+from PIL import Image
 
 from analysis.charts import (
     AT_CHANCE,
     INFEASIBLE,
+    _axis_values,
+    axis_label,
+    batch_size_chart,
     front_3d_chart,
     interactive_figures,
     off_front_groups,
@@ -61,3 +66,48 @@ def test_a_3d_chart_without_any_finite_point_says_so_instead_of_drawing_an_empty
     feasible = feasible_mask(frame, objectives, min_accuracy=0.55)
     assert front_3d_chart(frame, objectives, feasible, tmp_path / "3d.png").stat().st_size > 0
     assert not [w for w in recwarn if "legend" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    ("metric", "label"),
+    [
+        ("throughput", "throughput (images/s, min)"),
+        ("peak_mem_mb", "peak_mem_mb (MiB, min)"),
+        ("time_to_target_s", "time_to_target_s (s, min)"),
+        ("steps_to_target", "steps_to_target (steps, min)"),
+        ("best_val_acc", "best_val_acc (fraction, min)"),
+    ],
+)
+def test_every_axis_names_its_unit(metric, label):
+    assert axis_label(metric, "min") == label
+
+
+def test_a_numeric_axis_labels_each_value_it_takes_not_only_its_ends():
+    positions, ticks = _axis_values(pd.Series([16, 64, 256, 64]))
+    assert [label for _, label in ticks] == ["16", "64", "256"]
+    assert positions.tolist() == pytest.approx([0.0, 0.5, 1.0, 0.5])  # log scale: 4x each
+
+
+def test_the_interactive_parallel_chart_shows_values_and_colours_by_kind_of_trial():
+    figures = interactive_figures(searched(), OBJECTIVES, feasible_mask(searched(), OBJECTIVES))
+    (parcoords,) = [f.data[0] for f in figures if f.data and f.data[0].type == "parcoords"]
+    (batch,) = parcoords.dimensions
+    assert batch.label == "batch_size (log scale)"
+    assert list(batch.ticktext) == ["16", "64", "256", "512", "1.02e+03"]
+    assert list(parcoords.line.colorbar.ticktext) == ["kept off", "other trial", "Pareto front"]
+    assert sorted(set(parcoords.line.color)) == [0, 2]  # front or kept off, nothing between
+
+
+def test_the_batch_size_chart_draws_out_of_memory_trials_where_they_failed(tmp_path):
+    frame = pd.DataFrame({
+        "config.batch_size": [16, 32, 64, 64, 128],
+        "config.amp": [False, True, False, True, False],
+        "config.memory_budget_mb": 40.0,
+        "peak_mem_mb": [20.0, 25.0, 38.0, np.nan, 70.0],
+        "throughput": [400.0, 420.0, 500.0, np.nan, np.nan],
+        "status": ["ok", "ok", "ok", "oom_predicted", "oom"],
+    })  # fmt: skip
+    chart = batch_size_chart(frame, tmp_path / "batch.png")
+    with Image.open(chart) as image:
+        assert image.size[0] > 800 and len(set(image.convert("L").getdata())) > 20
+    assert batch_size_chart(frame.drop(columns="peak_mem_mb"), tmp_path / "none.png") is None
