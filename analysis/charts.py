@@ -15,14 +15,15 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import ScalarFormatter
 import moocore
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from matplotlib.ticker import ScalarFormatter
 
 from analysis.load import CONFIG_PREFIX, NOT_SETTINGS
 from analysis.pareto import finished_mask, objective_matrix
+from trainables.metrics import STATUS_OK, STATUS_OOM, STATUS_OOM_PREDICTED
 
 FRONT, OTHER, INFEASIBLE, AT_CHANCE = "#ff7f0e", "#1f77b4", "#d62728", "#7f7f7f"  # tab: colours
 
@@ -278,19 +279,19 @@ def batch_size_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path |
     budgets = sorted(set(budgets.dropna().tolist()))
     figure, (memory, speed) = plt.subplots(1, 2, figsize=(11, 4.4))
     colours = plt.get_cmap("tab10")
-    status = frame.get("status", pd.Series("ok", index=frame.index))
+    status = frame.get("status", pd.Series(STATUS_OK, index=frame.index))
     for i, label in enumerate(sorted(labels.unique())):
-        ok = frame[(labels == label) & (status == "ok")]
+        ok = frame[(labels == label) & (status == STATUS_OK)]
         memory.scatter(ok[batch_column], ok["peak_mem_mb"], c=[colours(i)], label=label, s=30)
         if "throughput" in frame:
             speed.scatter(ok[batch_column], ok["throughput"], c=[colours(i)], label=label, s=30)
     ceiling = budgets[-1] if budgets else np.nan
-    oom = frame[status == "oom"]
+    oom = frame[status == STATUS_OOM]
     if len(oom):
         needed = oom["peak_mem_mb"].where(np.isfinite(oom["peak_mem_mb"]), ceiling)
         memory.scatter(oom[batch_column], needed, marker="x", c=INFEASIBLE, s=50,
                        label="out of memory (what the step needed)")  # fmt: skip
-    predicted = frame[status == "oom_predicted"]
+    predicted = frame[status == STATUS_OOM_PREDICTED]
     if len(predicted) and budgets:
         memory.scatter(predicted[batch_column], [ceiling] * len(predicted), marker="^",
                        c=INFEASIBLE, s=50, label="predicted out of memory, not run")  # fmt: skip

@@ -22,17 +22,14 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from analysis.flat import flatten
+from trainables.metrics import STATUS_ERROR, STATUS_OK, UNTIL_TARGET_METRICS
 
 CONFIG_PREFIX = "config."
 # Config keys that are not settings of a trial: the repeat's seed and the search's notes.
 NOT_SETTINGS = frozenset({"seed", "repeat_of", "oom_predicted_from"})
 PARENT_TAG = "mlflow.parentRunId"
-STATUS_ERROR = "error"  # the trial raised: a bug or a crash, not a pruned trial
 # Keys every result carries that are not part of the metric schema (Tune's bookkeeping).
 _TEXT_FIELDS = ("status", "status_detail")
-# Metrics that are inf while their target is not reached. MLflow is given nothing for them
-# then (it would store the largest float and empty its chart): absent after an epoch is inf.
-UNTIL_TARGET_METRICS = ("time_to_target_s", "steps_to_target")
 
 
 def trial_row(
@@ -80,7 +77,7 @@ def histories_from_tune(
             if not line.strip():
                 continue
             values = json.loads(line)
-            if "epoch" not in values or values.get("status") != "ok":
+            if "epoch" not in values or values.get("status") != STATUS_OK:
                 continue  # a pruned trial's last report repeats its last good epoch
             trial_id = str(values.get("trial_id") or result.parent.name.removeprefix("trial_"))
             row = {"trial_id": trial_id, "epoch": values["epoch"]}

@@ -15,7 +15,8 @@ import moocore
 import numpy as np
 import pandas as pd
 
-FEASIBLE_STATUS = "ok"
+from trainables.metrics import STATUS_OK
+
 Bounds = dict[str, tuple[float, float]]  # objective -> (low, high), mapped to [0, 1]
 
 # Declared normalisation ranges of the objectives that have natural limits.
@@ -40,7 +41,7 @@ def finished_mask(frame: pd.DataFrame) -> np.ndarray:
     """Trials that ended `ok` (every trial, for results without a status)."""
     if "status" not in frame:
         return np.ones(len(frame), dtype=bool)
-    return (frame["status"] == FEASIBLE_STATUS).to_numpy(dtype=bool)
+    return (frame["status"] == STATUS_OK).to_numpy(dtype=bool)
 
 
 def feasible_mask(

@@ -12,8 +12,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import CONFIG_PREFIX, NOT_SETTINGS
-
-STATUS_ORDER = ["error", "diverged", "oom", "oom_predicted", "ok"]  # worst first
+from trainables.metrics import STATUS_ORDER
 
 
 def _severity(status: str) -> int:
@@ -43,9 +42,7 @@ def aggregate_repeats(frame: pd.DataFrame, objectives: Mapping[str, str]) -> pd.
         row = group.iloc[0].to_dict()
         row["seeds"] = len(group)
         row["trial_id"] = "+".join(group["trial_id"].astype(str))
-        worst = min(
-            group["status"], key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else 0
-        )
+        worst = min(group["status"], key=_severity)
         row["status"] = worst
         for name in objectives:
             values = group[name].to_numpy(dtype=float)

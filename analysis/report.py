@@ -49,10 +49,8 @@ from analysis.pareto import (
 from analysis.repeats import aggregate_repeats
 from analysis.tables import select, trend_table
 from analysis.techniques import technique_effects
+from trainables.metrics import DEFAULT_MIN_ACCURACY, DEFAULT_OBJECTIVES, STATUS_OK
 
-DEFAULT_OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
-# Two classes: a model under chance + 5 points learned nothing, whatever its gap.
-DEFAULT_MIN_ACCURACY = 0.55
 NOISE_CHART_CONFIGS = 8  # configs drawn in the noise-scale chart, best-ranked first
 
 
@@ -170,7 +168,7 @@ def _infeasible_table(report: Report) -> pd.DataFrame:
     columns = [c for c in columns if c in bad]
     shown = bad[columns].copy()
     if report.min_accuracy is not None and "best_val_acc" in bad:
-        at_chance = (bad["status"] == "ok") & (bad["best_val_acc"] < report.min_accuracy)
+        at_chance = (bad["status"] == STATUS_OK) & (bad["best_val_acc"] < report.min_accuracy)
         shown.loc[at_chance, "status_detail"] = (
             f"best_val_acc below {report.min_accuracy}: learned nothing"
         )

@@ -23,12 +23,11 @@ from search.errors import (
 )
 from search.space import SpaceParam, grid_points
 from trainables.data import DataSettings
-from trainables.metrics import OBJECTIVE_METRICS
+from trainables.metrics import DEFAULT_OBJECTIVES, OBJECTIVE_METRICS
 from trainables.settings import TRAIN_KEYS, TrainSettings
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _STRICT_INT = {"strict": True}
-DEFAULT_OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
 
 
 class SearchSection(BaseModel):

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from ray import tune
 
-from trainables.metrics import NUMERIC_METRICS, PRUNED_STATUSES, TEXT_METRICS
+from trainables.metrics import NUMERIC_METRICS, PRUNED_STATUSES, STATUS_ERROR, TEXT_METRICS
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
 # The experiment tag by which MLflow 3's UI opens an experiment on its runs (classic model
@@ -222,5 +222,5 @@ class MlflowTrialCallback(tune.Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         run_id = self.run_id_for(trial)
-        self.client.set_tag(run_id, "status", "error")
+        self.client.set_tag(run_id, "status", STATUS_ERROR)
         self.client.set_terminated(run_id, status="FAILED")

@@ -1,7 +1,9 @@
 """The one metric schema (DESIGN.md) and the pure functions that define its values.
 
 Every name here is used verbatim by `tune.report`, MLflow, the analysis DataFrame and the
-charts. `direction` says which way is better for metrics that can be objectives.
+charts. `direction` says which way is better for metrics that can be objectives. The
+statuses, the default objectives and the minimum accuracy live here too: `trainables`,
+`search` and `analysis` all import them from this module, which needs neither torch nor Ray.
 """
 
 from __future__ import annotations
@@ -98,7 +100,20 @@ STATUS_OK = "ok"
 STATUS_OOM = "oom"
 STATUS_OOM_PREDICTED = "oom_predicted"
 STATUS_DIVERGED = "diverged"
+STATUS_ERROR = "error"  # the trial raised: a bug or a crash, not a pruned trial
 PRUNED_STATUSES = frozenset({STATUS_OOM, STATUS_OOM_PREDICTED, STATUS_DIVERGED})
+# Worst first: a config whose seeds ended differently takes its worst status.
+STATUS_ORDER = (STATUS_ERROR, STATUS_DIVERGED, STATUS_OOM, STATUS_OOM_PREDICTED, STATUS_OK)
+
+DEFAULT_OBJECTIVES: dict[str, Direction] = {
+    "throughput": "max",
+    "best_val_acc": "max",
+    "gen_gap": "min",
+}
+# Two classes: a model under chance + 5 points learned nothing, whatever its gap.
+DEFAULT_MIN_ACCURACY = 0.55
+# Inf while their target is not reached; MLflow is given nothing for them then.
+UNTIL_TARGET_METRICS = ("time_to_target_s", "steps_to_target")
 OOM_CAUSE_SHARE = "share"
 OOM_CAUSE_CARD = "card"
 
