@@ -21,7 +21,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from matplotlib.ticker import ScalarFormatter
 
-from analysis.load import CONFIG_PREFIX, NOT_SETTINGS
+from analysis.load import CONFIG_PREFIX, varied_settings
 from analysis.pareto import finished_mask, objective_matrix
 from trainables.metrics import STATUS_OK, STATUS_OOM, STATUS_OOM_PREDICTED
 
@@ -172,16 +172,6 @@ def front_3d_chart(
     return _save(figure, path)
 
 
-def varied_params(frame: pd.DataFrame) -> list[str]:
-    """The settings that differ between trials: what the search sampled."""
-    columns = [
-        c
-        for c in frame.columns
-        if c.startswith(CONFIG_PREFIX) and c.removeprefix(CONFIG_PREFIX) not in NOT_SETTINGS
-    ]
-    return [c for c in columns if frame[c].map(str).nunique() > 1]
-
-
 MAX_TICKS = 8  # a numeric axis with more distinct values labels its ends and middle
 
 
@@ -219,7 +209,7 @@ def _rank_colour(rank: float, worst: float) -> tuple[float, ...]:
 def parallel_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | None:
     """Parallel coordinates of the sampled params, one line per trial, coloured by rank;
     trials kept off the front dashed, in their group's colour."""
-    params = varied_params(frame)
+    params = varied_settings(frame)
     if not params:
         return None
     figure, axis = plt.subplots(figsize=(max(6, 1.6 * len(params)), 4.6))
@@ -438,7 +428,7 @@ def interactive_figures(
                    for axis, name in zip("xyz", names, strict=True)},
         )  # fmt: skip
         figures.append(figure)
-    params = varied_params(frame)
+    params = varied_settings(frame)
     if params:
         dimensions = [_parcoords_axis(frame[param]) for param in params]
         # The line colour is a category, not a scale: front, other feasible, kept off.

@@ -48,6 +48,22 @@ def trial_row(
     return row
 
 
+def setting_columns(frame: pd.DataFrame) -> list[str]:
+    """The `config.` columns that are settings of a trial (not the seed or the search's
+    notes): trials equal in all of them are repeats of one config."""
+    return [
+        column
+        for column in frame.columns
+        if column.startswith(CONFIG_PREFIX)
+        and column.removeprefix(CONFIG_PREFIX) not in NOT_SETTINGS
+    ]
+
+
+def varied_settings(frame: pd.DataFrame) -> list[str]:
+    """The settings that differ between the trials: what the search sampled."""
+    return [column for column in setting_columns(frame) if frame[column].map(str).nunique() > 1]
+
+
 def frame_from_tune(experiment_dir: Path, metric_names: tuple[str, ...]) -> pd.DataFrame:
     """One row per trial folder of a Ray Tune experiment: params.json and the last line of
     result.json; a trial with an error.txt is an `error` row."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from analysis.load import CONFIG_PREFIX, NOT_SETTINGS
+from analysis.load import setting_columns
 from trainables.metrics import STATUS_ORDER
 
 
@@ -19,21 +19,12 @@ def _severity(status: str) -> int:
     return STATUS_ORDER.index(status) if status in STATUS_ORDER else 0
 
 
-def config_columns(frame: pd.DataFrame) -> list[str]:
-    return [
-        column
-        for column in frame.columns
-        if column.startswith(CONFIG_PREFIX)
-        and column.removeprefix(CONFIG_PREFIX) not in NOT_SETTINGS
-    ]
-
-
 def aggregate_repeats(frame: pd.DataFrame, objectives: Mapping[str, str]) -> pd.DataFrame:
     """Mean of each objective over a config's seeds, with `<objective>_std` and `seeds`.
 
     A config is ok only if every seed was ok; otherwise it takes its worst status.
     """
-    keys = config_columns(frame)
+    keys = setting_columns(frame)
     if not keys or not frame.duplicated(subset=keys, keep=False).any():
         return frame
     groups = frame.groupby(keys, dropna=False, sort=False)

@@ -29,7 +29,6 @@ from analysis.charts import (
     noise_scale_chart,
     pairwise_front_chart,
     parallel_chart,
-    varied_params,
 )
 from analysis.load import (
     CONFIG_PREFIX,
@@ -37,6 +36,7 @@ from analysis.load import (
     find_parent_run,
     frame_from_mlflow,
     histories_from_mlflow,
+    varied_settings,
 )
 from analysis.pareto import (
     Bounds,
@@ -137,7 +137,7 @@ def build_report(
 
 def config_labels(frame: pd.DataFrame, limit: int) -> dict[str, str]:
     """Trial id -> its config's sampled settings, for the `limit` best-ranked configs."""
-    params = varied_params(frame)
+    params = varied_settings(frame)
     labels = {}
     for _, row in frame.sort_values("pareto_rank", na_position="last").head(limit).iterrows():
         label = ", ".join(f"{p.removeprefix(CONFIG_PREFIX)}={row[p]}" for p in params) or "all"
@@ -152,7 +152,7 @@ def _status_counts(frame: pd.DataFrame) -> str:
 
 
 def _front_table(report: Report) -> pd.DataFrame:
-    params = varied_params(report.frame)
+    params = varied_settings(report.frame)
     front = report.frame[report.frame["is_pareto"] == True]  # noqa: E712
     columns = ["trial_id", *params, *report.objectives]
     columns += [f"{name}_std" for name in report.objectives if f"{name}_std" in front]
@@ -164,7 +164,7 @@ def _infeasible_table(report: Report) -> pd.DataFrame:
     bad = report.frame[report.frame["pareto_rank"].isna()]
     if "status_detail" not in bad:  # MLflow keeps only non-empty tags
         bad = bad.assign(status_detail="")
-    columns = ["trial_id", "status", "status_detail", *varied_params(report.frame)]
+    columns = ["trial_id", "status", "status_detail", *varied_settings(report.frame)]
     columns = [c for c in columns if c in bad]
     shown = bad[columns].copy()
     if report.min_accuracy is not None and "best_val_acc" in bad:
@@ -200,7 +200,7 @@ def _summary_lines(report: Report) -> list[str]:
         values = ", ".join(f"{name} {knee[name]:.4g}" for name in report.objectives)
         settings = ", ".join(
             f"{p.removeprefix(CONFIG_PREFIX)}={_short(knee[p])}"
-            for p in varied_params(report.frame)
+            for p in varied_settings(report.frame)
         )
         lines.append(
             f"Knee point (most balanced front trial): {knee['trial_id']}: {values}; {settings}."

@@ -24,7 +24,7 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats
 
-from analysis.load import CONFIG_PREFIX, NOT_SETTINGS
+from analysis.load import CONFIG_PREFIX, varied_settings
 
 CONFIDENCE = 0.95
 
@@ -81,17 +81,6 @@ def switch_column(frame: pd.DataFrame, switch: str) -> pd.Series | None:
         return None
     on = frame[column].map(spec.is_on).astype(bool)
     return on if on.nunique() > 1 else None
-
-
-def varied_settings(frame: pd.DataFrame) -> list[str]:
-    """The config columns that differ between the trials (the seed aside)."""
-    return [
-        column
-        for column in frame.columns
-        if column.startswith(CONFIG_PREFIX)
-        and column.removeprefix(CONFIG_PREFIX) not in NOT_SETTINGS
-        and frame[column].map(repr).nunique() > 1
-    ]
 
 
 def matched_pairs(
