@@ -86,6 +86,22 @@ def _finite(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     return frame[np.isfinite(frame[list(columns)].to_numpy(dtype=float)).all(axis=1)]
 
 
+def _draw_at_edges(axis: plt.Axes, edges: list[tuple[np.ndarray, np.ndarray, str, str]]) -> None:
+    """Trials with only x (or only y) known, as a tick on the bottom (or left) edge."""
+    if not any(len(xs) or len(ys) for xs, ys, _, _ in edges):
+        return
+    x_low, y_low = axis.get_xlim()[0], axis.get_ylim()[0]
+    for xs, ys, color, label in edges:
+        if len(xs):
+            axis.scatter(xs, [y_low] * len(xs), marker="v", c=color, clip_on=False, zorder=4,
+                         label=f"{label}, only x known (on the edge)")  # fmt: skip
+        if len(ys):
+            axis.scatter([x_low] * len(ys), ys, marker="<", c=color, clip_on=False, zorder=4,
+                         label=f"{label}, only y known (on the edge)")  # fmt: skip
+    axis.set_xlim(left=x_low)
+    axis.set_ylim(bottom=y_low)
+
+
 def pairwise_front_chart(
     frame: pd.DataFrame,
     objectives: Mapping[str, str],
@@ -120,13 +136,20 @@ def pairwise_front_chart(
             points = good.loc[nondominated, [x_name, y_name]].to_numpy(dtype=float)
             line = front_staircase(points, (pair[x_name], pair[y_name]))
             axis.plot(line[:, 0], line[:, 1], c=FRONT, lw=1.2, label="front of this pair")
+        edges = []  # trials kept off with one of the pair's values: drawn at that axis' edge
         for mask, color, label in off_front_groups(frame, feasible):
             bad = _finite(frame.loc[mask], pair)
             if len(bad):
                 axis.scatter(bad[x_name], bad[y_name], marker="x", c=color, label=label)
-            missing = int(mask.sum()) - len(bad)
+            values = frame.loc[mask, [x_name, y_name]].to_numpy(dtype=float)
+            known = np.isfinite(values)
+            only_x = values[known[:, 0] & ~known[:, 1], 0]
+            only_y = values[~known[:, 0] & known[:, 1], 1]
+            edges.append((only_x, only_y, color, label))
+            missing = int((~known.any(axis=1)).sum())
             if missing:
                 axis.plot([], [], "x", c=color, label=f"{missing} {label} without values")
+        _draw_at_edges(axis, edges)
         axis.set_xlabel(axis_label(x_name, objectives[x_name]))
         axis.set_ylabel(axis_label(y_name, objectives[y_name]))
         axis.grid(alpha=0.3)

@@ -1,3 +1,4 @@
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +14,7 @@ from analysis.charts import (
     front_3d_chart,
     interactive_figures,
     off_front_groups,
+    pairwise_front_chart,
 )
 from analysis.pareto import feasible_mask, mark_front
 
@@ -111,3 +113,27 @@ def test_the_batch_size_chart_draws_out_of_memory_trials_where_they_failed(tmp_p
     with Image.open(chart) as image:
         assert image.size[0] > 800 and len(set(image.convert("L").getdata())) > 20
     assert batch_size_chart(frame.drop(columns="peak_mem_mb"), tmp_path / "none.png") is None
+
+
+def test_a_pruned_trial_with_one_objective_known_is_drawn_on_that_axis_edge(tmp_path, monkeypatch):
+    objectives = {"throughput": "max", "peak_mem_mb": "min"}
+    frame = pd.DataFrame({
+        "trial_id": ["a", "b", "c"],
+        "throughput": [500.0, 700.0, np.nan],  # c ran out of memory in its first step
+        "peak_mem_mb": [30.0, 45.0, 70.0],  # what c's step needed
+        "status": ["ok", "ok", "oom"],
+    })  # fmt: skip
+    marked = mark_front(frame, objectives)
+    drawn = []
+    real = plt.Axes.scatter
+
+    def scatter(axis, x, y, *args, **kwargs):
+        drawn.append((kwargs.get("label"), list(np.asarray(x, dtype=float)),
+                      list(np.asarray(y, dtype=float))))  # fmt: skip
+        return real(axis, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Axes, "scatter", scatter)
+    pairwise_front_chart(marked, objectives, feasible_mask(marked, objectives),
+                         tmp_path / "front.png")  # fmt: skip
+    (edge,) = [d for d in drawn if d[0] and "only y known" in d[0]]
+    assert edge[2] == [70.0]  # at its needed memory, on the throughput axis' edge
