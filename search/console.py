@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -21,15 +22,17 @@ def mlflow_ui_command(tracking_uri: str) -> str:
     return f"mlflow ui --backend-store-uri {tracking_uri}"
 
 
-def runs_link(tracking_uri: str, experiment_id: str) -> str:
+def runs_link(tracking_uri: str, experiment_id: str, view: str | None = None) -> str:
     """The page of MLflow's UI that lists the search's runs: on the server, or on the local
     UI that `mlflow ui` starts (port 5000). MLflow 3 opens on its GenAI pages unless told
-    the workflow is model training (its own switch, kept in the link's query)."""
+    the workflow is model training (its own switch, kept in the link's query); `view` is a
+    view saved by `search.tracking.save_review_view`, opened with the page."""
     if tracking_uri.startswith(("http://", "https://")):
         base = tracking_uri.rstrip("/")
     else:
         base = "http://127.0.0.1:5000"
-    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    link = f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    return f"{link}&viewStateShareKey={quote(view)}" if view else link
 
 
 def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:

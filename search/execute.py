@@ -20,7 +20,7 @@ from search.console import mlflow_ui_command, plan, runs_link, say, summary_tabl
 from search.errors import Problem
 from search.experiment import SearchState
 from search.recovery import Outcome, fit_with_recovery
-from search.tracking import MlflowTrialCallback, ParentRun, git_commit
+from search.tracking import MlflowTrialCallback, ParentRun, git_commit, save_review_view
 from search.tuner import build_tuner, restore_tuner
 from trainables.data import DataUnavailable, PreparedData, prepare_data
 from trainables.metrics import METRICS
@@ -101,7 +101,10 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
     uri = config.tracking.uri or ""
     if not uri.startswith(("http://", "https://")):
         say(f"Review:  {mlflow_ui_command(uri)}")
-    say(f"Runs:    {runs_link(uri, parent.experiment_id)}")
+    view = save_review_view(
+        parent.client, parent.experiment_id, experiment_dir.name, list(config.objectives)
+    )
+    say(f"Runs:    {runs_link(uri, parent.experiment_id, view)}")
     return 0
 
 

@@ -8,10 +8,11 @@ retried or resumed continues its own child run (found again by its `trial_id` ta
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,9 @@ PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
 # training) instead of its GenAI traces page.
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 NOTE_TAG = "mlflow.note.content"  # a run's description: shown in full on its page
+# MLflow 3's runs page loads a view (columns, runs shown in charts) from an experiment tag
+# with this prefix when its link carries `viewStateShareKey=<the rest of the key>`.
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 BATCH_LIMIT = 100  # params per log_batch call allowed by MLflow
 
 
@@ -71,6 +75,26 @@ def trial_run_name(config: Mapping[str, Any], trial_id: str) -> str:
 def pruned_run_name(name: str, status: str) -> str:
     """A pruned trial's run name says so first: the runs list shows it without a column."""
     return f"[{status}] {name}"
+
+
+def save_review_view(
+    client: MlflowClient, experiment_id: str, key: str, objectives: Sequence[str]
+) -> str:
+    """A view of the experiment's runs with the search's objectives and `status` as columns
+    and every run drawn in the charts, saved the way MLflow's UI shares a view; returns the
+    key that the runs link passes as `viewStateShareKey`."""
+    columns = [f"metrics.`{name}`" for name in objectives]
+    columns += ["tags.`status`", "tags.`status_detail`"]
+    state = {"selectedColumns": columns, "runsHiddenMode": "SHOW_ALL"}
+    now = int(time.time() * 1000)
+    envelope = {
+        "name": f"{key}: objectives and status",
+        "createdAt": now,
+        "updatedAt": now,
+        "state": json.dumps(state),
+    }
+    client.set_experiment_tag(experiment_id, f"{SHARED_VIEW_PREFIX}{key}", json.dumps(envelope))
+    return key
 
 
 def log_params(client: MlflowClient, run_id: str, params: Mapping[str, Any]) -> None:

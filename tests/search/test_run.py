@@ -1,5 +1,6 @@
 """The command users run: `python -m search.run --config ...`."""
 
+import json
 import socket
 import time
 
@@ -96,10 +97,15 @@ def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_
     assert (
         closing[-2] == f"Review:  mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'}"
     )
-    assert (
-        closing[-1]
-        == f"Runs:    http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning"
+    runs_page = f"http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs"
+    assert closing[-1] == (
+        f"Runs:    {runs_page}?workflowType=machine_learning&viewStateShareKey=smoke-e2e"
     )
+    view = json.loads(experiment.tags["mlflow.sharedViewState.smoke-e2e"])  # opened by the link
+    assert json.loads(view["state"])["selectedColumns"] == [
+        "metrics.`throughput`", "metrics.`best_val_acc`", "metrics.`gen_gap`",
+        "tags.`status`", "tags.`status_detail`",
+    ]  # fmt: skip
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
