@@ -21,8 +21,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from matplotlib.ticker import ScalarFormatter
 
-from analysis.load import CONFIG_PREFIX, varied_settings
+from analysis.load import CONFIG_PREFIX, as_numbers, spans_decades, tick_values, varied_settings
 from analysis.pareto import finished_mask, objective_matrix
+from analysis.techniques import switched_on
 from trainables.metrics import STATUS_OK, STATUS_OOM, STATUS_OOM_PREDICTED
 
 FRONT, OTHER, INFEASIBLE, AT_CHANCE = "#ff7f0e", "#1f77b4", "#d62728", "#7f7f7f"  # tab: colours
@@ -195,17 +196,14 @@ def front_3d_chart(
     return _save(figure, path)
 
 
-MAX_TICKS = 8  # a numeric axis with more distinct values labels its ends and middle
-
-
 def _axis_values(column: pd.Series) -> tuple[np.ndarray, list[tuple[float, str]]]:
     """A param as positions in [0, 1] and its ticks (position, label): numbers on a linear
     or (spanning a decade or more) log scale, each distinct value labelled where there are
     few; anything else as evenly spaced categories."""
-    numeric = pd.to_numeric(column, errors="coerce")
-    if numeric.notna().all() and not column.map(type).isin([bool, str]).any():
+    numeric = as_numbers(column)
+    if numeric is not None:
         low, high = float(numeric.min()), float(numeric.max())
-        if low > 0 and high / low >= 10:
+        if spans_decades(numeric):
 
             def scale(v):
                 return np.log10(np.asarray(v, dtype=float) / low) / np.log10(high / low)
@@ -214,10 +212,7 @@ def _axis_values(column: pd.Series) -> tuple[np.ndarray, list[tuple[float, str]]
             def scale(v):
                 return (np.asarray(v, dtype=float) - low) / ((high - low) or 1.0)
 
-        distinct = sorted(set(numeric.tolist()))
-        if len(distinct) > MAX_TICKS:
-            distinct = [low, float(np.median(numeric)), high]
-        ticks = [(float(scale(value)), f"{value:.3g}") for value in distinct]
+        ticks = [(float(scale(value)), f"{value:.3g}") for value in tick_values(numeric)]
         return scale(numeric), ticks
     text = column.map(str)
     categories = sorted(text.unique())
@@ -269,13 +264,16 @@ def parallel_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | N
     return _save(figure, path)
 
 
-MEMORY_TECHNIQUES = (("amp", "AMP"), ("grad_checkpointing", "checkpointing"))
+# The switches (analysis.techniques) that change a step's memory, as the chart names them.
+MEMORY_TECHNIQUES = {"amp": "AMP", "grad_checkpointing": "checkpointing"}
 
 
-def technique_label(row: pd.Series) -> str:
-    """The memory techniques a trial used, e.g. `AMP + checkpointing`, or `plain`."""
-    used = [name for key, name in MEMORY_TECHNIQUES if row.get(f"{CONFIG_PREFIX}{key}") is True]
-    return " + ".join(used) or "plain"
+def technique_labels(frame: pd.DataFrame) -> pd.Series:
+    """The memory techniques each trial used, e.g. `AMP + checkpointing`, or `plain`."""
+    on = {shown: switched_on(frame, switch) for switch, shown in MEMORY_TECHNIQUES.items()}
+    labels = [" + ".join(shown for shown, mask in on.items() if mask[index]) or "plain"
+              for index in frame.index]  # fmt: skip
+    return pd.Series(labels, index=frame.index)
 
 
 def batch_size_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | None:
@@ -286,7 +284,7 @@ def batch_size_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path |
     batch_column = f"{CONFIG_PREFIX}batch_size"
     if batch_column not in frame or "peak_mem_mb" not in frame:
         return None
-    labels = frame.apply(technique_label, axis=1)
+    labels = technique_labels(frame)
     budget_column = f"{CONFIG_PREFIX}memory_budget_mb"
     budgets = pd.to_numeric(frame.get(budget_column, pd.Series(dtype=float)), errors="coerce")
     budgets = sorted(set(budgets.dropna().tolist()))
@@ -386,13 +384,10 @@ def _parcoords_axis(column: pd.Series) -> dict:
     """A Parcoords dimension showing the param's own values: numbers as they are (log10 with
     the values as tick labels where they span a decade), categories by name."""
     label = column.name.removeprefix(CONFIG_PREFIX)
-    numeric = pd.to_numeric(column, errors="coerce")
-    if numeric.notna().all() and not column.map(type).isin([bool, str]).any():
-        low, high = float(numeric.min()), float(numeric.max())
-        if low > 0 and high / low >= 10:
-            ticks = sorted(set(numeric.tolist()))
-            if len(ticks) > MAX_TICKS:
-                ticks = [low, float(np.median(numeric)), high]
+    numeric = as_numbers(column)
+    if numeric is not None:
+        if spans_decades(numeric):
+            ticks = tick_values(numeric)
             return {
                 "label": f"{label} (log scale)",
                 "values": np.log10(numeric),

@@ -80,6 +80,30 @@ def frame_from_tune(experiment_dir: Path, metric_names: tuple[str, ...]) -> pd.D
     return pd.DataFrame(rows)
 
 
+def as_numbers(column: pd.Series) -> pd.Series | None:
+    """A setting's values as numbers, or None when it is a category (text, a switch)."""
+    numbers = pd.to_numeric(column, errors="coerce")
+    if numbers.isna().any() or column.map(type).isin([bool, str]).any():
+        return None
+    return numbers
+
+
+def spans_decades(numbers: pd.Series) -> bool:
+    """Positive numbers a decade or more apart: drawn and modelled on a log scale."""
+    return bool(numbers.min() > 0 and numbers.max() / numbers.min() >= 10)
+
+
+MAX_TICKS = 8  # a numeric axis with more distinct values labels its ends and middle
+
+
+def tick_values(numbers: pd.Series) -> list[float]:
+    """The values an axis of `numbers` labels: each distinct one where there are few."""
+    distinct = sorted(set(numbers.tolist()))
+    if len(distinct) > MAX_TICKS:
+        return [float(numbers.min()), float(numbers.median()), float(numbers.max())]
+    return distinct
+
+
 HISTORY_METRICS = ("effective_batch_size", "noise_scale")  # what the per-epoch charts draw
 
 

@@ -24,7 +24,7 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats
 
-from analysis.load import CONFIG_PREFIX, varied_settings
+from analysis.load import CONFIG_PREFIX, as_numbers, spans_decades, varied_settings
 
 CONFIDENCE = 0.95
 
@@ -73,13 +73,18 @@ def _number(value: object) -> float:
         return float("nan")
 
 
-def switch_column(frame: pd.DataFrame, switch: str) -> pd.Series | None:
-    """True/False per trial for `switch`, or None when the search did not vary it."""
+def switched_on(frame: pd.DataFrame, switch: str) -> pd.Series:
+    """True/False per trial for `switch` (False where the config does not have its key)."""
     spec = SWITCHES[switch]
     column = f"{CONFIG_PREFIX}{spec.key}"
     if column not in frame:
-        return None
-    on = frame[column].map(spec.is_on).astype(bool)
+        return pd.Series(False, index=frame.index)
+    return frame[column].map(spec.is_on).astype(bool)
+
+
+def switch_column(frame: pd.DataFrame, switch: str) -> pd.Series | None:
+    """True/False per trial for `switch`, or None when the search did not vary it."""
+    on = switched_on(frame, switch)
     return on if on.nunique() > 1 else None
 
 
@@ -88,10 +93,10 @@ def matched_pairs(
 ) -> np.ndarray:
     """On minus off of `objective` for every group of trials equal in `others`."""
     values = frame[objective].replace([np.inf, -np.inf], np.nan)
-    keys = frame[others].map(repr) if others else pd.DataFrame(index=frame.index)
+    keys = [frame[column].map(repr) for column in others]
+    groups = frame.groupby(keys).groups.values() if keys else [frame.index]
     differences = []
-    groups = keys.groupby(list(keys.columns)).groups if others else {(): frame.index}
-    for index in groups.values():
+    for index in groups:
         with_on, with_off = values[index][on[index]], values[index][~on[index]]
         if with_on.notna().any() and with_off.notna().any():
             differences.append(with_on.mean() - with_off.mean())
@@ -102,12 +107,10 @@ def design_matrix(frame: pd.DataFrame, on: pd.Series, others: list[str]) -> pd.D
     """The switch, an intercept, and the other varied settings as regressors."""
     columns = {"switch": on.astype(float)}
     for column in others:
-        numbers = pd.to_numeric(frame[column], errors="coerce")
-        is_number = numbers.notna().all() and not frame[column].map(type).isin([bool, str]).any()
+        numbers = as_numbers(frame[column])
         name = column.removeprefix(CONFIG_PREFIX)
-        if is_number:
-            spans_decades = numbers.min() > 0 and numbers.max() / numbers.min() >= 10
-            columns[name] = np.log10(numbers) if spans_decades else numbers
+        if numbers is not None:
+            columns[name] = np.log10(numbers) if spans_decades(numbers) else numbers
         else:
             dummies = pd.get_dummies(frame[column].map(str), prefix=name, drop_first=True)
             columns.update({c: dummies[c].astype(float) for c in dummies.columns})

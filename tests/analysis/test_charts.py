@@ -15,6 +15,7 @@ from analysis.charts import (
     interactive_figures,
     off_front_groups,
     pairwise_front_chart,
+    technique_labels,
 )
 from analysis.pareto import feasible_mask, mark_front
 
@@ -137,3 +138,13 @@ def test_a_pruned_trial_with_one_objective_known_is_drawn_on_that_axis_edge(tmp_
                          tmp_path / "front.png")  # fmt: skip
     (edge,) = [d for d in drawn if d[0] and "only y known" in d[0]]
     assert edge[2] == [70.0]  # at its needed memory, on the throughput axis' edge
+
+
+def test_the_batch_size_chart_names_the_memory_techniques_each_trial_used():
+    frame = pd.DataFrame({
+        "config.batch_size": [16, 32, 64],
+        "config.amp": [True, False, True],
+        "config.grad_checkpointing": [True, False, False],
+        "peak_mem_mb": [10.0, 20.0, 30.0],
+    })  # fmt: skip
+    assert technique_labels(frame).tolist() == ["AMP + checkpointing", "plain", "AMP"]
