@@ -39,9 +39,14 @@ class TrackingUnavailable(Exception):
     """The tracking store cannot be reached; raised before any trial runs."""
 
 
+def is_server(tracking_uri: str) -> bool:
+    """An MLflow server (http or https), as opposed to a store the search opens itself."""
+    return tracking_uri.startswith(("http://", "https://"))
+
+
 def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
     """Fail within seconds, not after MLflow's minutes of retries, if a server is down."""
-    if not uri.startswith(("http://", "https://")):
+    if not is_server(uri):
         return
     try:
         with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s):

@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
+from search.cluster import is_server
 from search.config import SearchConfig
 
 
@@ -17,7 +18,7 @@ def say(message: str = "") -> None:
 
 
 def mlflow_ui_command(tracking_uri: str) -> str:
-    if tracking_uri.startswith(("http://", "https://")):
+    if is_server(tracking_uri):
         return f"open {tracking_uri} in a browser"
     return f"mlflow ui --backend-store-uri {tracking_uri}"
 
@@ -27,10 +28,7 @@ def runs_link(tracking_uri: str, experiment_id: str, view: str | None = None) ->
     UI that `mlflow ui` starts (port 5000). MLflow 3 opens on its GenAI pages unless told
     the workflow is model training (its own switch, kept in the link's query); `view` is a
     view saved by `search.tracking.save_review_view`, opened with the page."""
-    if tracking_uri.startswith(("http://", "https://")):
-        base = tracking_uri.rstrip("/")
-    else:
-        base = "http://127.0.0.1:5000"
+    base = tracking_uri.rstrip("/") if is_server(tracking_uri) else "http://127.0.0.1:5000"
     link = f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
     return f"{link}&viewStateShareKey={quote(view)}" if view else link
 

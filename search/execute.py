@@ -15,6 +15,7 @@ from analysis.flat import flatten
 from analysis.load import frame_from_tune, histories_from_tune
 from analysis.report import build_report, publish
 from search.cli import EXIT_INTERRUPTED, EXIT_STOPPED, EXIT_USAGE, RunOptions
+from search.cluster import is_server
 from search.config import ConfigError, SearchConfig
 from search.console import mlflow_ui_command, plan, runs_link, say, summary_table
 from search.errors import Problem
@@ -99,7 +100,7 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
     say(f"Hypervolume of the front: {report.hypervolume:.4f}")
     say(f"MLflow:  {config.tracking.uri}")
     uri = config.tracking.uri or ""
-    if not uri.startswith(("http://", "https://")):
+    if not is_server(uri):  # a server's address is in the link below
         say(f"Review:  {mlflow_ui_command(uri)}")
     view = save_review_view(
         parent.client, parent.experiment_id, experiment_dir.name, list(config.objectives)

@@ -199,8 +199,11 @@ class MlflowTrialCallback(tune.Callback):
         self._runs[trial.trial_id] = run_id
         return run_id
 
+    def run_name(self, trial: Any) -> str:
+        return trial_run_name({**self.fixed_params, **trial.config}, trial.trial_id)
+
     def _create_run(self, trial: Any) -> str:
-        name = trial_run_name({**self.fixed_params, **trial.config}, trial.trial_id)
+        name = self.run_name(trial)
         run = self.client.create_run(
             self.experiment_id,
             run_name=name,
@@ -236,9 +239,8 @@ class MlflowTrialCallback(tune.Callback):
         run_id = self.run_id_for(trial)
         if result.get("status") in PRUNED_STATUSES:
             tags.append(RunTag(NOTE_TAG, f"{result['status']}: {result.get('status_detail', '')}"))
-            name = self.client.get_run(run_id).info.run_name
-            if not name.startswith("["):
-                self.client.update_run(run_id, name=pruned_run_name(name, result["status"]))
+            name = pruned_run_name(self.run_name(trial), result["status"])
+            self.client.update_run(run_id, name=name)
         self.client.log_batch(run_id, metrics=metrics, tags=tags)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

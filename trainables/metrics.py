@@ -57,7 +57,9 @@ METRICS: dict[str, MetricSpec] = {
         "it started; AdaBatch grows it, capacity caps it)"
     ),
     "accumulation_steps": MetricSpec("micro-batches per optimizer step"),
-    "effective_batch_size": MetricSpec("batch_size * accumulation_steps: images per update"),
+    "effective_batch_size": MetricSpec(
+        "physical_batch_size * accumulation_steps: images per update"
+    ),
     "scheduled_batch_size": MetricSpec(
         "the effective batch the schedule asked for; above effective_batch_size where the "
         "training split capped it (lr then follows the batch used)"

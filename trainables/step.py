@@ -42,7 +42,7 @@ def train_step(
     micro-batches of b give the update of one batch of k*b. With `update=False` the
     gradients are computed and dropped: the step's memory without changing the weights.
     The gradients are released at the end either way. With `noise`, the step's gradient
-    norms go to the gradient-noise-scale meter (two or more equal micro-batches needed).
+    norms go to the gradient-noise-scale meter (which needs two or more micro-batches).
     """
     device = next(model.parameters()).device
     loss_sum = torch.zeros((), device=device)
