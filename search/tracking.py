@@ -24,8 +24,9 @@ from ray import tune
 from trainables.metrics import NUMERIC_METRICS, PRUNED_STATUSES, STATUS_ERROR, TEXT_METRICS
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
-# The experiment tag by which MLflow 3's UI opens an experiment on its runs (classic model
-# training) instead of its GenAI traces page.
+# The experiment tag that tells MLflow 3's UI the experiment is classic model training. The
+# UI reads it only where its GenAI / model-training switch is off; 3.17 shows the switch,
+# so the runs link carries `workflowType` as well (search.console.runs_link).
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 NOTE_TAG = "mlflow.note.content"  # a run's description: shown in full on its page
 # MLflow 3's runs page loads a view (columns, runs shown in charts) from an experiment tag

@@ -77,7 +77,7 @@ def test_a_target_never_reached_reads_back_as_infinite_though_nothing_was_logged
     assert row["time_to_target_s"] == float("inf") and row["steps_to_target"] == float("inf")
 
 
-def test_the_experiment_opens_on_its_runs_in_mlflow_3(parent, store):
+def test_the_experiment_is_marked_as_model_training_for_mlflow_3(parent, store):
     experiment = MlflowClient(store).get_experiment(parent.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
