@@ -129,23 +129,42 @@ def _saved_bytes(
     return meter.saved_bytes, outputs.detach()
 
 
-def activation_bytes(
+@dataclass(frozen=True)
+class SavedParts:
+    """What a training step saves for backward, in the parts that add up to its peak."""
+
+    kept: int  # checkpointing: the segment inputs that stay alive through the forward
+    recomputed: tuple[int, ...]  # checkpointing: what each recomputed segment saves
+    last: int  # the last segment's saved tensors (without checkpointing: the whole model's)
+
+    def peak(self) -> int:
+        return self.kept + max(self.last, *self.recomputed, 0)
+
+
+def saved_parts(
     model: StagedClassifier, inputs: torch.Tensor, targets: torch.Tensor, precision: Precision
-) -> int:
-    """What one training step keeps for backward at its peak (see the module docstring)."""
+) -> SavedParts:
+    """What one training step on `inputs` saves for backward, part by part."""
     # Parameters and the batch are counted once, by `step_peak_bytes`.
     exclude = {_storage_key(p) for p in model.parameters()} | {_storage_key(inputs)}
     with _buffers_restored(model), torch.enable_grad():
         if not model.checkpointing:
-            return _saved_bytes(model, inputs, targets, precision, exclude)[0]
+            return SavedParts(0, (), _saved_bytes(model, inputs, targets, precision, exclude)[0])
         *recomputed, last = model.segments()
-        kept, largest, x = 0, 0, inputs
+        kept, saved, x = 0, [], inputs
         for segment in recomputed:
-            saved, x = _saved_bytes(segment, x, None, precision, exclude)
-            largest = max(largest, saved)
+            segment_saved, x = _saved_bytes(segment, x, None, precision, exclude)
+            saved.append(segment_saved)
             kept += unique_storage_bytes([x])  # the next segment's input stays alive
         last_saved, _ = _saved_bytes(last, x, targets, precision, exclude)
-        return kept + max(last_saved, largest)
+        return SavedParts(kept, tuple(saved), last_saved)
+
+
+def activation_bytes(
+    model: StagedClassifier, inputs: torch.Tensor, targets: torch.Tensor, precision: Precision
+) -> int:
+    """What one training step keeps for backward at its peak (see the module docstring)."""
+    return saved_parts(model, inputs, targets, precision).peak()
 
 
 def step_peak_bytes(
@@ -156,14 +175,56 @@ def step_peak_bytes(
     precision: Precision,
 ) -> int:
     """The CPU meter's peak for one training step on `inputs`."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    param_bytes = unique_storage_bytes(params)
-    return (
-        2 * param_bytes  # the parameters and their gradients
-        + optimizer_state_bytes(optimizer)
-        + unique_storage_bytes([inputs])
-        + activation_bytes(model, inputs, targets, precision)
+    return _fixed_bytes(model, optimizer) + unique_storage_bytes([inputs]) + activation_bytes(
+        model, inputs, targets, precision
     )
+
+
+def _fixed_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """What a step holds whatever its batch: the parameters, gradients, optimizer state."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return 2 * unique_storage_bytes(params) + optimizer_state_bytes(optimizer)
+
+
+# Two batches small enough to cost almost nothing, large enough for batch norm to train.
+_PROBE_SIZES = (2, 4)
+
+
+def extrapolated_step_peak_bytes(
+    model: StagedClassifier,
+    optimizer: torch.optim.Optimizer,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    precision: Precision,
+) -> int:
+    """The meter's peak for a step on all of `inputs`, measured on its first 2 and 4 images.
+
+    Every part of the step is affine in the batch (fixed bytes plus bytes per image), so
+    two small batches give it exactly; only the largest of the checkpointed parts is not,
+    so each part is extrapolated on its own and the largest taken at the real batch. A
+    step that cannot fit is then refused after two tiny forwards instead of one forward of
+    the whole batch.
+    """
+    size = len(inputs)
+    small, large = _PROBE_SIZES
+    if size <= large:
+        return step_peak_bytes(model, optimizer, inputs, targets, precision)
+    at_small, at_large = (
+        saved_parts(model, inputs[:b], targets[:b], precision) for b in _PROBE_SIZES
+    )
+
+    def at_size(low: int, high: int) -> int:
+        return low + (high - low) * (size - small) // (large - small)
+
+    parts = SavedParts(
+        kept=at_size(at_small.kept, at_large.kept),
+        recomputed=tuple(
+            at_size(low, high)
+            for low, high in zip(at_small.recomputed, at_large.recomputed, strict=True)
+        ),
+        last=at_size(at_small.last, at_large.last),
+    )
+    return _fixed_bytes(model, optimizer) + unique_storage_bytes([inputs]) + parts.peak()
 
 
 # --- CUDA: a trial's share of a card -------------------------------------------------------
@@ -336,6 +397,7 @@ class MemoryBudget:
         self.budget_bytes = None if budget_mb is None else int(budget_mb * MIB)
         self.card = card if card is not None or device.type != "cuda" else TorchCudaCard(device)
         self.share: CudaShare | None = None
+        self._metered: dict[tuple[int, ...], int] = {}  # CPU meter's peak by batch shape
         if self.card is not None:
             self.card.warm_up()
             self.share = cuda_share(
@@ -359,10 +421,17 @@ class MemoryBudget:
         precision: Precision,
     ) -> int:
         """Before a step on `inputs`: on CPU the metered peak (bytes), raising
-        `MemoryBudgetExceeded` when over the budget; on CUDA 0 (the allocator enforces)."""
+        `MemoryBudgetExceeded` when over the budget; on CUDA 0 (the allocator enforces).
+        The meter's figure depends on the batch's shape alone, so it is measured once per
+        shape in a trial, on two tiny batches (`extrapolated_step_peak_bytes`)."""
         if self.card is not None:
             return 0
-        peak = step_peak_bytes(model, optimizer, inputs, targets, precision)
+        shape = tuple(inputs.shape)
+        if shape not in self._metered:
+            self._metered[shape] = extrapolated_step_peak_bytes(
+                model, optimizer, inputs, targets, precision
+            )
+        peak = self._metered[shape]
         if not self.allows(peak):
             raise MemoryBudgetExceeded(
                 f"a training step of {len(inputs)} images needs {peak / MIB:.0f} MiB, "

@@ -25,10 +25,17 @@ METRICS: dict[str, MetricSpec] = {
     "epoch": MetricSpec("1-based epoch just finished"),
     "train_loss": MetricSpec("mean loss over the epoch's training batches"),
     "train_acc": MetricSpec("accuracy over the epoch's training batches (train mode)"),
-    "train_eval_acc": MetricSpec("accuracy on a fixed training subset in eval mode", "max"),
+    "train_eval_acc": MetricSpec(
+        "accuracy on a fixed training subset in eval mode; scored at best-val epochs and the "
+        "last epoch, NaN in others",
+        "max",
+    ),
     "val_acc": MetricSpec("validation accuracy, eval mode", "max"),
     "val_loss": MetricSpec("validation loss, eval mode", "min"),
-    "test_acc": MetricSpec("test accuracy, eval mode", "max"),
+    "test_acc": MetricSpec(
+        "test accuracy, eval mode; scored at best-val epochs and the last epoch, NaN in others",
+        "max",
+    ),
     "best_val_acc": MetricSpec("best val_acc so far", "max"),
     "best_epoch": MetricSpec("epoch at which best_val_acc came"),
     "gen_gap": MetricSpec(
@@ -158,6 +165,11 @@ class Progress:
     train_steps: int = 0  # optimizer steps so far
     steps_to_target: float = math.inf  # a whole number once reached
 
+    def improved_by(self, val_acc: float) -> bool:
+        """Whether an epoch scoring `val_acc` becomes the best-val epoch (strict: a tie
+        keeps the earlier epoch)."""
+        return val_acc > self.best_val_acc
+
     def advance(
         self,
         epoch: int,
@@ -178,7 +190,7 @@ class Progress:
             train_steps=train_steps,
             steps_to_target=train_steps if reached_now else self.steps_to_target,
         )
-        if scores.val_acc > self.best_val_acc:  # strict: a tie keeps the earlier epoch
+        if self.improved_by(scores.val_acc):
             progress = replace(
                 progress,
                 best_val_acc=scores.val_acc,

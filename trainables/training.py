@@ -273,7 +273,7 @@ def train_epoch(
     )
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def evaluate(
     model: nn.Module,
     split: HostSplit,
@@ -282,15 +282,23 @@ def evaluate(
     batch_size: int,
     precision: Precision | None = None,
 ) -> tuple[float, float]:
-    """(accuracy, mean loss) of `model` on `split` in eval mode, on the model's device."""
+    """(accuracy, mean loss) of `model` on `split` in eval mode, on the model's device.
+
+    On CPU the batch goes in channels-last: the convolutions then take oneDNN's
+    channels-last kernels, which scored the small CNN at 64 px 2-3x as fast (forward only,
+    fp32, one thread); the numbers are the same up to float rounding. On CUDA the format
+    is left as it is (not measured there)."""
     device = next(model.parameters()).device
     model.eval()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     batches = [slice(start, start + batch_size) for start in range(0, len(split), batch_size)]
     for pixels, targets in device_batches(split, batches, device):
+        inputs = normalise(pixels)
+        if device.type == "cpu":
+            inputs = inputs.contiguous(memory_format=torch.channels_last)
         with precision.autocast() if precision else nullcontext():
-            logits = model(normalise(pixels))
+            logits = model(inputs)
         loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum")
         correct += (logits.argmax(dim=1) == targets).sum()
     return float(correct) / len(split), float(loss_sum) / len(split)

@@ -43,6 +43,27 @@ def test_every_epoch_reports_every_metric_of_the_schema(tiny_data: PreparedData)
     assert last["best_val_acc"] == max(m["val_acc"] for m in reports.metrics)
 
 
+def test_the_training_subset_and_test_split_are_scored_at_best_val_epochs_and_the_last(
+    tiny_data: PreparedData,
+):
+    reports = Reports()
+    fit_classifier(settings(epochs=6, lr=0.5), tiny_data, reports)  # lr high: val wanders
+    best_so_far, scored = -math.inf, []
+    for metrics in reports.metrics:
+        improved = metrics["val_acc"] > best_so_far
+        best_so_far = max(best_so_far, metrics["val_acc"])
+        expected = improved or metrics["epoch"] == 6
+        assert math.isfinite(metrics["test_acc"]) == expected, metrics["epoch"]
+        assert math.isfinite(metrics["train_eval_acc"]) == expected, metrics["epoch"]
+        scored.append(expected)
+    assert not all(scored), "every epoch improved: the test shows nothing"
+    best = reports.metrics[-1]["best_epoch"]
+    at_best = reports.metrics[best - 1]
+    assert reports.metrics[-1]["gen_gap"] == max(
+        0.0, at_best["train_eval_acc"] - at_best["test_acc"]
+    )
+
+
 def test_adabatch_growth_shows_in_the_reported_batch_and_learning_rate(tiny_data: PreparedData):
     reports = Reports()
     fit_classifier(

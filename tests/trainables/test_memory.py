@@ -8,6 +8,7 @@ from trainables.memory import (
     activation_bytes,
     card_was_full,
     cuda_share,
+    extrapolated_step_peak_bytes,
     optimizer_state_bytes,
     step_peak_bytes,
 )
@@ -39,6 +40,40 @@ def test_bf16_autocast_lowers_the_metered_peak_of_resnet18_at_the_same_batch():
 def test_both_together_are_lower_than_either():
     both = resnet18_step_peak(amp=True, checkpointing=True)
     assert both < resnet18_step_peak(amp=True) and both < resnet18_step_peak(checkpointing=True)
+
+
+@pytest.mark.parametrize("model_name", ["small_cnn", "resnet18"])
+@pytest.mark.parametrize(("amp", "checkpointing"), [(False, False), (True, False), (False, True),
+                                                    (True, True)])  # fmt: skip
+@pytest.mark.parametrize("batch", [5, 24])
+def test_the_peak_from_two_tiny_batches_is_the_meters_peak_at_the_whole_batch(
+    model_name, amp, checkpointing, batch
+):
+    torch.manual_seed(0)
+    model = build_model(model_name, num_classes=2, image_size=32).train()
+    if checkpointing:
+        model.enable_checkpointing()
+    optimizer = torch.optim.Adam(model.parameters())
+    inputs, targets = torch.randn(batch, 3, 32, 32), torch.randint(0, 2, (batch,))
+    precision = precision_for(amp, "float16", CPU)
+    measured = step_peak_bytes(model, optimizer, inputs, targets, precision)
+    assert extrapolated_step_peak_bytes(model, optimizer, inputs, targets, precision) == measured
+
+
+def test_the_budget_meters_a_batch_shape_once_per_trial(monkeypatch):
+    import trainables.memory as memory
+
+    calls = []
+    real = memory.extrapolated_step_peak_bytes
+    monkeypatch.setattr(memory, "extrapolated_step_peak_bytes",
+                        lambda *args: calls.append(len(args[2])) or real(*args))  # fmt: skip
+    model = build_model("small_cnn", num_classes=2, image_size=16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    budget, fp32 = MemoryBudget(CPU), precision_for(False, "float16", CPU)
+    for size in (8, 8, 6, 8):
+        budget.enforce(model, optimizer, torch.randn(size, 3, 16, 16),
+                       torch.randint(0, 2, (size,)), fp32)  # fmt: skip
+    assert calls == [8, 6]
 
 
 @pytest.mark.parametrize(

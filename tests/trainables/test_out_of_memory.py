@@ -77,7 +77,8 @@ def with_stage(monkeypatch, stage: nn.Module) -> None:
 def inject(monkeypatch, phase: str, error) -> None:
     """Make the second occurrence of `phase` raise `error()`: a trial fails mid-way."""
     if phase == "forward":
-        with_stage(monkeypatch, FailingForward(error, at=8))  # epoch 2 of 6 steps each
+        # The meter's two tiny forwards, epoch 1's 6 steps, then epoch 2's first step.
+        with_stage(monkeypatch, FailingForward(error, at=9))
     elif phase == "backward":
         FailingBackward.raise_when = RaiseWhen(error, at=8)
         with_stage(monkeypatch, BackwardStage())
