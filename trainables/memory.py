@@ -175,8 +175,10 @@ def step_peak_bytes(
     precision: Precision,
 ) -> int:
     """The CPU meter's peak for one training step on `inputs`."""
-    return _fixed_bytes(model, optimizer) + unique_storage_bytes([inputs]) + activation_bytes(
-        model, inputs, targets, precision
+    return (
+        _fixed_bytes(model, optimizer)
+        + unique_storage_bytes([inputs])
+        + activation_bytes(model, inputs, targets, precision)
     )
 
 
