@@ -7,10 +7,10 @@ batch that accumulation reaches on top; with the step time and peak memory at th
 
 The largest batch is found by doubling, then bisection, over a "does a step of b images
 fit" probe. On a GPU the probe runs real training steps (an out-of-memory error means no).
-On CPU it asks the memory meter, which is affine in the batch (the parameters, gradients
-and optimizer state are fixed; the saved activations grow with each image), so it is
-measured at two small batches and solved exactly instead of allocating batches the host
-could not hold.
+On CPU it asks the memory meter, whose parts are affine in the batch (the parameters,
+gradients and optimizer state are fixed; the saved activations grow with each image), so
+it is measured at two small batches and solved exactly (`trainables.memory.MeteredStep`)
+instead of allocating batches the host could not hold.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 from search.config import ConfigError, SearchConfig, load_config
 from search.errors import Problem
 from trainables.classifier import set_determinism, start_trial
-from trainables.memory import MIB, MemoryBudget, step_peak_bytes
+from trainables.memory import MIB, MemoryBudget, MeteredStep, metered_step, step_peak_bytes
 from trainables.oom import release_memory
 from trainables.settings import TrainSettings
 from trainables.step import train_step
@@ -100,7 +100,7 @@ class Prober:
         set_determinism(settings)
         budget = MemoryBudget(self.device, budget_mb)
         self.trial = start_trial(settings, NUM_CLASSES, image_size, budget, None)
-        self._affine: tuple[float, float] | None = None
+        self._metered: MeteredStep | None = None
         if self.device.type == "cuda":
             self.time_steps(1, 0)  # the first step allocates the optimizer's state
 
@@ -109,17 +109,13 @@ class Prober:
         return inputs, torch.randint(0, 2, (size,), device=self.device)
 
     def peak_bytes(self, size: int) -> float:
-        """The CPU meter's peak for a step of `size` images, from its affine form."""
+        """The CPU meter's peak for a step of `size` images, from two tiny batches."""
         trial = self.trial
-        if self._affine is None:
-            small, large = (
-                step_peak_bytes(trial.model, trial.optimizer, *self.batch(b), trial.precision)
-                for b in (2, 4)
+        if self._metered is None:
+            self._metered = metered_step(
+                trial.model, trial.optimizer, *self.batch(4), trial.precision
             )
-            slope = (large - small) / 2
-            self._affine = (small - 2 * slope, slope)
-        intercept, slope = self._affine
-        return intercept + slope * size
+        return self._metered.peak_bytes(size)
 
     def fits(self, size: int) -> bool:
         trial = self.trial

@@ -192,6 +192,57 @@ def _fixed_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
 _PROBE_SIZES = (2, 4)
 
 
+@dataclass(frozen=True)
+class MeteredStep:
+    """The CPU meter's peak of a training step as a function of its batch size.
+
+    Every part of the step is affine in the batch (fixed bytes plus bytes per image), so
+    the parts measured at two small batches give it exactly; only the largest of the
+    checkpointed parts is not, so each part is extrapolated on its own and the largest is
+    taken at the batch asked for.
+    """
+
+    fixed_bytes: int  # parameters, gradients, optimizer state
+    image_bytes: int  # one input image
+    at_small: SavedParts  # at _PROBE_SIZES[0] images
+    at_large: SavedParts  # at _PROBE_SIZES[1] images
+
+    def peak_bytes(self, batch_size: int) -> int:
+        small, large = _PROBE_SIZES
+
+        def at_size(low: int, high: int) -> int:
+            return low + (high - low) * (batch_size - small) // (large - small)
+
+        parts = SavedParts(
+            kept=at_size(self.at_small.kept, self.at_large.kept),
+            recomputed=tuple(
+                at_size(low, high)
+                for low, high in zip(
+                    self.at_small.recomputed, self.at_large.recomputed, strict=True
+                )  # fmt: skip
+            ),
+            last=at_size(self.at_small.last, self.at_large.last),
+        )
+        return self.fixed_bytes + self.image_bytes * batch_size + parts.peak()
+
+
+def metered_step(
+    model: StagedClassifier,
+    optimizer: torch.optim.Optimizer,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    precision: Precision,
+) -> MeteredStep:
+    """The meter's step as a function of the batch, from the first 2 and 4 of `inputs`."""
+    if len(inputs) < _PROBE_SIZES[1]:
+        raise ValueError(f"the meter needs {_PROBE_SIZES[1]} images, got {len(inputs)}")
+    at_small, at_large = (
+        saved_parts(model, inputs[:b], targets[:b], precision) for b in _PROBE_SIZES
+    )
+    image_bytes = inputs[0].numel() * inputs.element_size()
+    return MeteredStep(_fixed_bytes(model, optimizer), image_bytes, at_small, at_large)
+
+
 def extrapolated_step_peak_bytes(
     model: StagedClassifier,
     optimizer: torch.optim.Optimizer,
@@ -199,34 +250,12 @@ def extrapolated_step_peak_bytes(
     targets: torch.Tensor,
     precision: Precision,
 ) -> int:
-    """The meter's peak for a step on all of `inputs`, measured on its first 2 and 4 images.
-
-    Every part of the step is affine in the batch (fixed bytes plus bytes per image), so
-    two small batches give it exactly; only the largest of the checkpointed parts is not,
-    so each part is extrapolated on its own and the largest taken at the real batch. A
-    step that cannot fit is then refused after two tiny forwards instead of one forward of
-    the whole batch.
-    """
-    size = len(inputs)
-    small, large = _PROBE_SIZES
-    if size <= large:
+    """The meter's peak for a step on all of `inputs`, measured on its first 2 and 4 images
+    (`MeteredStep`): a step that cannot fit is refused after two tiny forwards instead of
+    one forward of the whole batch."""
+    if len(inputs) <= _PROBE_SIZES[1]:
         return step_peak_bytes(model, optimizer, inputs, targets, precision)
-    at_small, at_large = (
-        saved_parts(model, inputs[:b], targets[:b], precision) for b in _PROBE_SIZES
-    )
-
-    def at_size(low: int, high: int) -> int:
-        return low + (high - low) * (size - small) // (large - small)
-
-    parts = SavedParts(
-        kept=at_size(at_small.kept, at_large.kept),
-        recomputed=tuple(
-            at_size(low, high)
-            for low, high in zip(at_small.recomputed, at_large.recomputed, strict=True)
-        ),
-        last=at_size(at_small.last, at_large.last),
-    )
-    return _fixed_bytes(model, optimizer) + unique_storage_bytes([inputs]) + parts.peak()
+    return metered_step(model, optimizer, inputs, targets, precision).peak_bytes(len(inputs))
 
 
 # --- CUDA: a trial's share of a card -------------------------------------------------------
