@@ -140,3 +140,13 @@ def knee_point(frame: pd.DataFrame, objectives: Mapping[str, str]) -> object | N
     span = np.where(high > low, high - low, 1.0)
     distances = np.linalg.norm((points - low) / span, axis=1)
     return front.index[int(np.argmin(distances))]
+
+
+def dominators(points: np.ndarray) -> list[list[int]]:
+    """For each row of a "lower is better" matrix, the rows that dominate it (no worse in
+    every column, better in one). NaN counts as worst."""
+    values = np.nan_to_num(np.asarray(points, dtype=float), nan=np.inf)
+    no_worse = (values[:, None, :] <= values[None, :, :]).all(axis=2)
+    better = (values[:, None, :] < values[None, :, :]).any(axis=2)
+    dominates = no_worse & better  # [i, j]: row i dominates row j
+    return [np.flatnonzero(dominates[:, j]).tolist() for j in range(len(values))]

@@ -30,6 +30,23 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _STRICT_INT = {"strict": True}
 
 
+class EarlyStoppingSection(BaseModel):
+    """`search.early_stopping`: trials trailing their peers at a rung are stopped."""
+
+    model_config = _FROZEN
+
+    rungs: tuple[int, ...] = Field((2, 4), min_length=1)  # epochs at which trials are compared
+    keep: float = Field(0.5, gt=0, le=1)  # share of the trials at a rung that may go on
+    min_peers: int = Field(3, ge=2, **_STRICT_INT)  # trials at a rung before any is stopped
+
+    @field_validator("rungs")
+    @classmethod
+    def _increasing(cls, rungs: tuple[int, ...]) -> tuple[int, ...]:
+        if any(rung < 1 for rung in rungs) or list(rungs) != sorted(set(rungs)):
+            raise ValueError(f"must be increasing epochs >= 1, got {list(rungs)}")
+        return rungs
+
+
 class SearchSection(BaseModel):
     model_config = _FROZEN
 
@@ -46,6 +63,8 @@ class SearchSection(BaseModel):
     # objective -> [low, high] that the hypervolume maps to [0, 1]; fix them to compare
     # searches (default: accuracies and gaps by their ranges, others 0 to the next power of 10)
     hypervolume_bounds: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    # null: every trial trains all its epochs
+    early_stopping: EarlyStoppingSection | None = None
 
     @field_validator("objectives")
     @classmethod
@@ -379,6 +398,15 @@ def _search_problems(config: SearchConfig) -> list[Problem]:
         elif not low < high:
             problems.append(Problem(
                 f"search.hypervolume_bounds.{name}", f"needs low < high, got [{low}, {high}]"
+            ))  # fmt: skip
+    epochs = config.train.get("epochs", TrainSettings.model_fields["epochs"].default)
+    if search.early_stopping and isinstance(epochs, int) and "epochs" not in config.space:
+        late = [rung for rung in search.early_stopping.rungs if rung >= epochs]
+        if late:
+            problems.append(Problem(
+                "search.early_stopping.rungs",
+                f"must be below train.epochs ({epochs}): a rung at the last epoch or later "
+                f"saves nothing, got {late}",
             ))  # fmt: skip
     if search.repeats > 1 and "seed" in config.space:
         problems.append(

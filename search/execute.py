@@ -8,11 +8,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pandas as pd
 import ray
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
 from analysis.flat import flatten
-from analysis.load import frame_from_tune, histories_from_tune
+from analysis.load import frame_from_tune, histories_from_tune, trial_row
 from analysis.report import build_report, publish
 from search.cli import EXIT_INTERRUPTED, EXIT_STOPPED, EXIT_USAGE, RunOptions
 from search.cluster import is_server
@@ -21,8 +22,15 @@ from search.console import mlflow_ui_command, plan, runs_link, say, summary_tabl
 from search.errors import Problem
 from search.experiment import SearchState
 from search.recovery import Outcome, fit_with_recovery
-from search.tracking import MlflowTrialCallback, ParentRun, git_commit, save_review_view
-from search.tuner import build_tuner, restore_tuner
+from search.skipped import skipped_suggestions
+from search.tracking import (
+    MlflowTrialCallback,
+    ParentRun,
+    git_commit,
+    log_skipped,
+    save_review_view,
+)
+from search.tuner import OPTUNA_STORAGE, build_tuner, restore_tuner
 from trainables.data import DataUnavailable, PreparedData, prepare_data
 from trainables.metrics import METRICS
 
@@ -80,8 +88,19 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
         }[result.outcome]
         stop_early(parent, config, experiment_dir, reason)
         return EXIT_INTERRUPTED if result.outcome is Outcome.INTERRUPTED else EXIT_STOPPED
+    frame = frame_from_tune(experiment_dir, METRIC_NAMES)
+    skipped = skipped_suggestions(
+        f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
+        experiment_dir.name,
+        config.trainable_config(),
+    )
+    if skipped:
+        log_skipped(parent, skipped, callback.fixed_params)
+        rows = [trial_row(s.trial_id, s.config, s.metrics) for s in skipped]
+        frame = pd.concat([frame, pd.DataFrame(rows)], ignore_index=True)
+        say(f"Never started: {len(skipped)} suggestions predicted to run out of memory.")
     report = build_report(
-        frame_from_tune(experiment_dir, METRIC_NAMES),
+        frame,
         config.objectives,
         experiment_dir / "report",
         title=experiment_dir.name,

@@ -1,5 +1,9 @@
-"""Monotone feasibility: once a config runs out of memory, a config that needs at least as
-much memory will too, so it is pruned before it trains.
+"""Feasibility before a trial starts: configs that will run out of memory, found two ways.
+
+Monotone: once a config runs out of memory, a config that needs at least as much memory
+will too, so it is pruned before it trains. Predicted (`MemoryModel`): a step's peak is a
+line in the batch for a given model, image size, precision, checkpointing and optimizer,
+so a suggestion whose predicted peak passes its budget is never started.
 
 "At least as much" is judged only where the answer is certain from the settings alone:
 the same model and image size, a physical batch (training and evaluation) at least as
@@ -11,7 +15,7 @@ Anything else is left to be tried.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from trainables.schedules import epoch_plan
@@ -86,3 +90,142 @@ def predicted_oom(
         if needs_at_least(candidate, failed):
             return trial_id
     return None
+
+
+# --- predicted before a trial starts: peak memory as a line in the batch -------------------
+
+
+@dataclass(frozen=True)
+class MemoryGroup:
+    """Trials whose step memory differs only by the batch: a + b x batch within a group."""
+
+    model: str
+    image_size: int
+    optimizer_buffers: int
+    amp: bool
+    checkpoint_segments: int | None
+
+    @classmethod
+    def of(cls, footprint: MemoryFootprint) -> MemoryGroup:
+        return cls(
+            footprint.model,
+            footprint.image_size,
+            footprint.optimizer_buffers,
+            footprint.amp,
+            footprint.checkpoint_segments,
+        )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A suggestion's predicted peak against what its trial may use."""
+
+    batch_size: int
+    predicted_mb: float
+    allowed_mb: float
+    basis: str  # what the line was fitted to
+
+    @property
+    def over(self) -> bool:
+        return self.predicted_mb > self.allowed_mb
+
+    def detail(self) -> str:
+        return (
+            f"not started: a training step of {self.batch_size} images is predicted to need "
+            f"{self.predicted_mb:.0f} MiB ({self.basis}), over the {self.allowed_mb:.0f} MiB "
+            "it may use"
+        )
+
+
+# The exact peak of a group's step at any batch (the CPU meter at the driver), or None.
+MeterProbe = Callable[[TrainSettings], Callable[[int], float] | None]
+
+
+class MemoryModel:
+    """Peak MiB of a training step as a line in the physical batch, per `MemoryGroup`.
+
+    Fitted to what the trials measured (`peak_mem_mb` at the batch they ran, the CPU meter's
+    figure of a step refused as out of memory) by least squares once a group has two
+    batches; where a `probe` is given (CPU trials: the same meter the trial runs, measured at
+    the driver on two tiny batches) the line is exact from the start. A prediction is only
+    made where the trial's limit is known (`memory_budget_mb`).
+    """
+
+    def __init__(self, probe: MeterProbe | None = None) -> None:
+        self._probe = probe
+        self._probed: dict[MemoryGroup, Callable[[int], float] | None] = {}
+        self._measured: dict[MemoryGroup, dict[int, float]] = {}
+
+    def observe(self, settings: TrainSettings, batch_size: int, peak_mb: float) -> None:
+        """A step of `batch_size` images of a trial with `settings` peaked at `peak_mb`."""
+        if batch_size > 0 and math.isfinite(peak_mb) and peak_mb > 0:
+            group = MemoryGroup.of(MemoryFootprint.of(settings))
+            self._measured.setdefault(group, {})[batch_size] = peak_mb
+
+    def predict(self, settings: TrainSettings) -> Prediction | None:
+        """The suggestion's first-epoch step against its budget; None where unknown."""
+        if settings.memory_budget_mb is None:
+            return None
+        footprint = MemoryFootprint.of(settings)
+        group = MemoryGroup.of(footprint)
+        if self._probe is not None and group not in self._probed:
+            self._probed[group] = self._probe(settings)
+        line, basis = self._probed.get(group), "the CPU meter at the driver"
+        if line is None:
+            line, basis = self._fitted(group), "a line through the trials' measured peaks"
+        if line is None:
+            return None
+        batch = footprint.batch_size
+        return Prediction(batch, line(batch), settings.memory_budget_mb, basis)
+
+    def _fitted(self, group: MemoryGroup) -> Callable[[int], float] | None:
+        points = self._measured.get(group, {})
+        return _least_squares(points) if len(points) >= 2 else None
+
+
+@dataclass(frozen=True)
+class _Line:
+    mean_batch: float
+    mean_peak: float
+    slope: float
+
+    def __call__(self, batch: int) -> float:
+        return self.mean_peak + self.slope * (batch - self.mean_batch)
+
+
+def _least_squares(points: Mapping[int, float]) -> _Line:
+    batches, peaks = list(points), list(points.values())
+    mean_b, mean_p = sum(batches) / len(batches), sum(peaks) / len(peaks)
+    spread = sum((b - mean_b) ** 2 for b in batches)
+    slope = sum((b - mean_b) * (p - mean_p) for b, p in zip(batches, peaks, strict=True))
+    return _Line(mean_b, mean_p, slope / spread)
+
+
+@dataclass(frozen=True)
+class CpuMeterProbe:
+    """The CPU meter at the driver: for trials that run on CPU, where that meter is what
+    holds them to their budget, its line is exactly what the trial will measure."""
+
+    num_classes: int
+
+    def __call__(self, settings: TrainSettings) -> Callable[[int], float]:
+        import torch  # here: checking a config must not wait for torch
+
+        from trainables.classifier import start_trial
+        from trainables.memory import MemoryBudget, metered_step
+
+        cpu = torch.device("cpu")
+        size = settings.data.image_size
+        trial = start_trial(settings, self.num_classes, size, MemoryBudget(cpu), None)
+        inputs = torch.randn(4, 3, size, size)
+        targets = torch.arange(4) % self.num_classes
+        step = metered_step(trial.model.train(), trial.optimizer, inputs, targets, trial.precision)
+        return _InMiB(step.peak_bytes)
+
+
+@dataclass(frozen=True)
+class _InMiB:
+    peak_bytes: Callable[[int], int]
+
+    def __call__(self, batch: int) -> float:
+        return self.peak_bytes(batch) / (1024 * 1024)

@@ -1,25 +1,45 @@
-"""The search algorithm: Optuna, multi-objective, sized to the search.
+"""The search algorithm: an Optuna study, multi-objective, asked and told through Ray
+Tune's public `Searcher` interface and Optuna's ask-and-tell.
 
 Ray's `OptunaSearch` tells Optuna COMPLETE for any trial whose last result carries the
-objectives, so a trial that ran out of memory would look like a real, finished point.
-`FeasibilityAwareOptunaSearch` reads the trial's `status` and tells Optuna otherwise.
+objectives, FAIL for one that raised, which TPE ignores, so out-of-memory regions would be
+proposed again; and changing that meant reaching into its private attributes. This
+searcher owns its study instead: Tune sees only `suggest`, `on_trial_complete`, `save` and
+`restore`, Optuna only `ask`, `tell` and its trials' attributes.
 """
 
 from __future__ import annotations
 
 import math
+import pickle
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from ray.tune.search.optuna import OptunaSearch
+from ray.tune.search import Searcher
 
-from search.feasibility import MemoryFootprint, predicted_oom
+from search.feasibility import MemoryFootprint, MemoryModel, Prediction, predicted_oom
+from search.space import SpaceParam
 from search.trainable import PREDICTED_FROM, REPEAT_OF, without_notes
-from trainables.metrics import OOM_CAUSE_CARD, STATUS_OK, STATUS_OOM
+from trainables.metrics import (
+    OOM_CAUSE_CARD,
+    STATUS_OK,
+    STATUS_OOM,
+    STATUS_OOM_PREDICTED,
+    STATUS_STOPPED_EARLY,
+)
 from trainables.settings import TrainSettings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # Tune's table shows the progress
+
+# Suggestions predicted to run out of memory that one `suggest` skips before it gives up
+# and hands Tune one that ends at once (a space that is nearly all over budget).
+MAX_SKIPS_PER_SUGGESTION = 50
+# User attributes of the Optuna trials; `started` is False for a suggestion skipped at the
+# driver (no Tune trial, no actor).
+STATUS_ATTR, DETAIL_ATTR, STARTED_ATTR = "status", "status_detail", "started"
+PREDICTED_ATTR, ALLOWED_ATTR = "predicted_peak_mb", "allowed_mb"
 
 
 def build_sampler(kind: str, num_samples: int, seed: int) -> optuna.samplers.BaseSampler:
@@ -38,15 +58,27 @@ def build_sampler(kind: str, num_samples: int, seed: int) -> optuna.samplers.Bas
     return optuna.samplers.TPESampler(n_startup_trials=startup, seed=seed, multivariate=True)
 
 
-class FeasibilityAwareOptunaSearch(OptunaSearch):
-    """`OptunaSearch` that keeps infeasible trials off the front and learns from them.
+@dataclass(frozen=True)
+class _Repeat:
+    params: dict[str, Any]
+    seed: int
+    of: str  # the Tune trial id of the config's first seed
 
-    - A trial whose last result is not `status: ok` (out of memory, predicted to be, or
-      diverged) reaches Optuna as PRUNED with a violated constraint, never as COMPLETE:
-      it cannot sit on Optuna's front, and the samplers treat it as infeasible.
-    - Once a trial runs out of its own share of memory, a later suggestion that needs at
-      least as much (`search.feasibility`) is marked so that it ends before training. An
-      OOM that came from a full card (`oom_cause: card`) teaches nothing.
+
+class FeasibilityAwareOptunaSearch(Searcher):
+    """Optuna's suggestions for Tune, kept off the front where infeasible, and never started
+    where they are known to run out of memory.
+
+    - A trial whose last result is not `status: ok` (out of memory, diverged, stopped
+      early) reaches Optuna as PRUNED, never as COMPLETE; one that could not fit in memory
+      also carries a violated constraint, so the samplers treat its region as infeasible.
+    - A suggestion that will run out of memory is told to Optuna as `oom_predicted` and
+      replaced by the next one before Tune starts a trial for it: when a config needing no
+      more memory already ran out of its own share (`search.feasibility.needs_at_least`;
+      an OOM that came from a full card, `oom_cause: card`, teaches nothing), or when its
+      predicted peak passes its budget (`search.feasibility.MemoryModel`, fitted to every
+      peak the trials report). After `MAX_SKIPS_PER_SUGGESTION` in a row the next one is
+      handed to Tune marked, and ends before training.
     - Partial points (the `grid` entries of a space) are suggested first.
     - With `repeats` > 1 every sampled config is suggested that many times in a row, with
       seeds seed, seed + 1, ...; all of them carry `repeat_of`: the first trial's id.
@@ -54,87 +86,167 @@ class FeasibilityAwareOptunaSearch(OptunaSearch):
 
     def __init__(
         self,
-        *args: Any,
+        space: Mapping[str, SpaceParam],
+        objectives: Mapping[str, str],
+        sampler: optuna.samplers.BaseSampler,
+        *,
         grid: Sequence[dict[str, Any]] = (),
         fixed_config: Mapping[str, Any] | None = None,
         repeats: int = 1,
-        **kwargs: Any,
+        storage: str | None = None,
+        study_name: str | None = None,
+        memory: MemoryModel | None = None,
     ) -> None:
+        super().__init__(metric=list(objectives), mode=list(objectives.values()))
+        self._distributions = {key: param.to_optuna() for key, param in space.items()}
+        self._objectives = dict(objectives)
+        self._study = optuna.create_study(
+            storage=storage,
+            study_name=study_name,
+            sampler=sampler,
+            directions=["maximize" if d == "max" else "minimize" for d in objectives.values()],
+            load_if_exists=True,
+        )
         self._grid = list(grid)
         self._fixed_config = dict(fixed_config or {})
         self._base_seed = TrainSettings.from_config(self._fixed_config).seed  # of repeats
         self._repeats = repeats
-        self._pending_repeats: list[dict[str, Any]] = []  # suggestions still to repeat
-        self._settings: dict[str, TrainSettings] = {}  # by Tune trial id
+        self._pending_repeats: list[_Repeat] = []
+        self._live: dict[str, optuna.Trial] = {}  # Tune trial id -> its Optuna trial
+        self._settings: dict[str, TrainSettings] = {}  # by Tune trial id, while live
         self._failures: dict[str, MemoryFootprint] = {}  # trials that ran out of memory
-        super().__init__(*args, **kwargs)
+        self._memory = memory or MemoryModel()
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict, **spec: Any
+    ) -> bool:
+        """The space came with the constructor; Tune's copy of it only labels its table."""
+        return True
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        # Exactly one point is enqueued right before each ask, so repeats and the grid keep
-        # their order. Ray's points_to_evaluate would demand every key; Optuna fills in
-        # the rest of a partial (grid) point itself.
-        repeat = self._pending_repeats.pop(0) if self._pending_repeats else None
-        if repeat is not None:
-            self._ot_study.enqueue_trial(repeat["params"])
-        elif self._grid:
-            self._ot_study.enqueue_trial(self._grid.pop(0))
-        suggestion = super().suggest(trial_id)
-        if suggestion is None:
-            return None
-        if repeat is not None:
-            suggestion = {**suggestion, "seed": repeat["seed"], REPEAT_OF: repeat["of"]}
-        elif self._repeats > 1:
-            seed = self._base_seed
+        for skipped in range(MAX_SKIPS_PER_SUGGESTION + 1):
+            repeat = self._pending_repeats.pop(0) if self._pending_repeats else None
+            trial, suggestion = self._ask(repeat, trial_id)
+            settings = TrainSettings.from_config(
+                {**self._fixed_config, **without_notes(suggestion)}
+            )
+            footprint = MemoryFootprint.of(settings)
+            failed_like = predicted_oom(footprint, self._failures)
+            prediction = self._memory.predict(settings)
+            if failed_like is None and not (prediction and prediction.over):
+                break
+            if skipped == MAX_SKIPS_PER_SUGGESTION:  # hand it over; it ends at once
+                suggestion[PREDICTED_FROM] = failed_like or "the memory model"
+                break
+            self._skip(trial, failed_like, prediction)
+        else:  # pragma: no cover - the loop always breaks
+            raise AssertionError
+        if repeat is None and self._repeats > 1:
             self._pending_repeats += [
-                {"params": dict(suggestion), "seed": seed + k, "of": trial_id}
+                _Repeat(trial.params, self._base_seed + k, trial_id)
                 for k in range(1, self._repeats)
             ]
-            suggestion = {**suggestion, "seed": seed, REPEAT_OF: trial_id}
-        settings = TrainSettings.from_config({**self._fixed_config, **without_notes(suggestion)})
+        if prediction is not None:
+            trial.set_user_attr(PREDICTED_ATTR, prediction.predicted_mb)
+        trial.set_user_attr(STARTED_ATTR, True)
+        self._live[trial_id] = trial
         self._settings[trial_id] = settings
-        source = predicted_oom(MemoryFootprint.of(settings), self._failures)
-        return {**suggestion, PREDICTED_FROM: source} if source else suggestion
+        return suggestion
+
+    def _ask(self, repeat: _Repeat | None, trial_id: str) -> tuple[optuna.Trial, dict[str, Any]]:
+        # Exactly one point is enqueued right before each ask, so repeats and the grid keep
+        # their order; Optuna samples the keys a partial (grid) point leaves out.
+        if repeat is not None:
+            self._study.enqueue_trial(repeat.params)
+        elif self._grid:
+            self._study.enqueue_trial(self._grid.pop(0))
+        trial = self._study.ask(self._distributions)
+        suggestion = dict(trial.params)
+        if repeat is not None:
+            suggestion |= {"seed": repeat.seed, REPEAT_OF: repeat.of}
+        elif self._repeats > 1:
+            suggestion |= {"seed": self._base_seed, REPEAT_OF: trial_id}
+        return trial, suggestion
+
+    def _skip(self, trial: optuna.Trial, failed_like: str | None, prediction: Prediction | None):
+        if failed_like is not None:
+            detail = (
+                f"not started: trial {failed_like} ran out of memory and this config needs "
+                "at least as much"
+            )
+        else:
+            assert prediction is not None
+            detail = prediction.detail()
+        if prediction is not None:
+            trial.set_user_attr(PREDICTED_ATTR, prediction.predicted_mb)
+            trial.set_user_attr(ALLOWED_ATTR, prediction.allowed_mb)
+        trial.set_user_attr(STARTED_ATTR, False)
+        self._tell_pruned(trial, STATUS_OOM_PREDICTED, detail, infeasible=True)
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
-        status = (result or {}).get("status", STATUS_OK)
-        if error or status == STATUS_OK or trial_id not in self._ot_trials:
-            super().on_trial_complete(trial_id, result=result, error=error)
+        trial = self._live.pop(trial_id, None)
+        settings = self._settings.pop(trial_id, None)
+        if trial is None:
             return
-        # An OOM while the card as a whole was full says nothing about the config's needs.
-        own_oom = status == STATUS_OOM and (result or {}).get("oom_cause") != OOM_CAUSE_CARD
-        if own_oom and trial_id in self._settings:
-            ran_with = _whole((result or {}).get("physical_batch_size"))
-            self._failures[trial_id] = MemoryFootprint.of(
-                self._settings[trial_id], batch_size=ran_with
-            )
-        ot_trial = self._ot_trials[trial_id]
-        ot_trial.set_user_attr("status", status)
-        ot_trial.set_user_attr("status_detail", str((result or {}).get("status_detail", "")))
-        ot_trial.set_constraint("feasible", 1.0)  # > 0: violated
-        self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
-        self._completed_trials.add(trial_id)
+        if error or result is None:
+            self._study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return
+        status = result.get("status", STATUS_OK)
+        if settings is not None:
+            self._learn_memory(trial_id, settings, status, result)
+        if status != STATUS_OK:
+            # Stopped early is a feasible config that trailed; the others cannot finish.
+            detail = str(result.get("status_detail", ""))
+            infeasible = status != STATUS_STOPPED_EARLY
+            self._tell_pruned(trial, status, detail, infeasible=infeasible)
+            return
+        values = [result.get(name, math.nan) for name in self._objectives]
+        if any(not isinstance(v, int | float) or math.isnan(v) for v in values):
+            self._study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return
+        trial.set_user_attr(STATUS_ATTR, STATUS_OK)
+        self._study.tell(trial, [float(v) for v in values])
+
+    def _learn_memory(
+        self, trial_id: str, settings: TrainSettings, status: str, result: dict[str, Any]
+    ) -> None:
+        """What the trial measured goes into the memory model; an OOM of its own share
+        becomes a failure that later suggestions are compared with."""
+        ran_with = _whole(result.get("physical_batch_size"))
+        if ran_with is not None:
+            self._memory.observe(settings, ran_with, float(result.get("peak_mem_mb", math.nan)))
+        if status == STATUS_OOM and result.get("oom_cause") != OOM_CAUSE_CARD:
+            self._failures[trial_id] = MemoryFootprint.of(settings, batch_size=ran_with)
+
+    def _tell_pruned(self, trial: optuna.Trial, status: str, detail: str, infeasible: bool):
+        trial.set_user_attr(STATUS_ATTR, status)
+        trial.set_user_attr(DETAIL_ATTR, detail)
+        if infeasible:
+            trial.set_constraint("feasible", 1.0)  # > 0: violated
+        self._study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+
+    # --- Tune saves the searcher with the experiment and restores it on --resume -----------
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as handle:
+            pickle.dump(self.__dict__, handle)
 
     def restore(self, checkpoint_path: str) -> None:
         """After a driver was killed, trials the study started after the last saved state
         belong to no Tune trial; they are told FAIL so that none stays RUNNING."""
-        super().restore(checkpoint_path)
-        live = {
-            trial.number
-            for trial_id, trial in self._ot_trials.items()
-            if trial_id not in self._completed_trials
-        }
-        running = self._ot_study.get_trials(
-            deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
-        )
+        with open(checkpoint_path, "rb") as handle:
+            self.__dict__.update(pickle.load(handle))
+        live = {trial.number for trial in self._live.values()}
+        running = self._study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         for orphan in running:
             if orphan.number not in live:
-                self._ot_study.tell(orphan.number, state=optuna.trial.TrialState.FAIL)
+                self._study.tell(orphan.number, state=optuna.trial.TrialState.FAIL)
 
     @property
     def study(self) -> optuna.Study:
-        return self._ot_study
+        return self._study
 
     @property
     def failures(self) -> dict[str, MemoryFootprint]:
@@ -146,6 +258,7 @@ def _whole(value: Any) -> int | None:
 
 
 def build_searcher(
+    space: Mapping[str, SpaceParam],
     objectives: Mapping[str, str],
     sampler: optuna.samplers.BaseSampler,
     grid: Sequence[dict[str, Any]] = (),
@@ -153,15 +266,17 @@ def build_searcher(
     storage: str | None = None,
     study_name: str | None = None,
     repeats: int = 1,
+    memory: MemoryModel | None = None,
 ) -> FeasibilityAwareOptunaSearch:
     """`storage`: an Optuna RDB URL, so the study outlives the process (resume, review)."""
     return FeasibilityAwareOptunaSearch(
-        metric=list(objectives),
-        mode=list(objectives.values()),
-        sampler=sampler,
+        space,
+        objectives,
+        sampler,
         grid=grid,
         fixed_config=fixed_config,
         repeats=repeats,
-        storage=optuna.storages.RDBStorage(storage) if storage else None,
+        storage=storage,
         study_name=study_name,
+        memory=memory,
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    import optuna
     from ray import tune
 
 SpaceKind = Literal["choice", "grid", "uniform", "loguniform", "randint"]
@@ -83,6 +84,18 @@ class SpaceParam:
         if self.kind == "loguniform":
             return tune.loguniform(self.low, self.high)
         return tune.randint(int(self.low), int(self.high) + 1)  # Tune's high is exclusive
+
+    def to_optuna(self) -> optuna.distributions.BaseDistribution:
+        """The same domain as Optuna asks it (the searcher samples through Optuna)."""
+        from optuna import distributions  # here, not above: as for Ray
+
+        if self.kind in _LISTS:
+            return distributions.CategoricalDistribution(list(self.values))
+        if self.kind == "randint":
+            return distributions.IntDistribution(int(self.low), int(self.high))
+        return distributions.FloatDistribution(
+            float(self.low), float(self.high), log=self.kind == "loguniform"
+        )
 
     def as_yaml(self) -> dict[str, list[Any]]:
         if self.kind in _LISTS:

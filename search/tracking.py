@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from ray import tune
 
+from search.skipped import SkippedSuggestion
 from trainables.metrics import NUMERIC_METRICS, PRUNED_STATUSES, STATUS_ERROR, TEXT_METRICS
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
@@ -151,6 +152,42 @@ class ParentRun:
             self.client.set_tag(run.info.run_id, "status", why)
             self.client.set_terminated(run.info.run_id, status="FAILED")
         return len(running)
+
+
+def log_skipped(
+    parent: ParentRun, skipped: Sequence[SkippedSuggestion], fixed_params: Mapping[str, Any]
+) -> int:
+    """A child run for each suggestion that was never started (once: a resumed search finds
+    the runs it logged before); returns how many runs were new."""
+    logged = {
+        run.data.tags.get("trial_id")
+        for run in parent.client.search_runs(
+            [parent.experiment_id],
+            filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.run_id}' "
+            "and tags.started = 'false'",
+            max_results=10_000,
+        )
+    }
+    new = [suggestion for suggestion in skipped if suggestion.trial_id not in logged]
+    for suggestion in new:
+        config = {key: value for key, value in suggestion.config.items() if key != "data"}
+        name = pruned_run_name(trial_run_name(config, suggestion.trial_id), suggestion.status)
+        run = parent.client.create_run(
+            parent.experiment_id,
+            run_name=name,
+            tags={
+                MLFLOW_PARENT_RUN_ID: parent.run_id,
+                MLFLOW_RUN_NAME: name,
+                "trial_id": suggestion.trial_id,
+                "started": "false",
+                "status": suggestion.status,
+                "status_detail": suggestion.detail,
+                NOTE_TAG: f"{suggestion.status}: {suggestion.detail}",
+            },
+        )
+        log_params(parent.client, run.info.run_id, {**fixed_params, **config})
+        parent.client.set_terminated(run.info.run_id, status="FINISHED")
+    return len(new)
 
 
 class MlflowTrialCallback(tune.Callback):

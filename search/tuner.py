@@ -10,6 +10,8 @@ from ray.tune import CLIReporter
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from search.config import SearchConfig
+from search.early_stopping import EarlyStoppedStatus, ParetoEarlyStopping
+from search.feasibility import CpuMeterProbe, MemoryModel
 from search.searcher import build_sampler, build_searcher
 from search.space import grid_points
 from search.trainable import classifier_trial
@@ -64,6 +66,7 @@ def build_tuner(
     searcher = None
     if config.space:
         searcher = build_searcher(
+            config.space,
             config.objectives,
             build_sampler(search.sampler, search.num_samples, search.seed),
             grid=grid_points(config.space),
@@ -71,12 +74,25 @@ def build_tuner(
             storage=f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
             study_name=run_name,
             repeats=search.repeats,
+            memory=MemoryModel(
+                probe=CpuMeterProbe(data.num_classes) if config.resources.gpu == 0 else None
+            ),
         )
+    scheduler = None
+    if search.early_stopping is not None:
+        scheduler = ParetoEarlyStopping(
+            config.objectives,
+            rungs=search.early_stopping.rungs,
+            keep=search.early_stopping.keep,
+            min_peers=search.early_stopping.min_peers,
+        )
+        callbacks = [EarlyStoppedStatus(scheduler), *callbacks]  # first: it marks the result
     return tune.Tuner(
         trainable(config, data),
         param_space=param_space(config),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
+            scheduler=scheduler,
             num_samples=search.num_samples,
             max_concurrent_trials=search.max_concurrent_trials,
             # Trials of one search all ask for the same resources, so a finished trial's

@@ -83,8 +83,9 @@ METRICS: dict[str, MetricSpec] = {
     ),
     "skipped_steps": MetricSpec("optimizer steps of the epoch the fp16 GradScaler skipped"),
     "status": MetricSpec(
-        "ok; oom (pruned: out of memory); oom_predicted (pruned before training: a trial that "
-        "needed no more memory ran out); diverged (non-finite loss)"
+        "ok; oom (pruned: out of memory); oom_predicted (never started: a trial that needed "
+        "no more memory ran out, or its predicted peak passed its budget); diverged "
+        "(non-finite loss); stopped_early (dominated by the trials at an early-stopping rung)"
     ),
     "status_detail": MetricSpec("why a trial was pruned: the error, or the trial it follows"),
     "oom_cause": MetricSpec(
@@ -109,10 +110,20 @@ STATUS_OK = "ok"
 STATUS_OOM = "oom"
 STATUS_OOM_PREDICTED = "oom_predicted"
 STATUS_DIVERGED = "diverged"
+STATUS_STOPPED_EARLY = "stopped_early"  # trailing the trials at an early-stopping rung
 STATUS_ERROR = "error"  # the trial raised: a bug or a crash, not a pruned trial
-PRUNED_STATUSES = frozenset({STATUS_OOM, STATUS_OOM_PREDICTED, STATUS_DIVERGED})
+PRUNED_STATUSES = frozenset(
+    {STATUS_OOM, STATUS_OOM_PREDICTED, STATUS_DIVERGED, STATUS_STOPPED_EARLY}
+)
 # Worst first: a config whose seeds ended differently takes its worst status.
-STATUS_ORDER = (STATUS_ERROR, STATUS_DIVERGED, STATUS_OOM, STATUS_OOM_PREDICTED, STATUS_OK)
+STATUS_ORDER = (
+    STATUS_ERROR,
+    STATUS_DIVERGED,
+    STATUS_OOM,
+    STATUS_OOM_PREDICTED,
+    STATUS_STOPPED_EARLY,
+    STATUS_OK,
+)
 
 DEFAULT_OBJECTIVES: dict[str, Direction] = {
     "throughput": "max",

@@ -5,6 +5,7 @@ import pytest
 from analysis.charts import front_staircase
 from analysis.pareto import (
     declared_bounds,
+    dominators,
     hypervolume,
     knee_point,
     mark_front,
@@ -140,3 +141,8 @@ def test_the_knee_is_the_balanced_front_point_not_an_extreme():
     })  # fmt: skip
     marked = mark_front(frame, TWO)
     assert marked.loc[knee_point(marked, TWO), "best_val_acc"] == 0.78
+
+
+def test_dominators_lists_for_each_point_the_points_better_in_one_and_no_worse_in_any():
+    points = np.array([[1.0, 1.0], [2.0, 2.0], [1.0, 3.0], [0.5, 4.0], [2.0, 2.0]])
+    assert dominators(points) == [[], [0], [0], [], [0]]  # equal points do not dominate

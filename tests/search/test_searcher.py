@@ -1,29 +1,41 @@
 import optuna
 import pytest
-from ray import tune
 
+from search.feasibility import MemoryModel
 from search.searcher import FeasibilityAwareOptunaSearch, build_sampler, build_searcher
+from search.space import SpaceParam
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
-SPACE = {"batch_size": tune.choice([16, 32, 64]), "optimizer": tune.choice(["sgd", "adam"])}
+SPACE = {
+    "batch_size": SpaceParam("choice", (16, 32, 64)),
+    "optimizer": SpaceParam("choice", ("sgd", "adam")),
+}
 
 
 FIXED = {"epochs": 2, "model": "small_cnn", "data": {"image_size": 16}}
 
 
-def searcher_over(space=SPACE, grid=(), sampler=None) -> FeasibilityAwareOptunaSearch:
+def searcher_over(
+    space=SPACE, grid=(), sampler=None, fixed=FIXED, memory=None
+) -> FeasibilityAwareOptunaSearch:
     searcher = build_searcher(
+        space,
         OBJECTIVES,
         sampler or optuna.samplers.RandomSampler(seed=0),
         grid=grid,
-        fixed_config=FIXED,
+        fixed_config=fixed,
+        memory=memory,
     )
-    assert searcher.set_search_properties(None, None, {**space, **FIXED})
+    assert searcher.set_search_properties(None, None, {**FIXED})
     return searcher
 
 
 def result(status: str = "ok", **values) -> dict:
     return {"throughput": 100.0, "best_val_acc": 0.7, "gen_gap": 0.1, "status": status, **values}
+
+
+def started(searcher) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in searcher.study.trials if t.user_attrs.get("started")]
 
 
 @pytest.mark.parametrize("samples", [4, 12, 200])
@@ -57,20 +69,107 @@ def test_a_pruned_trial_reaches_optuna_pruned_and_infeasible_never_complete(stat
     assert searcher.study.best_trials == []
 
 
-def test_after_an_oom_a_config_needing_at_least_as_much_memory_is_marked_to_skip_training():
-    searcher = searcher_over(space={"batch_size": tune.choice([64])})
-    first = searcher.suggest("a")
-    assert "oom_predicted_from" not in first
-    searcher.on_trial_complete("a", result(status="oom", batch_size=64))
-    second = searcher.suggest("b")
-    assert second["oom_predicted_from"] == "a"
+def test_after_an_oom_a_config_needing_at_least_as_much_memory_is_never_started():
+    searcher = searcher_over(space={"batch_size": SpaceParam("choice", (16, 64))},
+                             grid=[{"batch_size": 64}])  # fmt: skip
+    assert searcher.suggest("a")["batch_size"] == 64
+    searcher.on_trial_complete("a", result(status="oom", physical_batch_size=64))
+    for trial_id in "bcde":  # every suggestion Tune gets from now on fits
+        config = searcher.suggest(trial_id)
+        assert config["batch_size"] == 16 and "oom_predicted_from" not in config
+        searcher.on_trial_complete(trial_id, result())
+    skipped = [t for t in searcher.study.trials if t.user_attrs.get("started") is False]
+    assert skipped, "no suggestion of batch 64 came after the OOM"
+    for trial in skipped:
+        assert trial.params["batch_size"] == 64
+        assert trial.state == optuna.trial.TrialState.PRUNED
+        assert trial.user_attrs["status"] == "oom_predicted"
+        assert "trial a ran out of memory" in trial.user_attrs["status_detail"]
+        assert trial.constraints and all(v > 0 for v in trial.constraints.values())
     assert set(searcher.failures) == {"a"}
 
 
-def test_an_oom_because_the_whole_card_was_full_teaches_nothing_about_the_config():
-    searcher = searcher_over(space={"batch_size": tune.choice([64])})
+def test_when_every_config_is_over_budget_tune_still_gets_one_that_ends_at_once():
+    searcher = searcher_over(space={"batch_size": SpaceParam("choice", (64,))})
     searcher.suggest("a")
-    searcher.on_trial_complete("a", result(status="oom", batch_size=64, oom_cause="card"))
+    searcher.on_trial_complete("a", result(status="oom", physical_batch_size=64))
+    assert searcher.suggest("b")["oom_predicted_from"] == "a"
+
+
+class LineProbe:
+    """A memory probe whose step needs `base + per_image x batch` MiB."""
+
+    def __init__(self, base: float, per_image: float) -> None:
+        self.base, self.per_image, self.calls = base, per_image, 0
+
+    def __call__(self, settings):
+        self.calls += 1
+        return lambda batch: self.base + self.per_image * batch
+
+
+def test_a_suggestion_predicted_over_its_budget_is_skipped_before_any_trial_starts():
+    probe = LineProbe(base=10, per_image=0.5)  # batch 64: 42 MiB, over 40; 16 and 32 fit
+    searcher = searcher_over(fixed={**FIXED, "memory_budget_mb": 40},
+                             memory=MemoryModel(probe=probe))  # fmt: skip
+    configs = [searcher.suggest(f"t{i}") for i in range(8)]
+    assert {c["batch_size"] for c in configs} <= {16, 32}
+    skipped = [t for t in searcher.study.trials if t.user_attrs.get("started") is False]
+    assert skipped and all(t.params["batch_size"] == 64 for t in skipped)
+    assert skipped[0].user_attrs["predicted_peak_mb"] == 42.0
+    assert skipped[0].user_attrs["allowed_mb"] == 40
+    assert "predicted to need 42 MiB" in skipped[0].user_attrs["status_detail"]
+    assert probe.calls == 2  # once per memory group (sgd and adam keep different state)
+
+
+def test_without_a_probe_the_line_is_fitted_to_the_peaks_the_trials_reported():
+    searcher = searcher_over(
+        space={"batch_size": SpaceParam("choice", (16, 32, 64))},
+        grid=[{"batch_size": 16}, {"batch_size": 32}],
+        fixed={**FIXED, "optimizer": "sgd", "memory_budget_mb": 40},
+    )
+    for trial_id, peak in (("a", 20.0), ("b", 30.0)):  # 10 + 10 MiB per 16 images
+        config = searcher.suggest(trial_id)
+        searcher.on_trial_complete(trial_id, result(physical_batch_size=config["batch_size"],
+                                                    peak_mem_mb=peak))  # fmt: skip
+    assert {searcher.suggest(f"t{i}")["batch_size"] for i in range(6)} <= {16, 32}
+    skipped = [t for t in searcher.study.trials if t.user_attrs.get("started") is False]
+    assert skipped and skipped[0].user_attrs["predicted_peak_mb"] == pytest.approx(50.0)
+
+
+def test_a_trial_stopped_early_is_pruned_but_not_marked_infeasible():
+    searcher = searcher_over()
+    searcher.suggest("a")
+    searcher.on_trial_complete("a", result(status="stopped_early"))
+    (trial,) = searcher.study.trials
+    assert trial.state == optuna.trial.TrialState.PRUNED
+    assert not trial.constraints
+    assert trial.user_attrs["status"] == "stopped_early"
+
+
+def test_a_saved_searcher_restored_in_a_new_object_continues_the_same_study(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+
+    def build():
+        return build_searcher(SPACE, OBJECTIVES, optuna.samplers.RandomSampler(seed=0),
+                              fixed_config=FIXED, storage=storage, study_name="s")  # fmt: skip
+
+    first = build()
+    first.suggest("a")
+    first.suggest("b")
+    first.on_trial_complete("a", result())
+    first.save(str(tmp_path / "searcher.pkl"))
+    first.suggest("orphan")  # started after the save: the driver is then killed
+    second = build()
+    second.restore(str(tmp_path / "searcher.pkl"))
+    second.on_trial_complete("b", result())
+    states = [t.state for t in second.study.trials]
+    assert states == [optuna.trial.TrialState.COMPLETE] * 2 + [optuna.trial.TrialState.FAIL]
+
+
+def test_an_oom_because_the_whole_card_was_full_teaches_nothing_about_the_config():
+    searcher = searcher_over(space={"batch_size": SpaceParam("choice", (64,))})
+    searcher.suggest("a")
+    searcher.on_trial_complete("a", result(status="oom", physical_batch_size=64, oom_cause="card"))
     assert "oom_predicted_from" not in searcher.suggest("b")
     assert searcher.failures == {}
     trial = searcher.study.trials[0]
@@ -78,11 +177,11 @@ def test_an_oom_because_the_whole_card_was_full_teaches_nothing_about_the_config
 
 
 def test_a_smaller_config_after_an_oom_still_trains():
-    searcher = searcher_over(space={"batch_size": tune.choice([16, 64])}, grid=[
+    searcher = searcher_over(space={"batch_size": SpaceParam("choice", (16, 64))}, grid=[
         {"batch_size": 64}, {"batch_size": 16},
     ])  # fmt: skip
     searcher.suggest("big")
-    searcher.on_trial_complete("big", result(status="oom", batch_size=64))
+    searcher.on_trial_complete("big", result(status="oom", physical_batch_size=64))
     assert "oom_predicted_from" not in searcher.suggest("small")
 
 
@@ -93,7 +192,9 @@ def test_tpe_samples_on_after_pruned_infeasible_trials_without_error():
         trial_id = f"t{index}"
         config = searcher.suggest(trial_id)
         status = "oom" if config["batch_size"] == 64 else "ok"
-        searcher.on_trial_complete(trial_id, result(status=status, batch_size=config["batch_size"]))
+        searcher.on_trial_complete(
+            trial_id, result(status=status, physical_batch_size=config["batch_size"])
+        )
     states = {trial.state for trial in searcher.study.trials}
     assert optuna.trial.TrialState.COMPLETE in states
 
@@ -115,13 +216,13 @@ def test_grid_points_are_suggested_first_and_the_other_keys_are_still_sampled():
 
 def test_with_repeats_each_sampled_config_comes_again_with_the_next_seeds():
     searcher = build_searcher(
+        SPACE,
         OBJECTIVES,
         optuna.samplers.RandomSampler(seed=0),
         grid=[{"optimizer": "adam"}],
         fixed_config={**FIXED, "seed": 7},
         repeats=3,
     )
-    searcher.set_search_properties(None, None, {**SPACE, **FIXED})
     configs = [searcher.suggest(f"t{i}") for i in range(6)]
     assert [c["seed"] for c in configs] == [7, 8, 9, 7, 8, 9]
     assert [c["repeat_of"] for c in configs] == ["t0"] * 3 + ["t3"] * 3

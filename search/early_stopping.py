@@ -1,0 +1,116 @@
+"""Multi-objective early stopping: a Tune scheduler that stops the trials trailing their
+peers at rungs.
+
+Optuna cannot prune multi-objective studies and Tune's ASHA ranks by one metric, so this
+follows the idea of multi-objective successive halving (MOASHA): at each rung (an epoch,
+e.g. 2 and 4) a trial's objectives so far are compared with those of every trial that
+reached the same rung before it. Trials are ranked by how many peers dominate them; one
+that is dominated and ranks outside the best `keep` share is stopped. A trial no peer
+dominates is never stopped: it could still be on the front. The trial ends
+`status=stopped_early`, with the rung and the trials that dominated it in its detail; the
+searcher tells Optuna PRUNED and the report keeps it off the front.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from ray import tune
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+from analysis.pareto import dominators
+from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY
+from trainables.settings import TrainSettings
+
+DEFAULT_EPOCHS = TrainSettings.model_fields["epochs"].default
+
+
+def rung_verdict(
+    values: Sequence[float],
+    peers: Mapping[str, Sequence[float]],
+    keep: float,
+    min_peers: int,
+) -> list[str] | None:
+    """The peers that dominate a trial arriving at a rung with `values`, when it is to be
+    stopped; None when it goes on. All values are "lower is better".
+
+    Stopped: at least `min_peers` trials (itself included) reached the rung, at least one
+    dominates it, and ceil(keep x trials) or more are dominated by fewer trials than it.
+    """
+    count = len(peers) + 1
+    if count < min_peers:
+        return None
+    ids = list(peers)
+    matrix = np.array([*(peers[i] for i in ids), values], dtype=float)
+    dominated_by = dominators(matrix)
+    own = dominated_by[-1]
+    if not own:
+        return None
+    ahead = sum(len(others) < len(own) for others in dominated_by)
+    if ahead < math.ceil(keep * count):
+        return None
+    return [ids[i] for i in own]
+
+
+class ParetoEarlyStopping(FIFOScheduler):
+    """Stops trials that trail at `rungs` (epochs); see the module docstring.
+
+    `stopped` maps each stopped trial to why; `EarlyStoppedStatus` writes it into the
+    trial's last result, which everything after the trial reads.
+    """
+
+    def __init__(
+        self,
+        objectives: Mapping[str, str],
+        rungs: Sequence[int],
+        keep: float = 0.5,
+        min_peers: int = 3,
+    ) -> None:
+        super().__init__()
+        self.objectives = dict(objectives)
+        self.rungs = sorted(rungs)
+        self.keep = keep
+        self.min_peers = min_peers
+        self.stopped: dict[str, str] = {}  # trial id -> why
+        self.seen: dict[int, dict[str, tuple[float, ...]]] = {}  # rung -> trial -> values
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        epoch = result.get("epoch")
+        if epoch not in self.rungs or result.get("status", STATUS_OK) != STATUS_OK:
+            return TrialScheduler.CONTINUE
+        values = tuple(
+            -float(result[name]) if direction == "max" else float(result[name])
+            for name, direction in self.objectives.items()
+        )
+        peers = self.seen.setdefault(int(epoch), {})
+        dominating = rung_verdict(values, peers, self.keep, self.min_peers)
+        peers[trial.trial_id] = values
+        last_epoch = trial.config.get("epochs", DEFAULT_EPOCHS)
+        if dominating is None or epoch == last_epoch:  # nothing left to save
+            return TrialScheduler.CONTINUE
+        rung = self.rungs.index(epoch) + 1
+        self.stopped[trial.trial_id] = (
+            f"stopped at epoch {epoch} (rung {rung} of {len(self.rungs)}): dominated on "
+            f"{', '.join(self.objectives)} by {len(dominating)} of the {len(peers) - 1} "
+            f"trials that reached it before ({', '.join(sorted(dominating))})"
+        )
+        return TrialScheduler.STOP
+
+
+class EarlyStoppedStatus(tune.Callback):
+    """Marks the last result of a trial the scheduler stopped as `stopped_early`, before
+    the MLflow callback, Tune's loggers and the searcher read it (Tune lets callbacks
+    change a result in place; it goes list order, so this one comes first)."""
+
+    def __init__(self, scheduler: ParetoEarlyStopping) -> None:
+        self.scheduler = scheduler
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any
+    ) -> None:
+        detail = self.scheduler.stopped.get(trial.trial_id)
+        if detail is not None and result.get("done"):
+            result.update(status=STATUS_STOPPED_EARLY, status_detail=detail)

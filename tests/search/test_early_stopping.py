@@ -1,0 +1,139 @@
+"""Multi-objective early stopping: the rung rule alone, the scheduler over fake trials, and
+the status every reader of a stopped trial sees."""
+
+from types import SimpleNamespace
+
+import pytest
+from ray.tune.schedulers import TrialScheduler
+
+from search.early_stopping import EarlyStoppedStatus, ParetoEarlyStopping, rung_verdict
+
+OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
+
+
+def test_a_trial_no_peer_dominates_goes_on_however_many_trials_are_ahead():
+    peers = {"fast": (-900.0, -0.6, 0.0), "accurate": (-100.0, -0.9, 0.0)}
+    assert rung_verdict((-500.0, -0.7, 0.0), peers, keep=0.5, min_peers=2) is None
+
+
+def test_a_dominated_trial_outside_the_kept_share_is_stopped_naming_who_dominated_it():
+    peers = {"a": (-900.0, -0.8, 0.0), "b": (-800.0, -0.9, 0.0), "c": (-50.0, -0.95, 0.0)}
+    assert rung_verdict((-100.0, -0.5, 0.1), peers, keep=0.5, min_peers=3) == ["a", "b"]
+
+
+def test_too_few_trials_at_the_rung_stop_nothing():
+    peers = {"a": (-900.0, -0.8, 0.0)}
+    assert rung_verdict((-100.0, -0.5, 0.1), peers, keep=0.5, min_peers=3) is None
+
+
+def test_a_dominated_trial_within_the_kept_share_goes_on():
+    # d is dominated by a only; b and c are dominated by a too: everyone but a ties with d.
+    peers = {"a": (-900.0, -0.9, 0.0), "b": (-800.0, -0.5, 0.0), "c": (-700.0, -0.6, 0.0)}
+    assert rung_verdict((-600.0, -0.7, 0.0), peers, keep=0.5, min_peers=3) is None
+    assert rung_verdict((-600.0, -0.7, 0.0), peers, keep=0.25, min_peers=3) == ["a"]
+
+
+def fake_trial(trial_id: str, epochs: int = 8) -> SimpleNamespace:
+    return SimpleNamespace(trial_id=trial_id, config={"epochs": epochs})
+
+
+def result(epoch: int, throughput: float, accuracy: float, status: str = "ok") -> dict:
+    return {"epoch": epoch, "throughput": throughput, "best_val_acc": accuracy, "gen_gap": 0.0,
+            "status": status}  # fmt: skip
+
+
+def test_the_scheduler_stops_at_rungs_only_and_says_why():
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2, 4], keep=0.5, min_peers=3)
+    for name, speed in (("a", 900), ("b", 800)):
+        decision = scheduler.on_trial_result(None, fake_trial(name), result(2, speed, 0.8))
+        assert decision == TrialScheduler.CONTINUE
+    slow = fake_trial("slow")
+    assert scheduler.on_trial_result(None, slow, result(1, 50, 0.5)) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(None, slow, result(2, 50, 0.5)) == TrialScheduler.STOP
+    assert scheduler.stopped["slow"].startswith("stopped at epoch 2 (rung 1 of 2)")
+    assert "by 2 of the 2 trials" in scheduler.stopped["slow"]
+    assert "(a, b)" in scheduler.stopped["slow"]
+
+
+@pytest.mark.parametrize("status", ["oom", "diverged"])
+def test_a_pruned_result_is_left_to_its_own_status(status):
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2)
+    scheduler.on_trial_result(None, fake_trial("a"), result(2, 900, 0.9))
+    decision = scheduler.on_trial_result(None, fake_trial("b"), result(2, 10, 0.1, status))
+    assert decision == TrialScheduler.CONTINUE and not scheduler.stopped
+
+
+def test_a_trial_at_its_last_epoch_is_never_stopped():
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2)
+    scheduler.on_trial_result(None, fake_trial("a"), result(2, 900, 0.9))
+    decision = scheduler.on_trial_result(None, fake_trial("b", epochs=2), result(2, 10, 0.1))
+    assert decision == TrialScheduler.CONTINUE
+
+
+def test_the_status_callback_marks_only_the_last_result_of_a_stopped_trial():
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2)
+    scheduler.stopped["b"] = "stopped at epoch 2"
+    marker = EarlyStoppedStatus(scheduler)
+    going_on, last, other = result(1, 10, 0.1), {**result(2, 10, 0.1), "done": True}, {
+        **result(2, 900, 0.9), "done": True}  # fmt: skip
+    marker.on_trial_result(0, [], fake_trial("b"), going_on)
+    marker.on_trial_result(0, [], fake_trial("b"), last)
+    marker.on_trial_result(0, [], fake_trial("a"), other)
+    assert going_on["status"] == "ok" and other["status"] == "ok"
+    assert last["status"] == "stopped_early" and last["status_detail"] == "stopped at epoch 2"
+
+
+@pytest.fixture(scope="module")
+def stopped_search(tmp_path_factory):
+    """Two trials in turn whose one objective is known before they run: the second needs
+    more memory per step (batch 64 against 16), so at the rung after epoch 1 it is stopped."""
+    import os
+
+    from search.run import main
+    from tests.conftest import CONFIGS
+
+    workdir = tmp_path_factory.mktemp("early")
+    saved = dict(os.environ)  # main sets Ray's variables for its process
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(workdir)
+        code = main(
+            [
+                "--config", str(CONFIGS / "smoke.yaml"), "--name", "early", "--num-samples", "2",
+                "search.max_concurrent_trials=1", "search.objectives={peak_mem_mb: min}",
+                "search.early_stopping={rungs: [1], min_peers: 2}",
+                "space.batch_size={grid: [16, 64]}", "space.optimizer=null",
+            ]
+        )  # fmt: skip
+    os.environ.clear()
+    os.environ.update(saved)
+    assert code == 0
+    return workdir
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_stopped_trial_says_so_in_the_table_mlflow_and_optuna_and_is_off_the_front(
+    stopped_search,
+):
+    import optuna
+    import pandas as pd
+    from mlflow.tracking import MlflowClient
+
+    trials = pd.read_csv(stopped_search / "ray_results" / "early" / "report" / "trials.csv")
+    by_batch = trials.set_index("config.batch_size")
+    assert by_batch.loc[16, "status"] == "ok" and by_batch.loc[16, "epoch"] == 3
+    stopped = by_batch.loc[64]
+    assert stopped["status"] == "stopped_early" and stopped["epoch"] == 1
+    assert stopped["status_detail"].startswith("stopped at epoch 1 (rung 1 of 1)")
+    assert not stopped["is_pareto"] and pd.isna(stopped["pareto_rank"])
+
+    client = MlflowClient(f"sqlite:///{stopped_search / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("smoke")
+    runs = client.search_runs([experiment.experiment_id], "tags.status = 'stopped_early'")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert runs[0].info.run_name.startswith("[stopped_early] bs64")
+
+    storage = f"sqlite:///{stopped_search / 'ray_results' / 'early' / 'optuna.db'}"
+    study = optuna.load_study(study_name="early", storage=storage)
+    states = {t.params["batch_size"]: t.state for t in study.trials}
+    assert states == {16: optuna.trial.TrialState.COMPLETE, 64: optuna.trial.TrialState.PRUNED}
