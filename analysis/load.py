@@ -80,6 +80,17 @@ def frame_from_tune(experiment_dir: Path, metric_names: tuple[str, ...]) -> pd.D
     return pd.DataFrame(rows)
 
 
+def trial_seconds(experiment_dir: Path) -> dict[str, float]:
+    """Wall seconds each trial of a Tune results folder ran (its last `time_total_s`)."""
+    seconds = {}
+    for result in Path(experiment_dir).glob("*/result.json"):
+        last = _last_result(result)
+        if "time_total_s" in last:
+            trial_id = str(last.get("trial_id") or result.parent.name.removeprefix("trial_"))
+            seconds[trial_id] = float(last["time_total_s"])
+    return seconds
+
+
 def as_numbers(column: pd.Series) -> pd.Series | None:
     """A setting's values as numbers, or None when it is a category (text, a switch)."""
     numbers = pd.to_numeric(column, errors="coerce")

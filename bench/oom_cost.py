@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from analysis.load import trial_seconds
 from trainables.classifier import fit_classifier
 from trainables.data import DataSettings, prepare_data
 from trainables.settings import TrainSettings
@@ -64,7 +65,7 @@ def search_with_budget(trials: int) -> None:
         subprocess.run(command, cwd=workdir, check=True, capture_output=True, text=True)
         elapsed = time.perf_counter() - started
         frame = pd.read_csv(Path(workdir) / "ray_results" / "bench" / "report" / "trials.csv")
-        durations = _trial_durations(Path(workdir) / "ray_results" / "bench")
+        durations = trial_seconds(Path(workdir) / "ray_results" / "bench")
     counts = frame["status"].value_counts()
     frame["seconds"] = frame["trial_id"].map(durations)
     by_status = frame.groupby("status")["seconds"].median()
@@ -76,15 +77,6 @@ def search_with_budget(trials: int) -> None:
         f"   the feasibility rule skipped {counts.get('oom_predicted', 0)} of "
         f"{counts.get('oom', 0) + counts.get('oom_predicted', 0)} over-budget trials"
     )
-
-
-def _trial_durations(experiment: Path) -> dict[str, float]:
-    """Seconds from a trial's first to its last report, from Tune's own result files."""
-    durations = {}
-    for result in experiment.glob("trial_*/result.json"):
-        rows = pd.read_json(result, lines=True)
-        durations[result.parent.name.removeprefix("trial_")] = float(rows["time_total_s"].max())
-    return durations
 
 
 def main() -> None:

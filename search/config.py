@@ -65,6 +65,8 @@ class SearchSection(BaseModel):
     hypervolume_bounds: dict[str, tuple[float, float]] = Field(default_factory=dict)
     # null: every trial trains all its epochs
     early_stopping: EarlyStoppingSection | None = None
+    # never start a suggestion whose predicted step peak passes resources.memory_budget_mb
+    predict_oom: bool = Field(True, strict=True)
 
     @field_validator("objectives")
     @classmethod

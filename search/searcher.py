@@ -50,12 +50,21 @@ def build_sampler(kind: str, num_samples: int, seed: int) -> optuna.samplers.Bas
     """
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
+    startup = startup_trials(kind, num_samples)
     if kind == "nsga2":
-        # A few generations: the population is about a quarter of the trials, at least 2.
-        population = max(2, min(50, num_samples // 4))
-        return optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
-    startup = max(2, min(10, num_samples // 3))  # a third of the trials explore at random
+        return optuna.samplers.NSGAIISampler(population_size=startup, seed=seed)
     return optuna.samplers.TPESampler(n_startup_trials=startup, seed=seed, multivariate=True)
+
+
+def startup_trials(kind: str, num_samples: int) -> int:
+    """Suggestions the sampler makes before it learns from any: TPE's random start-up (a
+    third of the trials), NSGA-II's first generation (a quarter, for a few generations);
+    random search never learns."""
+    if kind == "random":
+        return num_samples
+    if kind == "nsga2":
+        return max(2, min(50, num_samples // 4))
+    return max(2, min(10, num_samples // 3))
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,7 @@ class FeasibilityAwareOptunaSearch(Searcher):
         self._live: dict[str, optuna.Trial] = {}  # Tune trial id -> its Optuna trial
         self._settings: dict[str, TrainSettings] = {}  # by Tune trial id, while live
         self._failures: dict[str, MemoryFootprint] = {}  # trials that ran out of memory
-        self._memory = memory or MemoryModel()
+        self._memory = memory  # None: no predictions, only the monotone rule
 
     def set_search_properties(
         self, metric: str | None, mode: str | None, config: dict, **spec: Any
@@ -132,7 +141,7 @@ class FeasibilityAwareOptunaSearch(Searcher):
             )
             footprint = MemoryFootprint.of(settings)
             failed_like = predicted_oom(footprint, self._failures)
-            prediction = self._memory.predict(settings)
+            prediction = self._memory.predict(settings) if self._memory else None
             if failed_like is None and not (prediction and prediction.over):
                 break
             if skipped == MAX_SKIPS_PER_SUGGESTION:  # hand it over; it ends at once
@@ -215,7 +224,7 @@ class FeasibilityAwareOptunaSearch(Searcher):
         """What the trial measured goes into the memory model; an OOM of its own share
         becomes a failure that later suggestions are compared with."""
         ran_with = _whole(result.get("physical_batch_size"))
-        if ran_with is not None:
+        if ran_with is not None and self._memory is not None:
             self._memory.observe(settings, ran_with, float(result.get("peak_mem_mb", math.nan)))
         if status == STATUS_OOM and result.get("oom_cause") != OOM_CAUSE_CARD:
             self._failures[trial_id] = MemoryFootprint.of(settings, batch_size=ran_with)

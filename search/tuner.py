@@ -53,6 +53,14 @@ def progress_table(config: SearchConfig) -> CLIReporter:
     )
 
 
+def memory_model(config: SearchConfig, num_classes: int) -> MemoryModel | None:
+    """What predicts a suggestion's memory: on CPU the trials' own meter, run at the driver;
+    on GPUs a line through the peaks the trials report."""
+    if not config.search.predict_oom:
+        return None
+    return MemoryModel(probe=CpuMeterProbe(num_classes) if config.resources.gpu == 0 else None)
+
+
 def build_tuner(
     config: SearchConfig,
     data: PreparedData,
@@ -74,9 +82,7 @@ def build_tuner(
             storage=f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
             study_name=run_name,
             repeats=search.repeats,
-            memory=MemoryModel(
-                probe=CpuMeterProbe(data.num_classes) if config.resources.gpu == 0 else None
-            ),
+            memory=memory_model(config, data.num_classes),
         )
     scheduler = None
     if search.early_stopping is not None:

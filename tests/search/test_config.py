@@ -207,3 +207,21 @@ def test_determinism_and_the_cudnn_autotuner_cannot_both_hold(tmp_path):
         "space:\n  cudnn_benchmark: {choice: [false, true]}\n",
     )
     assert "both true" in problems_of(sampled)["space.cudnn_benchmark"]
+
+
+def test_early_stopping_rungs_must_increase_and_come_before_the_last_epoch(tmp_path):
+    path = write(tmp_path, "name: early\ntrain: {epochs: 4}\n")
+    assert "increasing epochs" in problems_of(
+        path, ["search.early_stopping={rungs: [3, 2]}"]
+    )["search.early_stopping.rungs"]
+    late = problems_of(path, ["search.early_stopping={rungs: [2, 4]}"])
+    assert "must be below train.epochs (4)" in late["search.early_stopping.rungs"]
+    keep = problems_of(path, ["search.early_stopping={rungs: [2], keep: 0}"])
+    assert "search.early_stopping.keep" in keep
+
+
+def test_early_stopping_takes_its_defaults_and_can_be_turned_off(tmp_path):
+    path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
+    stopping = load_config(path).search.early_stopping
+    assert stopping is not None and stopping.rungs == (2, 4) and stopping.keep == 0.5
+    assert load_config(path, ["search.early_stopping=null"]).search.early_stopping is None

@@ -126,6 +126,7 @@ def test_without_a_probe_the_line_is_fitted_to_the_peaks_the_trials_reported():
         space={"batch_size": SpaceParam("choice", (16, 32, 64))},
         grid=[{"batch_size": 16}, {"batch_size": 32}],
         fixed={**FIXED, "optimizer": "sgd", "memory_budget_mb": 40},
+        memory=MemoryModel(),
     )
     for trial_id, peak in (("a", 20.0), ("b", 30.0)):  # 10 + 10 MiB per 16 images
         config = searcher.suggest(trial_id)

@@ -1,0 +1,277 @@
+"""What a whole search costs and finds, three ways, side by side on one machine.
+
+Same config (space, seed, sampler, data, memory budget), one after another:
+
+1. stock: Ray Tune with Ray's own `OptunaSearch`, as a user would write it by hand: the
+   trainable raises on out of memory, so such a trial is an error (Optuna: FAIL).
+2. pipeline without early stopping or memory prediction (`search.early_stopping=null
+   search.predict_oom=false`): OOMs are pruned and the monotone rule skips configs that
+   need at least as much memory as one that ran out.
+3. pipeline with both on (`search.early_stopping` as in the config, or the default rungs).
+
+Columns: wall seconds; trials started (Tune trials); stopped early; OOMs that ran and
+configs never started because they were predicted to run out; seconds spent in trials
+that ended off the front; hypervolume of the final front (the same bounds and reference
+point for all three, the config's `search.hypervolume_bounds`); the share of suggestions
+after the sampler's start-up phase that were infeasible (out of memory, run or predicted).
+
+    python bench/search_efficiency.py [--config configs/cats_dogs.yaml] [--budget-mb 40]
+        [--num-samples 16] [--repeats 3] [key.path=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+
+from analysis.load import frame_from_tune, trial_seconds
+from analysis.pareto import declared_bounds, hypervolume, mark_front
+from search.config import SearchConfig, load_config
+from search.searcher import STATUS_ATTR, build_sampler, startup_trials
+from trainables.metrics import DEFAULT_MIN_ACCURACY, METRICS
+
+REPO = Path(__file__).resolve().parents[1]
+INFEASIBLE = ("oom", "oom_predicted")
+DEFAULT_EARLY_STOPPING = "{rungs: [2, 4], keep: 0.5}"
+
+
+@dataclass
+class Outcome:
+    name: str
+    seconds: float
+    started: float  # counts; a median of several runs may fall between two
+    stopped_early: float
+    oom_ran: float
+    oom_not_started: float
+    seconds_off_front: float
+    hypervolume: float
+    infeasible_after_startup: float
+
+    def cells(self) -> list[str]:
+        return [
+            self.name,
+            f"{self.seconds:.0f}",
+            f"{self.started:g}",
+            f"{self.stopped_early:g}",
+            f"{self.oom_ran:g} / {self.oom_not_started:g}",
+            f"{self.seconds_off_front:.0f}",
+            f"{self.hypervolume:.4f}",
+            f"{self.infeasible_after_startup:.2f}",
+        ]
+
+
+HEADINGS = [
+    "search",
+    "wall s",
+    "started",
+    "stopped early",
+    "OOM ran / not started",
+    "s off the front",
+    "hypervolume",
+    "infeasible after start-up",
+]
+
+
+def run_pipeline(name: str, arguments: list[str], config: SearchConfig, workdir: Path) -> Outcome:
+    command = [sys.executable, "-m", "search.run", "--name", name, *arguments]
+    started = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run(command, cwd=workdir, env=env, check=True, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    experiment = workdir / "ray_results" / name
+    trials = pd.read_csv(experiment / "report" / "trials.csv")
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{experiment / 'optuna.db'}")
+    statuses = [t.user_attrs.get(STATUS_ATTR, "failed") for t in study.trials]
+    return summarise(name, seconds, trials, trial_seconds(experiment), statuses, config)
+
+
+def stock_trial(config: dict[str, Any], data: Any) -> None:
+    """The trainable as a user writes it: report each epoch, an out-of-memory error raises."""
+    from ray import tune
+
+    from trainables.classifier import fit_classifier
+    from trainables.settings import TrainSettings
+
+    def report(metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+        if metrics["status"] != "ok":
+            raise MemoryError(f"{metrics['status']}: {metrics['status_detail']}")
+        tune.report(metrics)
+
+    settings = TrainSettings.from_config(config)
+    torch_threads = int(tune.get_context().get_trial_resources().head_cpus)
+    import torch
+
+    torch.set_num_threads(max(1, torch_threads))
+    fit_classifier(settings, data, report)
+
+
+def run_stock(config: SearchConfig, workdir: Path, name: str) -> Outcome:
+    import ray
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    from trainables.data import prepare_data
+
+    search = config.search
+    storage = optuna.storages.RDBStorage(f"sqlite:///{workdir / 'stock-optuna.db'}")
+    searcher = OptunaSearch(
+        metric=list(config.objectives),
+        mode=list(config.objectives.values()),
+        sampler=build_sampler(search.sampler, search.num_samples, search.seed),
+        storage=storage,
+        study_name="stock",
+    )
+    space = {key: param.to_tune() for key, param in config.space.items()}
+    data = prepare_data(config.data)
+    resources = {"cpu": config.resources.cpu, "gpu": config.resources.gpu}
+    started = time.perf_counter()
+    ray.init(include_dashboard=False, log_to_driver=False)
+    try:
+        tuner = tune.Tuner(
+            tune.with_resources(tune.with_parameters(stock_trial, data=data), resources),
+            param_space={**config.trainable_config(), **space},
+            tune_config=tune.TuneConfig(
+                search_alg=searcher,
+                num_samples=search.num_samples,
+                max_concurrent_trials=search.max_concurrent_trials,
+                reuse_actors=True,
+            ),
+            run_config=tune.RunConfig(
+                name="stock",
+                storage_path=str(workdir / "ray_results"),
+                failure_config=tune.FailureConfig(max_failures=0),
+                verbose=0,
+            ),
+        )
+        tuner.fit()
+    finally:
+        ray.shutdown()
+    seconds = time.perf_counter() - started
+    experiment = workdir / "ray_results" / "stock"
+    frame = frame_from_tune(experiment, tuple(METRICS))
+    for index, row in frame.iterrows():  # an error: the trainable's OOM, or something else
+        if row["status"] == "error":
+            oom = "oom" in str(row.get("status_detail", "")).lower() or "memory" in str(
+                row.get("status_detail", "")
+            )
+            frame.loc[index, "status"] = "oom" if oom else "error"
+    study = optuna.load_study(study_name="stock", storage=storage)
+    statuses = ["oom" if t.state == optuna.trial.TrialState.FAIL else "ok" for t in study.trials]
+    return summarise(name, seconds, frame, trial_seconds(experiment), statuses, config)
+
+
+def summarise(
+    name: str,
+    seconds: float,
+    trials: pd.DataFrame,
+    durations: dict[str, float],
+    suggestion_statuses: list[str],
+    config: SearchConfig,
+) -> Outcome:
+    objectives = dict(config.objectives)
+    bounds = declared_bounds(trials, objectives, dict(config.search.hypervolume_bounds) or None)
+    marked = mark_front(trials, objectives, DEFAULT_MIN_ACCURACY)
+    started = marked[~marked["trial_id"].astype(str).str.startswith("skipped-")]
+    off_front = started[~started["is_pareto"].fillna(False).astype(bool)]
+    after = suggestion_statuses[startup_trials(config.search.sampler, config.search.num_samples) :]
+    return Outcome(
+        name=name,
+        seconds=seconds,
+        started=len(started),
+        stopped_early=int((trials["status"] == "stopped_early").sum()),
+        oom_ran=int((started["status"] == "oom").sum()),
+        oom_not_started=int((trials["status"] == "oom_predicted").sum()),
+        seconds_off_front=sum(durations.get(str(t), 0.0) for t in off_front["trial_id"]),
+        hypervolume=hypervolume(trials, objectives, bounds, DEFAULT_MIN_ACCURACY),
+        infeasible_after_startup=(
+            sum(status in INFEASIBLE for status in after) / len(after) if after else math.nan
+        ),
+    )
+
+
+def render(outcomes: list[Outcome]) -> str:
+    rows = [HEADINGS, *(outcome.cells() for outcome in outcomes)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADINGS))]
+    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+             for row in rows]  # fmt: skip
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
+    parser.add_argument("--budget-mb", type=float, default=40,
+                        help="resources.memory_budget_mb: MiB per trial")  # fmt: skip
+    parser.add_argument("--num-samples", type=int, default=16, help="trials per search")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each search")
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value",
+                        help="config overrides for all three searches")  # fmt: skip
+    args = parser.parse_args()
+    overrides = [
+        f"resources.memory_budget_mb={args.budget_mb}",
+        f"search.num_samples={args.num_samples}",
+        *args.overrides,
+    ]
+    config = load_config(args.config, overrides)
+    early = (
+        [] if config.search.early_stopping else [f"search.early_stopping={DEFAULT_EARLY_STOPPING}"]
+    )
+    base = ["--config", str(Path(args.config).resolve()), *overrides]
+    runs: dict[str, list[Outcome]] = {"stock": [], "off": [], "on": []}
+    print(f"{config.name}: {args.num_samples} trials, {args.budget_mb:g} MiB per trial, "
+          f"{args.repeats} run(s) of each, interleaved")  # fmt: skip
+    for repeat in range(1, args.repeats + 1):
+        with tempfile.TemporaryDirectory(prefix="search-efficiency-") as directory:
+            workdir = Path(directory)
+            runs["stock"].append(
+                run_stock(config, workdir, f"1 stock Tune + OptunaSearch #{repeat}")
+            )
+            off = [*base, "search.early_stopping=null", "search.predict_oom=false"]
+            runs["off"].append(run_pipeline("2-pipeline-off", off, config, workdir))
+            runs["on"].append(run_pipeline("3-pipeline-on", [*base, *early], config, workdir))
+        for key in runs:
+            runs[key][-1].name = f"{runs[key][-1].name.split(' #')[0]} #{repeat}"
+        print(render([outcome for group in zip(*runs.values(), strict=True) for outcome in group]),
+              flush=True)  # fmt: skip
+    stock, off, on = (median_outcome(group) for group in runs.values())
+    print()
+    print(render([stock, off, on]))
+    print()
+    print(f"(3) / (2), medians: hypervolume {on.hypervolume / off.hypervolume:.3f}, "
+          f"wall time {on.seconds / off.seconds:.3f}")  # fmt: skip
+    over_budget = sum(o.oom_ran + o.oom_not_started for o in runs["on"])
+    if over_budget:
+        never = sum(o.oom_not_started for o in runs["on"])
+        print(f"(3): {never} of {over_budget} over-budget configs never started")
+    if stock.infeasible_after_startup:
+        print(f"infeasible share after start-up, (3) / (1), medians: "
+              f"{on.infeasible_after_startup / stock.infeasible_after_startup:.2f}")  # fmt: skip
+
+
+def median_outcome(outcomes: list[Outcome]) -> Outcome:
+    """Each column's median over the runs of one kind of search."""
+    fields = [name for name in Outcome.__dataclass_fields__ if name != "name"]
+    values = {name: statistics.median(getattr(o, name) for o in outcomes) for name in fields}
+    label = outcomes[0].name.split(" #")[0]
+    return Outcome(name=f"{label} (median of {len(outcomes)})", **values)
+
+
+if __name__ == "__main__":
+    main()
