@@ -219,7 +219,7 @@ class MeteredStep:
                 at_size(low, high)
                 for low, high in zip(
                     self.at_small.recomputed, self.at_large.recomputed, strict=True
-                )  # fmt: skip
+                )
             ),
             last=at_size(self.at_small.last, self.at_large.last),
         )
