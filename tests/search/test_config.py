@@ -211,9 +211,12 @@ def test_determinism_and_the_cudnn_autotuner_cannot_both_hold(tmp_path):
 
 def test_early_stopping_rungs_must_increase_and_come_before_the_last_epoch(tmp_path):
     path = write(tmp_path, "name: early\ntrain: {epochs: 4}\n")
-    assert "increasing epochs" in problems_of(
-        path, ["search.early_stopping={rungs: [3, 2]}"]
-    )["search.early_stopping.rungs"]
+    assert (
+        "increasing epochs"
+        in problems_of(path, ["search.early_stopping={rungs: [3, 2]}"])[
+            "search.early_stopping.rungs"
+        ]
+    )
     late = problems_of(path, ["search.early_stopping={rungs: [2, 4]}"])
     assert "must be below train.epochs (4)" in late["search.early_stopping.rungs"]
     keep = problems_of(path, ["search.early_stopping={rungs: [2], keep: 0}"])
