@@ -26,7 +26,8 @@ from trainables.metrics import STATUS_ERROR, STATUS_OK, UNTIL_TARGET_METRICS
 
 CONFIG_PREFIX = "config."
 # Config keys that are not settings of a trial: the repeat's seed and the search's notes.
-NOT_SETTINGS = frozenset({"seed", "repeat_of", "oom_predicted_from"})
+NOT_SETTINGS = frozenset({"seed", "repeat_of", "oom_predicted_from", "predicted_peak_mb"})
+PREDICTED_PEAK_COLUMN = f"{CONFIG_PREFIX}predicted_peak_mb"  # the searcher's memory model
 PARENT_TAG = "mlflow.parentRunId"
 # Keys every result carries that are not part of the metric schema (Tune's bookkeeping).
 _TEXT_FIELDS = ("status", "status_detail")

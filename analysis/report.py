@@ -32,6 +32,7 @@ from analysis.charts import (
 )
 from analysis.load import (
     CONFIG_PREFIX,
+    PREDICTED_PEAK_COLUMN,
     child_runs,
     find_parent_run,
     frame_from_mlflow,
@@ -175,6 +176,20 @@ def _infeasible_table(report: Report) -> pd.DataFrame:
     return shown.rename(columns={c: c.removeprefix(CONFIG_PREFIX) for c in columns})
 
 
+def memory_prediction_error(frame: pd.DataFrame) -> tuple[int, float] | None:
+    """(trials, median relative error) of the searcher's predicted step peak against the
+    `peak_mem_mb` the trials measured; None where nothing was predicted and measured."""
+    if PREDICTED_PEAK_COLUMN not in frame or "peak_mem_mb" not in frame:
+        return None
+    predicted = pd.to_numeric(frame[PREDICTED_PEAK_COLUMN], errors="coerce")
+    measured = pd.to_numeric(frame["peak_mem_mb"], errors="coerce")
+    both = predicted.notna() & measured.notna() & (measured > 0)
+    if not both.any():
+        return None
+    errors = ((predicted[both] - measured[both]) / measured[both]).abs()
+    return int(both.sum()), float(errors.median())
+
+
 def _summary_lines(report: Report) -> list[str]:
     objectives = ", ".join(f"{name} ({way})" for name, way in report.objectives.items())
     bounds = ", ".join(f"{name} [{low:g}, {high:g}]" for name, (low, high) in report.bounds.items())
@@ -194,6 +209,13 @@ def _summary_lines(report: Report) -> list[str]:
         lines.append(
             f"Trials below best_val_acc {report.min_accuracy} are kept off the front: at "
             "chance a model's gap is trivially small."
+        )
+    accuracy = memory_prediction_error(report.frame)
+    if accuracy is not None:
+        count, error = accuracy
+        lines.append(
+            f"Memory model: the predicted step peak was {error:.1%} off the measured one "
+            f"(median over the {count} started trials it predicted)."
         )
     if report.knee is not None:
         knee = report.frame.loc[report.knee]

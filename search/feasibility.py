@@ -55,7 +55,7 @@ class MemoryFootprint:
             model=settings.model,
             image_size=settings.data.image_size,
             batch_size=batch_size if batch_size is not None else first.batch_size,
-            eval_batch_size=settings.eval_batch_size,
+            eval_batch_size=settings.eval_batch_size or first.batch_size,
             optimizer_buffers=buffers,
             amp=settings.amp,
             checkpoint_segments=segments,

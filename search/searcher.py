@@ -21,7 +21,7 @@ from ray.tune.search import Searcher
 
 from search.feasibility import MemoryFootprint, MemoryModel, Prediction, predicted_oom
 from search.space import SpaceParam
-from search.trainable import PREDICTED_FROM, REPEAT_OF, without_notes
+from search.trainable import PREDICTED_FROM, PREDICTED_PEAK, REPEAT_OF, without_notes
 from trainables.metrics import (
     OOM_CAUSE_CARD,
     STATUS_OK,
@@ -155,8 +155,9 @@ class FeasibilityAwareOptunaSearch(Searcher):
                 _Repeat(trial.params, self._base_seed + k, trial_id)
                 for k in range(1, self._repeats)
             ]
-        if prediction is not None:
+        if prediction is not None:  # beside the trial's measured peak: the model's accuracy
             trial.set_user_attr(PREDICTED_ATTR, prediction.predicted_mb)
+            suggestion[PREDICTED_PEAK] = round(prediction.predicted_mb, 3)
         trial.set_user_attr(STARTED_ATTR, True)
         self._live[trial_id] = trial
         self._settings[trial_id] = settings

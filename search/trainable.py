@@ -14,7 +14,8 @@ from trainables.metrics import STATUS_OOM_PREDICTED, pruned_metrics
 # Notes the searcher adds to a suggested config; they are not trainable settings.
 PREDICTED_FROM = "oom_predicted_from"  # the trial whose OOM predicts this one's
 REPEAT_OF = "repeat_of"  # the first trial of a config that is run with several seeds
-SEARCH_NOTES = frozenset({PREDICTED_FROM, REPEAT_OF})
+PREDICTED_PEAK = "predicted_peak_mb"  # the memory model's figure for the trial's step
+SEARCH_NOTES = frozenset({PREDICTED_FROM, REPEAT_OF, PREDICTED_PEAK})
 
 
 def without_notes(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -334,7 +334,7 @@ def evaluate_epoch(
             trial.model,
             split,
             splits.normalise,
-            batch_size=trial.settings.eval_batch_size,
+            batch_size=trial.settings.eval_batch_size or plan.batch_size,
             precision=trial.precision,
         )
 

@@ -36,7 +36,9 @@ class TrainSettings(BaseModel):
     seed: int = Field(0, **_STRICT)  # model init and data order
     target_acc: float = Field(0.75, gt=0, le=1)  # val_acc that stops the time_to_target_s clock
     train_eval_size: int = Field(400, gt=0, **_STRICT)  # training images scored in eval mode
-    eval_batch_size: int = Field(256, gt=0, **_STRICT)  # images per eval forward pass
+    # images per eval forward pass; None: the epoch's physical batch, which never needs
+    # more memory than the training step at that batch
+    eval_batch_size: int | None = Field(None, gt=0, **_STRICT)
     # --- large-batch techniques, each a switch of the one training loop ---
     amp: bool = Field(False, **_STRICT)  # autocast: fp16 + GradScaler on CUDA, bf16 on CPU
     amp_dtype: AmpDtype = "float16"  # on CUDA; bfloat16 where the GPU supports it

@@ -12,6 +12,7 @@ from analysis.report import (
     bounds_from_parent,
     build_report,
     main,
+    memory_prediction_error,
     objectives_from_parent,
     parse_objectives,
 )
@@ -206,3 +207,13 @@ def test_the_browser_check_sees_a_script_error(tmp_path):
     broken.write_text("<html><body><script>undefinedFunction();</script></body></html>")
     _, log = rendered_in_chromium(broken)
     assert "Uncaught ReferenceError" in log
+
+
+def test_the_memory_models_error_is_the_median_relative_gap_over_trials_it_predicted():
+    frame = pd.DataFrame({
+        "config.predicted_peak_mb": [110.0, 90.0, 50.0, None],
+        "peak_mem_mb": [100.0, 100.0, 40.0, 30.0],
+    })  # fmt: skip
+    count, error = memory_prediction_error(frame)
+    assert count == 3 and error == pytest.approx(0.1)  # 10%, 10%, 25%
+    assert memory_prediction_error(frame.drop(columns="config.predicted_peak_mb")) is None

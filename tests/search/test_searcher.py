@@ -113,6 +113,8 @@ def test_a_suggestion_predicted_over_its_budget_is_skipped_before_any_trial_star
                              memory=MemoryModel(probe=probe))  # fmt: skip
     configs = [searcher.suggest(f"t{i}") for i in range(8)]
     assert {c["batch_size"] for c in configs} <= {16, 32}
+    # the prediction travels with the trial, to be set beside what it measures
+    assert all(c["predicted_peak_mb"] == 10 + 0.5 * c["batch_size"] for c in configs)
     skipped = [t for t in searcher.study.trials if t.user_attrs.get("started") is False]
     assert skipped and all(t.params["batch_size"] == 64 for t in skipped)
     assert skipped[0].user_attrs["predicted_peak_mb"] == 42.0
