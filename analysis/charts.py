@@ -21,7 +21,14 @@ import pandas as pd
 import plotly.graph_objects as go
 from matplotlib.ticker import ScalarFormatter
 
-from analysis.load import CONFIG_PREFIX, as_numbers, spans_decades, tick_values, varied_settings
+from analysis.load import (
+    CONFIG_PREFIX,
+    PREDICTED_PEAK_COLUMN,
+    as_numbers,
+    spans_decades,
+    tick_values,
+    varied_settings,
+)
 from analysis.pareto import finished_mask, objective_matrix
 from analysis.techniques import switched_on
 from trainables.metrics import STATUS_OK, STATUS_OOM, STATUS_OOM_PREDICTED
@@ -33,11 +40,12 @@ def off_front_groups(
     frame: pd.DataFrame, feasible: np.ndarray
 ) -> list[tuple[np.ndarray, str, str]]:
     """The trials kept off the front, in the two kinds a reader must tell apart:
-    (mask, colour, label) for those pruned (out of memory, diverged) and for those that
+    (mask, colour, label) for those pruned (out of memory, diverged, stopped early) and for
+    those that
     finished but learned nothing (or lack an objective's value)."""
     finished = finished_mask(frame)
     return [
-        (~feasible & ~finished, INFEASIBLE, "pruned (oom, diverged)"),
+        (~feasible & ~finished, INFEASIBLE, "pruned (oom, diverged, stopped early)"),
         (~feasible & finished, AT_CHANCE, "finished, kept off (at chance)"),
     ]
 
@@ -304,7 +312,12 @@ def batch_size_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path |
                        label="out of memory (what the step needed)")  # fmt: skip
     predicted = frame[status == STATUS_OOM_PREDICTED]
     if len(predicted) and budgets:
-        memory.scatter(predicted[batch_column], [ceiling] * len(predicted), marker="^",
+        # At the memory model's figure where it made one, else at the budget.
+        figure_of = pd.to_numeric(
+            predicted.get(PREDICTED_PEAK_COLUMN, pd.Series(np.nan, index=predicted.index)),
+            errors="coerce",
+        )
+        memory.scatter(predicted[batch_column], figure_of.fillna(ceiling), marker="^",
                        c=INFEASIBLE, s=50, label="predicted out of memory, not run")  # fmt: skip
     for budget in budgets:
         memory.axhline(budget, ls="--", c="k", lw=1)

@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 
 from search.searcher import ALLOWED_ATTR, DETAIL_ATTR, PREDICTED_ATTR, STARTED_ATTR, STATUS_ATTR
+from search.trainable import PREDICTED_PEAK
 from trainables.metrics import STATUS_OOM_PREDICTED
 
 SKIPPED_ID_PREFIX = "skipped-"  # + the Optuna trial number: the row's and run's trial_id
@@ -45,7 +46,7 @@ def skipped_suggestions(
     return [
         SkippedSuggestion(
             trial_id=f"{SKIPPED_ID_PREFIX}{trial.number}",
-            config={**fixed_config, **trial.params},
+            config=_config(fixed_config, trial),
             status=str(trial.user_attrs.get(STATUS_ATTR, STATUS_OOM_PREDICTED)),
             detail=str(trial.user_attrs.get(DETAIL_ATTR, "")),
             predicted_peak_mb=trial.user_attrs.get(PREDICTED_ATTR),
@@ -54,3 +55,12 @@ def skipped_suggestions(
         for trial in study.get_trials(deepcopy=False)
         if trial.user_attrs.get(STARTED_ATTR) is False
     ]
+
+
+def _config(fixed_config: Mapping[str, Any], trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """The config the trial would have run with, and the memory model's figure for it."""
+    config = {**fixed_config, **trial.params}
+    predicted = trial.user_attrs.get(PREDICTED_ATTR)
+    if predicted is not None:
+        config[PREDICTED_PEAK] = round(float(predicted), 3)
+    return config
