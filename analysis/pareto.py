@@ -30,11 +30,18 @@ NATURAL_BOUNDS: Bounds = {
 }
 
 
+def _signs(objectives: Mapping[str, str]) -> np.ndarray:
+    return np.array([-1.0 if direction == "max" else 1.0 for direction in objectives.values()])
+
+
 def objective_matrix(frame: pd.DataFrame, objectives: Mapping[str, str]) -> np.ndarray:
     """The objectives as an (n, k) float array in which lower is better in every column."""
-    signs = np.array([-1.0 if direction == "max" else 1.0 for direction in objectives.values()])
-    values = frame[list(objectives)].to_numpy(dtype=float)
-    return values * signs
+    return frame[list(objectives)].to_numpy(dtype=float) * _signs(objectives)
+
+
+def minimised(values: Mapping[str, float], objectives: Mapping[str, str]) -> np.ndarray:
+    """One trial's objectives (a result or a row), lower is better in every entry."""
+    return np.array([float(values[name]) for name in objectives]) * _signs(objectives)
 
 
 def finished_mask(frame: pd.DataFrame) -> np.ndarray:

@@ -178,12 +178,19 @@ def _infeasible_table(report: Report) -> pd.DataFrame:
 
 def memory_prediction_error(frame: pd.DataFrame) -> tuple[int, float] | None:
     """(trials, median relative error) of the searcher's predicted step peak against the
-    `peak_mem_mb` the trials measured; None where nothing was predicted and measured."""
+    `peak_mem_mb` the trials measured; None where nothing was predicted and measured. The
+    prediction is for the batch a trial starts with: trials whose last epoch ran another
+    (AdaBatch grew it) are left out."""
     if PREDICTED_PEAK_COLUMN not in frame or "peak_mem_mb" not in frame:
         return None
     predicted = pd.to_numeric(frame[PREDICTED_PEAK_COLUMN], errors="coerce")
     measured = pd.to_numeric(frame["peak_mem_mb"], errors="coerce")
     both = predicted.notna() & measured.notna() & (measured > 0)
+    started_with, ran_with = f"{CONFIG_PREFIX}batch_size", "physical_batch_size"
+    if started_with in frame and ran_with in frame:
+        both &= pd.to_numeric(frame[started_with], errors="coerce") == pd.to_numeric(
+            frame[ran_with], errors="coerce"
+        )
     if not both.any():
         return None
     errors = ((predicted[both] - measured[both]) / measured[both]).abs()

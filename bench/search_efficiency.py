@@ -105,8 +105,10 @@ def stock_trial(config: dict[str, Any], data: Any) -> None:
     from trainables.settings import TrainSettings
 
     def report(metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+        if metrics["status"] == "oom":
+            raise MemoryError(metrics["status_detail"])
         if metrics["status"] != "ok":
-            raise MemoryError(f"{metrics['status']}: {metrics['status_detail']}")
+            raise RuntimeError(f"{metrics['status']}: {metrics['status_detail']}")
         tune.report(metrics)
 
     settings = TrainSettings.from_config(config)
@@ -162,12 +164,10 @@ def run_stock(config: SearchConfig, workdir: Path, name: str) -> Outcome:
     experiment = workdir / "ray_results" / "stock"
     frame = frame_from_tune(experiment, tuple(METRICS))
     for index, row in frame.iterrows():  # an error: the trainable's OOM, or something else
-        if row["status"] == "error":
-            oom = "oom" in str(row.get("status_detail", "")).lower() or "memory" in str(
-                row.get("status_detail", "")
-            )
-            frame.loc[index, "status"] = "oom" if oom else "error"
+        if row["status"] == "error" and "MemoryError" in str(row.get("status_detail", "")):
+            frame.loc[index, "status"] = "oom"
     study = optuna.load_study(study_name="stock", storage=storage)
+    # A raised trial is FAIL to Optuna: out of memory here (or diverged, which is rare).
     statuses = ["oom" if t.state == optuna.trial.TrialState.FAIL else "ok" for t in study.trials]
     return summarise(name, seconds, frame, trial_seconds(experiment), statuses, config)
 

@@ -105,7 +105,7 @@ def main() -> None:
     print(f"  trainable, whole run:        {median(whole):.3f} s/epoch (+ eval, checkpoint)")
     print(f"  ratio training part / bare:  {median(train_part) / median(bare):.2f}")
     print(f"  ratio whole epoch / bare:    {median(whole) / median(bare):.2f}")
-    print(f"  epochs scoring all three splits: {scored} of {args.epochs} (others: validation)")
+    print(f"  epochs scoring all three splits, last run: {scored} of {args.epochs}")
 
 
 if __name__ == "__main__":

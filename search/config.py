@@ -24,7 +24,7 @@ from search.errors import (
 from search.space import SpaceParam, grid_points
 from trainables.data import DataSettings
 from trainables.metrics import DEFAULT_OBJECTIVES, OBJECTIVE_METRICS
-from trainables.settings import TRAIN_KEYS, TrainSettings
+from trainables.settings import DEFAULT_EPOCHS, TRAIN_KEYS, TrainSettings
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _STRICT_INT = {"strict": True}
@@ -401,19 +401,44 @@ def _search_problems(config: SearchConfig) -> list[Problem]:
             problems.append(Problem(
                 f"search.hypervolume_bounds.{name}", f"needs low < high, got [{low}, {high}]"
             ))  # fmt: skip
-    epochs = config.train.get("epochs", TrainSettings.model_fields["epochs"].default)
-    if search.early_stopping and isinstance(epochs, int) and "epochs" not in config.space:
-        late = [rung for rung in search.early_stopping.rungs if rung >= epochs]
-        if late:
-            problems.append(Problem(
-                "search.early_stopping.rungs",
-                f"must be below train.epochs ({epochs}): a rung at the last epoch or later "
-                f"saves nothing, got {late}",
-            ))  # fmt: skip
+    if search.early_stopping is not None:
+        problems += _early_stopping_problems(config)
     if search.repeats > 1 and "seed" in config.space:
         problems.append(
             Problem("space.seed", "cannot be sampled while search.repeats sets the seeds")
         )
+    return problems
+
+
+# Scored only at best-validation epochs and the last: NaN at most rungs.
+_NOT_EVERY_EPOCH = ("test_acc", "train_eval_acc")
+
+
+def _early_stopping_problems(config: SearchConfig) -> list[Problem]:
+    search, problems = config.search, []
+    assert search.early_stopping is not None
+    epochs = config.train.get("epochs", DEFAULT_EPOCHS)
+    fixed = isinstance(epochs, int) and "epochs" not in config.space
+    late = [rung for rung in search.early_stopping.rungs if fixed and rung >= epochs]
+    if late:
+        problems.append(Problem(
+            "search.early_stopping.rungs",
+            f"must be below train.epochs ({epochs}): a rung at the last epoch or later "
+            f"saves nothing, got {late}",
+        ))  # fmt: skip
+    unscored = [name for name in search.objectives if name in _NOT_EVERY_EPOCH]
+    if unscored:
+        problems.append(Problem(
+            "search.early_stopping",
+            f"cannot compare trials on {unscored}: they are scored only at best-validation "
+            "epochs and the last, so most rungs have no value",
+        ))  # fmt: skip
+    if search.repeats > 1:
+        problems.append(Problem(
+            "search.early_stopping",
+            f"cannot be combined with search.repeats ({search.repeats}): a stopped seed "
+            "would take its whole config off the front",
+        ))  # fmt: skip
     return problems
 
 

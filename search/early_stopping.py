@@ -21,11 +21,9 @@ import numpy as np
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from analysis.pareto import dominators
+from analysis.pareto import dominators, minimised
 from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY
-from trainables.settings import TrainSettings
-
-DEFAULT_EPOCHS = TrainSettings.model_fields["epochs"].default
+from trainables.settings import DEFAULT_EPOCHS
 
 
 def rung_verdict(
@@ -81,10 +79,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         epoch = result.get("epoch")
         if epoch not in self.rungs or result.get("status", STATUS_OK) != STATUS_OK:
             return TrialScheduler.CONTINUE
-        values = tuple(
-            -float(result[name]) if direction == "max" else float(result[name])
-            for name, direction in self.objectives.items()
-        )
+        values = tuple(minimised(result, self.objectives))
         peers = self.seen.setdefault(int(epoch), {})
         dominating = rung_verdict(values, peers, self.keep, self.min_peers)
         peers[trial.trial_id] = values
@@ -114,3 +109,12 @@ class EarlyStoppedStatus(tune.Callback):
         detail = self.scheduler.stopped.get(trial.trial_id)
         if detail is not None and result.get("done"):
             result.update(status=STATUS_STOPPED_EARLY, status_detail=detail)
+
+    # Tune saves callbacks' state with the experiment, not the scheduler's: the rungs'
+    # records travel here, so a resumed search compares trials with the same peers.
+    def get_state(self) -> dict[str, Any]:
+        return {"seen": self.scheduler.seen, "stopped": self.scheduler.stopped}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.scheduler.seen = state["seen"]
+        self.scheduler.stopped = state["stopped"]

@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from trainables.memory import MIB
 from trainables.schedules import epoch_plan
 from trainables.settings import TrainSettings
 
@@ -104,6 +105,7 @@ class MemoryGroup:
     optimizer_buffers: int
     amp: bool
     checkpoint_segments: int | None
+    cudnn_benchmark: bool  # the autotuner's workspaces (GPU)
 
     @classmethod
     def of(cls, footprint: MemoryFootprint) -> MemoryGroup:
@@ -113,6 +115,7 @@ class MemoryGroup:
             footprint.optimizer_buffers,
             footprint.amp,
             footprint.checkpoint_segments,
+            footprint.cudnn_benchmark,
         )
 
 
@@ -129,9 +132,9 @@ class Prediction:
     def over(self) -> bool:
         return self.predicted_mb > self.allowed_mb
 
-    def detail(self) -> str:
+    def reason(self) -> str:
         return (
-            f"not started: a training step of {self.batch_size} images is predicted to need "
+            f"a training step of {self.batch_size} images is predicted to need "
             f"{self.predicted_mb:.0f} MiB ({self.basis}), over the {self.allowed_mb:.0f} MiB "
             "it may use"
         )
@@ -228,4 +231,4 @@ class _InMiB:
     peak_bytes: Callable[[int], int]
 
     def __call__(self, batch: int) -> float:
-        return self.peak_bytes(batch) / (1024 * 1024)
+        return self.peak_bytes(batch) / MIB

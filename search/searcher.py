@@ -144,10 +144,11 @@ class FeasibilityAwareOptunaSearch(Searcher):
             prediction = self._memory.predict(settings) if self._memory else None
             if failed_like is None and not (prediction and prediction.over):
                 break
+            reason = _oom_reason(failed_like, prediction)
             if skipped == MAX_SKIPS_PER_SUGGESTION:  # hand it over; it ends at once
-                suggestion[PREDICTED_FROM] = failed_like or "the memory model"
+                suggestion[PREDICTED_FROM] = reason
                 break
-            self._skip(trial, failed_like, prediction)
+            self._skip(trial, reason, prediction)
         else:  # pragma: no cover - the loop always breaks
             raise AssertionError
         if repeat is None and self._repeats > 1:
@@ -178,20 +179,12 @@ class FeasibilityAwareOptunaSearch(Searcher):
             suggestion |= {"seed": self._base_seed, REPEAT_OF: trial_id}
         return trial, suggestion
 
-    def _skip(self, trial: optuna.Trial, failed_like: str | None, prediction: Prediction | None):
-        if failed_like is not None:
-            detail = (
-                f"not started: trial {failed_like} ran out of memory and this config needs "
-                "at least as much"
-            )
-        else:
-            assert prediction is not None
-            detail = prediction.detail()
+    def _skip(self, trial: optuna.Trial, reason: str, prediction: Prediction | None) -> None:
         if prediction is not None:
             trial.set_user_attr(PREDICTED_ATTR, prediction.predicted_mb)
             trial.set_user_attr(ALLOWED_ATTR, prediction.allowed_mb)
         trial.set_user_attr(STARTED_ATTR, False)
-        self._tell_pruned(trial, STATUS_OOM_PREDICTED, detail, infeasible=True)
+        self._tell_pruned(trial, STATUS_OOM_PREDICTED, f"not started: {reason}", infeasible=True)
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
@@ -201,7 +194,7 @@ class FeasibilityAwareOptunaSearch(Searcher):
         if trial is None:
             return
         if error or result is None:
-            self._study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self._study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             return
         status = result.get("status", STATUS_OK)
         if settings is not None:
@@ -214,10 +207,10 @@ class FeasibilityAwareOptunaSearch(Searcher):
             return
         values = [result.get(name, math.nan) for name in self._objectives]
         if any(not isinstance(v, int | float) or math.isnan(v) for v in values):
-            self._study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self._study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             return
         trial.set_user_attr(STATUS_ATTR, STATUS_OK)
-        self._study.tell(trial, [float(v) for v in values])
+        self._study.tell(trial, [float(v) for v in values], skip_if_finished=True)
 
     def _learn_memory(
         self, trial_id: str, settings: TrainSettings, status: str, result: dict[str, Any]
@@ -235,7 +228,7 @@ class FeasibilityAwareOptunaSearch(Searcher):
         trial.set_user_attr(DETAIL_ATTR, detail)
         if infeasible:
             trial.set_constraint("feasible", 1.0)  # > 0: violated
-        self._study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        self._study.tell(trial, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
 
     # --- Tune saves the searcher with the experiment and restores it on --resume -----------
 
@@ -248,11 +241,21 @@ class FeasibilityAwareOptunaSearch(Searcher):
         belong to no Tune trial; they are told FAIL so that none stays RUNNING."""
         with open(checkpoint_path, "rb") as handle:
             self.__dict__.update(pickle.load(handle))
+        running = {
+            trial.number
+            for trial in self._study.get_trials(
+                deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
+            )
+        }
+        # A trial told to Optuna after the last save is finished there; Tune runs it again,
+        # and its second result must not be told twice (Optuna refuses that).
+        for trial_id, trial in list(self._live.items()):
+            if trial.number not in running:
+                del self._live[trial_id]
+                self._settings.pop(trial_id, None)
         live = {trial.number for trial in self._live.values()}
-        running = self._study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        for orphan in running:
-            if orphan.number not in live:
-                self._study.tell(orphan.number, state=optuna.trial.TrialState.FAIL)
+        for number in running - live:
+            self._study.tell(number, state=optuna.trial.TrialState.FAIL)
 
     @property
     def study(self) -> optuna.Study:
@@ -261,6 +264,14 @@ class FeasibilityAwareOptunaSearch(Searcher):
     @property
     def failures(self) -> dict[str, MemoryFootprint]:
         return dict(self._failures)
+
+
+def _oom_reason(failed_like: str | None, prediction: Prediction | None) -> str:
+    """Why a suggestion will run out of memory, for its `status_detail`."""
+    if failed_like is not None:
+        return f"trial {failed_like} ran out of memory and this config needs at least as much"
+    assert prediction is not None
+    return prediction.reason()
 
 
 def _whole(value: Any) -> int | None:

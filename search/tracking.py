@@ -14,15 +14,17 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from ray import tune
 
-from search.skipped import SkippedSuggestion
 from trainables.metrics import NUMERIC_METRICS, PRUNED_STATUSES, STATUS_ERROR, TEXT_METRICS
+
+if TYPE_CHECKING:
+    from search.skipped import SkippedSuggestion
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
 # The experiment tag that tells MLflow 3's UI the experiment is classic model training. The
@@ -154,6 +156,26 @@ class ParentRun:
         return len(running)
 
 
+def create_child_run(
+    client: MlflowClient,
+    experiment_id: str,
+    parent_run_id: str,
+    name: str,
+    tags: Mapping[str, str],
+    params: Mapping[str, Any],
+) -> str:
+    """A trial's run under the search's run: named, tagged, its params logged."""
+    all_tags = {MLFLOW_PARENT_RUN_ID: parent_run_id, MLFLOW_RUN_NAME: name, **tags}
+    run = client.create_run(experiment_id, run_name=name, tags=all_tags)
+    log_params(client, run.info.run_id, params)
+    return run.info.run_id
+
+
+def pruned_tags(status: str, detail: str) -> dict[str, str]:
+    """What a pruned trial's run says of it: its status and why, also as its description."""
+    return {"status": status, "status_detail": detail, NOTE_TAG: f"{status}: {detail}"}
+
+
 def log_skipped(
     parent: ParentRun, skipped: Sequence[SkippedSuggestion], fixed_params: Mapping[str, Any]
 ) -> int:
@@ -172,21 +194,11 @@ def log_skipped(
     for suggestion in new:
         config = {key: value for key, value in suggestion.config.items() if key != "data"}
         name = pruned_run_name(trial_run_name(config, suggestion.trial_id), suggestion.status)
-        run = parent.client.create_run(
-            parent.experiment_id,
-            run_name=name,
-            tags={
-                MLFLOW_PARENT_RUN_ID: parent.run_id,
-                MLFLOW_RUN_NAME: name,
-                "trial_id": suggestion.trial_id,
-                "started": "false",
-                "status": suggestion.status,
-                "status_detail": suggestion.detail,
-                NOTE_TAG: f"{suggestion.status}: {suggestion.detail}",
-            },
-        )
-        log_params(parent.client, run.info.run_id, {**fixed_params, **config})
-        parent.client.set_terminated(run.info.run_id, status="FINISHED")
+        tags = {"trial_id": suggestion.trial_id, "started": "false",
+                **pruned_tags(suggestion.status, suggestion.detail)}  # fmt: skip
+        run_id = create_child_run(parent.client, parent.experiment_id, parent.run_id, name,
+                                  tags, {**fixed_params, **config})  # fmt: skip
+        parent.client.set_terminated(run_id, status="FINISHED")
     return len(new)
 
 
@@ -241,21 +253,12 @@ class MlflowTrialCallback(tune.Callback):
         return trial_run_name({**self.fixed_params, **trial.config}, trial.trial_id)
 
     def _create_run(self, trial: Any) -> str:
-        name = self.run_name(trial)
-        run = self.client.create_run(
-            self.experiment_id,
-            run_name=name,
-            tags={
-                MLFLOW_PARENT_RUN_ID: self.parent_run_id,
-                MLFLOW_RUN_NAME: name,
-                "trial_id": trial.trial_id,
-                "trial_name": str(trial),
-                "status": "running",
-            },
-        )
         config = {key: value for key, value in trial.config.items() if key != "data"}
-        log_params(self.client, run.info.run_id, {**self.fixed_params, **config})
-        return run.info.run_id
+        tags = {"trial_id": trial.trial_id, "trial_name": str(trial), "status": "running"}
+        params = {**self.fixed_params, **config}
+        return create_child_run(
+            self.client, self.experiment_id, self.parent_run_id, self.run_name(trial), tags, params
+        )
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.run_id_for(trial)
@@ -276,7 +279,8 @@ class MlflowTrialCallback(tune.Callback):
         tags = [RunTag(name, str(result[name])) for name in TEXT_METRICS if result.get(name)]
         run_id = self.run_id_for(trial)
         if result.get("status") in PRUNED_STATUSES:
-            tags.append(RunTag(NOTE_TAG, f"{result['status']}: {result.get('status_detail', '')}"))
+            note = pruned_tags(result["status"], str(result.get("status_detail", "")))[NOTE_TAG]
+            tags.append(RunTag(NOTE_TAG, note))
             name = pruned_run_name(self.run_name(trial), result["status"])
             self.client.update_run(run_id, name=name)
         self.client.log_batch(run_id, metrics=metrics, tags=tags)

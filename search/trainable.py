@@ -12,7 +12,7 @@ from trainables import PreparedData, train_classifier
 from trainables.metrics import STATUS_OOM_PREDICTED, pruned_metrics
 
 # Notes the searcher adds to a suggested config; they are not trainable settings.
-PREDICTED_FROM = "oom_predicted_from"  # the trial whose OOM predicts this one's
+PREDICTED_FROM = "oom_predicted_from"  # why the searcher knows this config will not fit
 REPEAT_OF = "repeat_of"  # the first trial of a config that is run with several seeds
 PREDICTED_PEAK = "predicted_peak_mb"  # the memory model's figure for the trial's step
 SEARCH_NOTES = frozenset({PREDICTED_FROM, REPEAT_OF, PREDICTED_PEAK})
@@ -24,12 +24,8 @@ def without_notes(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def classifier_trial(config: dict[str, Any], data: PreparedData | None = None) -> None:
-    predicted_from = config.get(PREDICTED_FROM)
-    if predicted_from:
-        detail = (
-            f"not trained: trial {predicted_from} ran out of memory and this config needs "
-            "at least as much"
-        )
-        tune.report(pruned_metrics(STATUS_OOM_PREDICTED, detail, epoch=0))
+    reason = config.get(PREDICTED_FROM)
+    if reason:  # the searcher ran out of other suggestions to give
+        tune.report(pruned_metrics(STATUS_OOM_PREDICTED, f"not trained: {reason}", epoch=0))
         return
     train_classifier(without_notes(config), data)

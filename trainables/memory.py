@@ -452,17 +452,10 @@ class MemoryBudget:
         precision: Precision,
     ) -> int:
         """Before a step on `inputs`: on CPU the metered peak (bytes), raising
-        `MemoryBudgetExceeded` when over the budget; on CUDA 0 (the allocator enforces).
-        The meter's figure depends on the batch's shape alone, so it is measured once per
-        shape in a trial, on two tiny batches (`extrapolated_step_peak_bytes`)."""
+        `MemoryBudgetExceeded` when over the budget; on CUDA 0 (the allocator enforces)."""
         if self.card is not None:
             return 0
-        shape = tuple(inputs.shape)
-        if shape not in self._metered:
-            self._metered[shape] = extrapolated_step_peak_bytes(
-                model, optimizer, inputs, targets, precision
-            )
-        peak = self._metered[shape]
+        peak = self._metered_peak(model, optimizer, inputs, targets, precision)
         if not self.allows(peak):
             raise MemoryBudgetExceeded(
                 f"a training step of {len(inputs)} images needs {peak / MIB:.0f} MiB, "
@@ -488,7 +481,7 @@ class MemoryBudget:
         try:
             inputs, targets = make_batch()
             if self.card is None:
-                fits = self.allows(step_peak_bytes(model, optimizer, inputs, targets, precision))
+                fits = self.allows(self._metered_peak(model, optimizer, inputs, targets, precision))
             else:
                 with _buffers_restored(model):
                     train_step(model, optimizer, [(inputs, targets)], precision,
@@ -505,6 +498,24 @@ class MemoryBudget:
             if not fits:
                 torch.cuda.empty_cache()
         return fits
+
+    def _metered_peak(
+        self,
+        model: StagedClassifier,
+        optimizer: torch.optim.Optimizer,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        precision: Precision,
+    ) -> int:
+        """The CPU meter's peak for a step on `inputs`. It depends on the batch's shape
+        alone (in training mode, where `fits` and the loop measure), so it is measured once
+        per shape in a trial, on two tiny batches (`extrapolated_step_peak_bytes`)."""
+        shape = tuple(inputs.shape)
+        if shape not in self._metered:
+            self._metered[shape] = extrapolated_step_peak_bytes(
+                model, optimizer, inputs, targets, precision
+            )
+        return self._metered[shape]
 
     def allows(self, metered_bytes: float) -> bool:
         """Whether a step the CPU meter puts at `metered_bytes` is within the budget."""

@@ -100,3 +100,4 @@ def _plain(value: Any) -> Any:
 
 
 TRAIN_KEYS: frozenset[str] = frozenset(TrainSettings.model_fields)
+DEFAULT_EPOCHS: int = TrainSettings.model_fields["epochs"].default

@@ -217,3 +217,6 @@ def test_the_memory_models_error_is_the_median_relative_gap_over_trials_it_predi
     count, error = memory_prediction_error(frame)
     assert count == 3 and error == pytest.approx(0.1)  # 10%, 10%, 25%
     assert memory_prediction_error(frame.drop(columns="config.predicted_peak_mb")) is None
+    grown = frame.assign(**{"config.batch_size": [16, 16, 16, 16],
+                            "physical_batch_size": [16, 32, 16, 16]})  # fmt: skip
+    assert memory_prediction_error(grown) == (2, pytest.approx(0.175))  # the grown one is out

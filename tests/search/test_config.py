@@ -228,3 +228,11 @@ def test_early_stopping_takes_its_defaults_and_can_be_turned_off(tmp_path):
     stopping = load_config(path).search.early_stopping
     assert stopping is not None and stopping.rungs == (2, 4) and stopping.keep == 0.5
     assert load_config(path, ["search.early_stopping=null"]).search.early_stopping is None
+
+
+def test_early_stopping_needs_objectives_scored_every_epoch_and_one_seed_per_config(tmp_path):
+    path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
+    problems = problems_of(path, ["search.objectives={test_acc: max}"])
+    assert "['test_acc']" in problems["search.early_stopping"]
+    repeated = problems_of(path, ["search.repeats=2", "search.num_samples=4"])
+    assert "search.repeats (2)" in repeated["search.early_stopping"]

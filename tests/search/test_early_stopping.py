@@ -83,6 +83,18 @@ def test_the_status_callback_marks_only_the_last_result_of_a_stopped_trial():
     assert last["status"] == "stopped_early" and last["status_detail"] == "stopped at epoch 2"
 
 
+def test_the_rungs_records_travel_with_the_callbacks_state_to_a_resumed_search():
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2)
+    for name, speed in (("a", 900), ("b", 10)):
+        scheduler.on_trial_result(None, fake_trial(name), result(2, speed, 0.9))
+    state = EarlyStoppedStatus(scheduler).get_state()
+    resumed = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2)
+    EarlyStoppedStatus(resumed).set_state(state)
+    assert resumed.seen == scheduler.seen and set(resumed.stopped) == {"b"}
+    decision = resumed.on_trial_result(None, fake_trial("c"), result(2, 5, 0.1))
+    assert decision == TrialScheduler.STOP  # compared with a and b from before the resume
+
+
 @pytest.fixture(scope="module")
 def stopped_search(tmp_path_factory):
     """Two trials in turn whose one objective is known before they run: the second needs

@@ -93,7 +93,7 @@ def test_when_every_config_is_over_budget_tune_still_gets_one_that_ends_at_once(
     searcher = searcher_over(space={"batch_size": SpaceParam("choice", (64,))})
     searcher.suggest("a")
     searcher.on_trial_complete("a", result(status="oom", physical_batch_size=64))
-    assert searcher.suggest("b")["oom_predicted_from"] == "a"
+    assert searcher.suggest("b")["oom_predicted_from"].startswith("trial a ran out of memory")
 
 
 class LineProbe:
@@ -233,3 +233,21 @@ def test_with_repeats_each_sampled_config_comes_again_with_the_next_seeds():
     assert all(c["optimizer"] == "adam" for c in first)  # the grid point, repeated
     assert len({(c["batch_size"], c["optimizer"]) for c in second}) == 1
     assert len(searcher.study.trials) == 6  # each repeat is its own Optuna trial
+
+
+def test_a_trial_told_after_the_last_save_is_not_told_twice_when_tune_runs_it_again(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+
+    def build():
+        return build_searcher(SPACE, OBJECTIVES, optuna.samplers.RandomSampler(seed=0),
+                              fixed_config=FIXED, storage=storage, study_name="s")  # fmt: skip
+
+    first = build()
+    first.suggest("a")
+    first.save(str(tmp_path / "searcher.pkl"))
+    first.on_trial_complete("a", result())  # told, then the driver dies before a save
+    second = build()
+    second.restore(str(tmp_path / "searcher.pkl"))
+    second.on_trial_complete("a", result(best_val_acc=0.9))  # Tune's rerun: nothing raises
+    (trial,) = second.study.trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE and trial.values[1] == 0.7
