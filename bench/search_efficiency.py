@@ -13,7 +13,8 @@ Columns: wall seconds; trials started (Tune trials); stopped early; OOMs that ra
 configs never started because they were predicted to run out; seconds spent in trials
 that ended off the front; hypervolume of the final front (the same bounds and reference
 point for all three, the config's `search.hypervolume_bounds`); the share of suggestions
-after the sampler's start-up phase that were infeasible (out of memory, run or predicted).
+after the sampler's start-up phase that were infeasible (out of memory, run or predicted),
+and of the trials started after it.
 
     python bench/search_efficiency.py [--config configs/cats_dogs.yaml] [--budget-mb 40]
         [--num-samples 16] [--repeats 3] [key.path=value ...]
@@ -22,7 +23,6 @@ after the sampler's start-up phase that were infeasible (out of memory, run or p
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import subprocess
@@ -39,7 +39,7 @@ import pandas as pd
 from analysis.load import frame_from_tune, trial_seconds
 from analysis.pareto import declared_bounds, hypervolume, mark_front
 from search.config import SearchConfig, load_config
-from search.searcher import STATUS_ATTR, build_sampler, startup_trials
+from search.searcher import STARTED_ATTR, STATUS_ATTR, build_sampler, startup_trials
 from trainables.metrics import DEFAULT_MIN_ACCURACY, METRICS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +57,8 @@ class Outcome:
     oom_not_started: float
     seconds_off_front: float
     hypervolume: float
-    infeasible_after_startup: float
+    infeasible_after_startup: float  # of the sampler's suggestions
+    infeasible_started_after_startup: float  # of the trials Tune started
 
     def cells(self) -> list[str]:
         return [
@@ -69,6 +70,7 @@ class Outcome:
             f"{self.seconds_off_front:.0f}",
             f"{self.hypervolume:.4f}",
             f"{self.infeasible_after_startup:.2f}",
+            f"{self.infeasible_started_after_startup:.2f}",
         ]
 
 
@@ -80,7 +82,8 @@ HEADINGS = [
     "OOM ran / not started",
     "s off the front",
     "hypervolume",
-    "infeasible after start-up",
+    "infeasible after start-up: suggested",
+    "started",
 ]
 
 
@@ -93,7 +96,10 @@ def run_pipeline(name: str, arguments: list[str], config: SearchConfig, workdir:
     experiment = workdir / "ray_results" / name
     trials = pd.read_csv(experiment / "report" / "trials.csv")
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{experiment / 'optuna.db'}")
-    statuses = [t.user_attrs.get(STATUS_ATTR, "failed") for t in study.trials]
+    statuses = [
+        (t.user_attrs.get(STATUS_ATTR, "failed"), t.user_attrs.get(STARTED_ATTR, True))
+        for t in study.trials
+    ]
     return summarise(name, seconds, trials, trial_seconds(experiment), statuses, config)
 
 
@@ -168,7 +174,9 @@ def run_stock(config: SearchConfig, workdir: Path, name: str) -> Outcome:
             frame.loc[index, "status"] = "oom"
     study = optuna.load_study(study_name="stock", storage=storage)
     # A raised trial is FAIL to Optuna: out of memory here (or diverged, which is rare).
-    statuses = ["oom" if t.state == optuna.trial.TrialState.FAIL else "ok" for t in study.trials]
+    statuses = [
+        ("oom" if t.state == optuna.trial.TrialState.FAIL else "ok", True) for t in study.trials
+    ]
     return summarise(name, seconds, frame, trial_seconds(experiment), statuses, config)
 
 
@@ -177,7 +185,7 @@ def summarise(
     seconds: float,
     trials: pd.DataFrame,
     durations: dict[str, float],
-    suggestion_statuses: list[str],
+    suggestion_statuses: list[tuple[str, bool]],  # (status, started) in the order suggested
     config: SearchConfig,
 ) -> Outcome:
     objectives = dict(config.objectives)
@@ -195,10 +203,13 @@ def summarise(
         oom_not_started=int((trials["status"] == "oom_predicted").sum()),
         seconds_off_front=sum(durations.get(str(t), 0.0) for t in off_front["trial_id"]),
         hypervolume=hypervolume(trials, objectives, bounds, DEFAULT_MIN_ACCURACY),
-        infeasible_after_startup=(
-            sum(status in INFEASIBLE for status in after) / len(after) if after else math.nan
-        ),
+        infeasible_after_startup=_share_infeasible(after),
+        infeasible_started_after_startup=_share_infeasible([s for s in after if s[1]]),
     )
+
+
+def _share_infeasible(statuses: list[tuple[str, bool]]) -> float:
+    return sum(status in INFEASIBLE for status, _ in statuses) / len(statuses) if statuses else 0.0
 
 
 def render(outcomes: list[Outcome]) -> str:
@@ -261,8 +272,10 @@ def main() -> None:
         never = sum(o.oom_not_started for o in runs["on"])
         print(f"(3): {never} of {over_budget} over-budget configs never started")
     if stock.infeasible_after_startup:
-        print(f"infeasible share after start-up, (3) / (1), medians: "
-              f"{on.infeasible_after_startup / stock.infeasible_after_startup:.2f}")  # fmt: skip
+        base = stock.infeasible_after_startup  # all of stock's suggestions are started
+        print(f"infeasible share after start-up, (3) / (1), medians: suggested "
+              f"{on.infeasible_after_startup / base:.2f}, "
+              f"started {on.infeasible_started_after_startup / base:.2f}")  # fmt: skip
 
 
 def median_outcome(outcomes: list[Outcome]) -> Outcome:
