@@ -272,10 +272,10 @@ def main() -> None:
         never = sum(o.oom_not_started for o in runs["on"])
         print(f"(3): {never} of {over_budget} over-budget configs never started")
     if stock.infeasible_after_startup:
-        base = stock.infeasible_after_startup  # all of stock's suggestions are started
+        stock_share = stock.infeasible_after_startup  # stock starts all it is given
         print(f"infeasible share after start-up, (3) / (1), medians: suggested "
-              f"{on.infeasible_after_startup / base:.2f}, "
-              f"started {on.infeasible_started_after_startup / base:.2f}")  # fmt: skip
+              f"{on.infeasible_after_startup / stock_share:.2f}, "
+              f"started {on.infeasible_started_after_startup / stock_share:.2f}")  # fmt: skip
 
 
 def median_outcome(outcomes: list[Outcome]) -> Outcome:
