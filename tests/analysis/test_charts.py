@@ -50,7 +50,11 @@ def test_the_interactive_charts_name_each_kind_of_trial_and_leave_out_empty_ones
     feasible = feasible_mask(frame, OBJECTIVES, min_accuracy=0.55)
     pair = interactive_figures(frame, OBJECTIVES, feasible)[0]
     names = [trace.name for trace in pair.data]
-    assert names == ["Pareto front", "pruned (oom, diverged)", "finished, kept off (at chance)"]
+    assert names == [
+        "Pareto front",
+        "pruned (oom, diverged, stopped early)",
+        "finished, kept off (at chance)",
+    ]
     at_chance = pair.data[2]
     assert list(at_chance.x) == [1500.0] and to_hex(at_chance.marker.color) == AT_CHANCE
 
