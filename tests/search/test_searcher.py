@@ -149,20 +149,21 @@ def test_a_trial_stopped_early_is_pruned_but_not_marked_infeasible():
     assert trial.user_attrs["status"] == "stopped_early"
 
 
+def persistent_searcher(tmp_path) -> FeasibilityAwareOptunaSearch:
+    """A searcher whose study lives in a file, as a search's does."""
+    return build_searcher(SPACE, OBJECTIVES, optuna.samplers.RandomSampler(seed=0),
+                          fixed_config=FIXED, storage=f"sqlite:///{tmp_path / 'optuna.db'}",
+                          study_name="s")  # fmt: skip
+
+
 def test_a_saved_searcher_restored_in_a_new_object_continues_the_same_study(tmp_path):
-    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-
-    def build():
-        return build_searcher(SPACE, OBJECTIVES, optuna.samplers.RandomSampler(seed=0),
-                              fixed_config=FIXED, storage=storage, study_name="s")  # fmt: skip
-
-    first = build()
+    first = persistent_searcher(tmp_path)
     first.suggest("a")
     first.suggest("b")
     first.on_trial_complete("a", result())
     first.save(str(tmp_path / "searcher.pkl"))
     first.suggest("orphan")  # started after the save: the driver is then killed
-    second = build()
+    second = persistent_searcher(tmp_path)
     second.restore(str(tmp_path / "searcher.pkl"))
     second.on_trial_complete("b", result())
     states = [t.state for t in second.study.trials]
@@ -236,17 +237,11 @@ def test_with_repeats_each_sampled_config_comes_again_with_the_next_seeds():
 
 
 def test_a_trial_told_after_the_last_save_is_not_told_twice_when_tune_runs_it_again(tmp_path):
-    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-
-    def build():
-        return build_searcher(SPACE, OBJECTIVES, optuna.samplers.RandomSampler(seed=0),
-                              fixed_config=FIXED, storage=storage, study_name="s")  # fmt: skip
-
-    first = build()
+    first = persistent_searcher(tmp_path)
     first.suggest("a")
     first.save(str(tmp_path / "searcher.pkl"))
     first.on_trial_complete("a", result())  # told, then the driver dies before a save
-    second = build()
+    second = persistent_searcher(tmp_path)
     second.restore(str(tmp_path / "searcher.pkl"))
     second.on_trial_complete("a", result(best_val_acc=0.9))  # Tune's rerun: nothing raises
     (trial,) = second.study.trials
