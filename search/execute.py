@@ -98,7 +98,8 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
         log_skipped(parent, skipped, callback.fixed_params)
         rows = [trial_row(s.trial_id, s.config, s.metrics) for s in skipped]
         frame = pd.concat([frame, pd.DataFrame(rows)], ignore_index=True)
-        say(f"Never started: {len(skipped)} suggestions predicted to run out of memory.")
+        count = f"{len(skipped)} suggestion{'s' if len(skipped) != 1 else ''}"
+        say(f"Never started: {count} known to run out of memory (see the trials table).")
     report = build_report(
         frame,
         config.objectives,
