@@ -285,9 +285,9 @@ def evaluate(
     """(accuracy, mean loss) of `model` on `split` in eval mode, on the model's device.
 
     On CPU the batch goes in channels-last: the convolutions then take oneDNN's
-    channels-last kernels, which scored the small CNN at 64 px 2-3x as fast (forward only,
-    fp32, one thread); the numbers are the same up to float rounding. On CUDA the format
-    is left as it is (not measured there)."""
+    channels-last kernels, faster for the small CNN's forward pass on this project's
+    machine; the numbers are the same up to float rounding. On CUDA the format is left as
+    it is (not measured there)."""
     device = next(model.parameters()).device
     model.eval()
     loss_sum = torch.zeros((), device=device)
