@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainables.memory import MIB
 from trainables.schedules import epoch_plan
@@ -96,27 +96,10 @@ def predicted_oom(
 # --- predicted before a trial starts: peak memory as a line in the batch -------------------
 
 
-@dataclass(frozen=True)
-class MemoryGroup:
-    """Trials whose step memory differs only by the batch: a + b x batch within a group."""
-
-    model: str
-    image_size: int
-    optimizer_buffers: int
-    amp: bool
-    checkpoint_segments: int | None
-    cudnn_benchmark: bool  # the autotuner's workspaces (GPU)
-
-    @classmethod
-    def of(cls, footprint: MemoryFootprint) -> MemoryGroup:
-        return cls(
-            footprint.model,
-            footprint.image_size,
-            footprint.optimizer_buffers,
-            footprint.amp,
-            footprint.checkpoint_segments,
-            footprint.cudnn_benchmark,
-        )
+def memory_group(footprint: MemoryFootprint) -> MemoryFootprint:
+    """The footprint less what a group's line is a function of (the batch) or does not
+    depend on (the budget): trials alike in the rest need a + b x batch."""
+    return replace(footprint, batch_size=0, eval_batch_size=0, memory_budget_mb=math.inf)
 
 
 @dataclass(frozen=True)
@@ -145,7 +128,7 @@ MeterProbe = Callable[[TrainSettings], Callable[[int], float] | None]
 
 
 class MemoryModel:
-    """Peak MiB of a training step as a line in the physical batch, per `MemoryGroup`.
+    """Peak MiB of a training step as a line in the physical batch, per `memory_group`.
 
     Fitted to what the trials measured (`peak_mem_mb` at the batch they ran, the CPU meter's
     figure of a step refused as out of memory) by least squares once a group has two
@@ -156,13 +139,13 @@ class MemoryModel:
 
     def __init__(self, probe: MeterProbe | None = None) -> None:
         self._probe = probe
-        self._probed: dict[MemoryGroup, Callable[[int], float] | None] = {}
-        self._measured: dict[MemoryGroup, dict[int, float]] = {}
+        self._probed: dict[MemoryFootprint, Callable[[int], float] | None] = {}
+        self._measured: dict[MemoryFootprint, dict[int, float]] = {}
 
     def observe(self, settings: TrainSettings, batch_size: int, peak_mb: float) -> None:
         """A step of `batch_size` images of a trial with `settings` peaked at `peak_mb`."""
         if batch_size > 0 and math.isfinite(peak_mb) and peak_mb > 0:
-            group = MemoryGroup.of(MemoryFootprint.of(settings))
+            group = memory_group(MemoryFootprint.of(settings))
             self._measured.setdefault(group, {})[batch_size] = peak_mb
 
     def predict(self, settings: TrainSettings) -> Prediction | None:
@@ -170,7 +153,7 @@ class MemoryModel:
         if settings.memory_budget_mb is None:
             return None
         footprint = MemoryFootprint.of(settings)
-        group = MemoryGroup.of(footprint)
+        group = memory_group(footprint)
         if self._probe is not None and group not in self._probed:
             self._probed[group] = self._probe(settings)
         line, basis = self._probed.get(group), "the CPU meter at the driver"
@@ -181,7 +164,7 @@ class MemoryModel:
         batch = footprint.batch_size
         return Prediction(batch, line(batch), settings.memory_budget_mb, basis)
 
-    def _fitted(self, group: MemoryGroup) -> Callable[[int], float] | None:
+    def _fitted(self, group: MemoryFootprint) -> Callable[[int], float] | None:
         points = self._measured.get(group, {})
         return _least_squares(points) if len(points) >= 2 else None
 

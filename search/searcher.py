@@ -121,8 +121,8 @@ class FeasibilityAwareOptunaSearch(Searcher):
         self._base_seed = TrainSettings.from_config(self._fixed_config).seed  # of repeats
         self._repeats = repeats
         self._pending_repeats: list[_Repeat] = []
-        self._live: dict[str, optuna.Trial] = {}  # Tune trial id -> its Optuna trial
-        self._settings: dict[str, TrainSettings] = {}  # by Tune trial id, while live
+        # Tune trial id -> its Optuna trial and settings, until it is told
+        self._live: dict[str, tuple[optuna.Trial, TrainSettings]] = {}
         self._failures: dict[str, MemoryFootprint] = {}  # trials that ran out of memory
         self._memory = memory  # None: no predictions, only the monotone rule
 
@@ -149,8 +149,6 @@ class FeasibilityAwareOptunaSearch(Searcher):
                 suggestion[PREDICTED_FROM] = reason
                 break
             self._skip(trial, reason, prediction)
-        else:  # pragma: no cover - the loop always breaks
-            raise AssertionError
         if repeat is None and self._repeats > 1:
             self._pending_repeats += [
                 _Repeat(trial.params, self._base_seed + k, trial_id)
@@ -160,8 +158,7 @@ class FeasibilityAwareOptunaSearch(Searcher):
             trial.set_user_attr(PREDICTED_ATTR, prediction.predicted_mb)
             suggestion[PREDICTED_PEAK] = round(prediction.predicted_mb, 3)
         trial.set_user_attr(STARTED_ATTR, True)
-        self._live[trial_id] = trial
-        self._settings[trial_id] = settings
+        self._live[trial_id] = (trial, settings)
         return suggestion
 
     def _ask(self, repeat: _Repeat | None, trial_id: str) -> tuple[optuna.Trial, dict[str, Any]]:
@@ -189,16 +186,14 @@ class FeasibilityAwareOptunaSearch(Searcher):
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
-        trial = self._live.pop(trial_id, None)
-        settings = self._settings.pop(trial_id, None)
-        if trial is None:
+        if trial_id not in self._live:
             return
+        trial, settings = self._live.pop(trial_id)
         if error or result is None:
             self._study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             return
         status = result.get("status", STATUS_OK)
-        if settings is not None:
-            self._learn_memory(trial_id, settings, status, result)
+        self._learn_memory(trial_id, settings, status, result)
         if status != STATUS_OK:
             # Stopped early is a feasible config that trailed; the others cannot finish.
             detail = str(result.get("status_detail", ""))
@@ -249,11 +244,12 @@ class FeasibilityAwareOptunaSearch(Searcher):
         }
         # A trial told to Optuna after the last save is finished there; Tune runs it again,
         # and its second result must not be told twice (Optuna refuses that).
-        for trial_id, trial in list(self._live.items()):
-            if trial.number not in running:
-                del self._live[trial_id]
-                self._settings.pop(trial_id, None)
-        live = {trial.number for trial in self._live.values()}
+        self._live = {
+            trial_id: (trial, settings)
+            for trial_id, (trial, settings) in self._live.items()
+            if trial.number in running
+        }
+        live = {trial.number for trial, _ in self._live.values()}
         for number in running - live:
             self._study.tell(number, state=optuna.trial.TrialState.FAIL)
 
