@@ -105,6 +105,7 @@ def run_pipeline(name: str, arguments: list[str], config: SearchConfig, workdir:
 
 def stock_trial(config: dict[str, Any], data: Any) -> None:
     """The trainable as a user writes it: report each epoch, an out-of-memory error raises."""
+    import torch
     from ray import tune
 
     from trainables.classifier import fit_classifier
@@ -117,12 +118,8 @@ def stock_trial(config: dict[str, Any], data: Any) -> None:
             raise RuntimeError(f"{metrics['status']}: {metrics['status_detail']}")
         tune.report(metrics)
 
-    settings = TrainSettings.from_config(config)
-    torch_threads = int(tune.get_context().get_trial_resources().head_cpus)
-    import torch
-
-    torch.set_num_threads(max(1, torch_threads))
-    fit_classifier(settings, data, report)
+    torch.set_num_threads(max(1, int(tune.get_context().get_trial_resources().head_cpus)))
+    fit_classifier(TrainSettings.from_config(config), data, report)
 
 
 def run_stock(config: SearchConfig, workdir: Path, name: str) -> Outcome:
