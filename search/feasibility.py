@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from trainables.memory import MIB
+from trainables.optimizers import OPTIMIZERS
 from trainables.schedules import epoch_plan
 from trainables.settings import TrainSettings
 
@@ -32,9 +33,9 @@ class MemoryFootprint:
     batch_size: int  # physical batch of the first epoch (AdaBatch growth past what fits
     # turns into accumulation, so growth alone never runs a trial out of memory)
     eval_batch_size: int
-    optimizer_buffers: int  # per-parameter state: SGD 0 or 1 (momentum), Adam 2
+    optimizer_buffers: int  # per-parameter state (trainables.optimizers): SGD 0-1, Adam 2
     amp: bool
-    checkpoint_segments: int | None  # None: no activation checkpointing
+    checkpointing: tuple[object, ...] | None  # what is recomputed; None: no checkpointing
     cudnn_benchmark: bool
     memory_budget_mb: float
 
@@ -48,10 +49,10 @@ class MemoryFootprint:
             lr=settings.base_lr,
             capacity=settings.max_batch_size,
         )
-        buffers = {"adam": 2, "sgd": 1 if settings.momentum > 0 else 0}[settings.optimizer]
-        segments = None
+        buffers = OPTIMIZERS[settings.optimizer].state_buffers(settings.momentum)
+        checkpointing = None
         if settings.grad_checkpointing:
-            segments = settings.checkpoint_segments or 0  # 0: one per stage
+            checkpointing = (settings.checkpoint_modules, settings.checkpoint_segments)
         return cls(
             model=settings.model,
             image_size=settings.data.image_size,
@@ -59,7 +60,7 @@ class MemoryFootprint:
             eval_batch_size=settings.eval_batch_size or first.batch_size,
             optimizer_buffers=buffers,
             amp=settings.amp,
-            checkpoint_segments=segments,
+            checkpointing=checkpointing,
             cudnn_benchmark=settings.cudnn_benchmark,
             memory_budget_mb=settings.memory_budget_mb or math.inf,
         )
@@ -75,8 +76,7 @@ def needs_at_least(candidate: MemoryFootprint, failed: MemoryFootprint) -> bool:
         and candidate.optimizer_buffers >= failed.optimizer_buffers
         and (failed.amp or not candidate.amp)
         and (
-            candidate.checkpoint_segments is None
-            or candidate.checkpoint_segments == failed.checkpoint_segments
+            candidate.checkpointing is None or candidate.checkpointing == failed.checkpointing
         )
         and (candidate.cudnn_benchmark or not failed.cudnn_benchmark)
         and candidate.memory_budget_mb <= failed.memory_budget_mb

@@ -22,6 +22,7 @@ import torch
 from ray import tune
 from torch import nn
 
+from trainables.checkpointing import enable_checkpointing
 from trainables.data import PreparedData, Split, prepare_data
 from trainables.data.errors import first_line
 from trainables.memory import MIB, MemoryBudget
@@ -38,6 +39,7 @@ from trainables.metrics import (
 )
 from trainables.models import build_model
 from trainables.oom import is_out_of_memory, release_memory
+from trainables.optimizers import OPTIMIZERS
 from trainables.precision import Precision, precision_for
 from trainables.schedules import EpochPlan, epoch_plan, grows_by_noise, warmup_factor
 from trainables.settings import TrainSettings
@@ -151,9 +153,12 @@ def start_trial(
     budget's device, which the budget already holds to the trial's share of memory."""
     device = budget.device
     torch.manual_seed(settings.seed)
-    model = build_model(settings.model, num_classes, image_size).to(device)
+    model = build_model(settings.model, num_classes, image_size, pretrained=settings.pretrained)
     if settings.grad_checkpointing:
-        model.enable_checkpointing(settings.checkpoint_segments)
+        model = enable_checkpointing(
+            model, modules=settings.checkpoint_modules, segments=settings.checkpoint_segments
+        )
+    model = model.to(device)
     optimizer = build_optimizer(settings, model.parameters())
     precision = precision_for(settings.amp, settings.amp_dtype, device)
     state = TrialState()
@@ -451,14 +456,9 @@ def resolve_device(name: str) -> torch.device:
 def build_optimizer(
     settings: TrainSettings, parameters: Iterable[nn.Parameter]
 ) -> torch.optim.Optimizer:
-    if settings.optimizer == "sgd":
-        return torch.optim.SGD(
-            parameters,
-            lr=settings.base_lr,
-            momentum=settings.momentum,
-            weight_decay=settings.weight_decay,
-        )
-    return torch.optim.Adam(parameters, lr=settings.base_lr, weight_decay=settings.weight_decay)
+    """The settings' optimizer (`trainables.optimizers.OPTIMIZERS`) at the first lr."""
+    kind = OPTIMIZERS[settings.optimizer]
+    return kind.build(parameters, settings.base_lr, settings.momentum, settings.weight_decay)
 
 
 def _host_split(split: Split) -> HostSplit:

@@ -12,10 +12,11 @@ the moment backward starts:
     parameters + gradients + optimizer state + the input batch
     + every tensor autograd saved for backward (each storage once, parameters excluded)
 
-With activation checkpointing the forward keeps only each checkpointed segment's input;
-the segment's own activations come back while it is recomputed in backward, so the saved
-part is: the segment inputs + the larger of the last segment's saved tensors and the
-largest recomputed segment's.
+With activation checkpointing (`trainables.checkpointing`) the forward keeps only each
+recomputed region's input (a block, or a segment of a sequence); the region's own
+activations come back while it is recomputed in backward. So the peak is the largest of:
+everything saved when backward starts, and for each region, while it is recomputed, what
+was saved before it + the inputs of the regions up to it + what it saves itself.
 
 It is an upper bound on the step's live tensors (gradients are counted as if all existed
 while every activation is still alive) and ignores the allocator's caching and the
@@ -31,16 +32,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.models import StagedClassifier
+from trainables.checkpointing import recording_regions
 from trainables.oom import MemoryBudgetExceeded, is_out_of_memory, release_memory
 from trainables.precision import Precision
 from trainables.step import train_step
@@ -56,29 +57,6 @@ def _storage_key(tensor: torch.Tensor) -> tuple[int, int]:
 def unique_storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of the distinct storages behind `tensors` (views share one storage)."""
     return sum(nbytes for _, nbytes in {_storage_key(t) for t in tensors})
-
-
-@dataclass
-class SavedTensorsMeter:
-    """Records the storages autograd saves for backward while `recording()` is active."""
-
-    exclude: set[tuple[int, int]] = field(default_factory=set)  # e.g. the parameters
-    saved: dict[tuple[int, int], int] = field(default_factory=dict)
-
-    @contextmanager
-    def recording(self) -> Iterator[SavedTensorsMeter]:
-        def pack(tensor: torch.Tensor) -> torch.Tensor:
-            key = _storage_key(tensor)
-            if key not in self.exclude:
-                self.saved[key] = key[1]
-            return tensor
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            yield self
-
-    @property
-    def saved_bytes(self) -> int:
-        return sum(self.saved.values())
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
@@ -116,59 +94,94 @@ def _buffers_restored(model: nn.Module) -> Iterator[None]:
                 buffer.copy_(saved[name])
 
 
-def _saved_bytes(
-    module: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None, precision: Precision,
-    exclude: set[tuple[int, int]],
-) -> tuple[int, torch.Tensor]:  # fmt: skip
-    """Bytes `module` saves for backward on `inputs` (with the loss when `targets` is given)."""
-    meter = SavedTensorsMeter(exclude=exclude)
-    with meter.recording(), precision.autocast():
-        outputs = module(inputs)
-        if targets is not None:
-            F.cross_entropy(outputs, targets)
-    return meter.saved_bytes, outputs.detach()
+class _Timeline:
+    """What a forward saves for backward, in order, and where each recomputed region (a
+    checkpointed block or segment) starts: the regions run plainly while it records, so
+    their saved tensors are seen instead of being dropped for recomputation."""
+
+    def __init__(self, exclude: set[tuple[int, int]]) -> None:
+        self.exclude = exclude
+        self.outside: dict[tuple[int, int], int] = {}  # storage -> regions started before it
+        self.kept: list[dict[tuple[int, int], int]] = []  # each region's inputs
+        self.inside: list[dict[tuple[int, int], int]] = []  # what each region saves
+        self._current: int | None = None
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        key = _storage_key(tensor)
+        if key in self.exclude:
+            return tensor
+        if self._current is not None:
+            self.inside[self._current][key] = key[1]
+        else:
+            self.outside.setdefault(key, len(self.kept))
+        return tensor
+
+    @contextmanager
+    def region(self, inputs: Sequence[torch.Tensor]) -> Iterator[None]:
+        self.kept.append({_storage_key(t): _storage_key(t)[1] for t in inputs
+                          if _storage_key(t) not in self.exclude})  # fmt: skip
+        self.inside.append({})
+        self._current = len(self.kept) - 1
+        try:
+            yield
+        finally:
+            self._current = None
+
+    def parts(self) -> SavedParts:
+        """The bytes alive at each moment of backward that can be its peak."""
+        everything = {key: key[1] for key in self.outside}
+        for kept in self.kept:
+            everything.update(kept)
+        moments = [sum(everything.values())]  # backward starts: nothing freed yet
+        for region, saved in enumerate(self.inside):
+            # Recomputing this region: what was saved before it and the inputs of the
+            # regions up to it are alive; everything backward has passed is freed.
+            alive = {key: key[1] for key, before in self.outside.items() if before <= region}
+            for kept in self.kept[: region + 1]:
+                alive.update(kept)
+            fresh = sum(size for key, size in saved.items() if key not in alive)
+            moments.append(sum(alive.values()) + fresh)
+        return SavedParts(tuple(moments))
 
 
 @dataclass(frozen=True)
 class SavedParts:
-    """What a training step saves for backward, in the parts that add up to its peak."""
+    """What a training step keeps for backward at each moment that can be its peak: when
+    backward starts, and (with checkpointing) while each region is recomputed."""
 
-    kept: int  # checkpointing: the segment inputs that stay alive through the forward
-    recomputed: tuple[int, ...]  # checkpointing: what each recomputed segment saves
-    last: int  # the last segment's saved tensors (without checkpointing: the whole model's)
+    moments: tuple[int, ...]
 
     def peak(self) -> int:
-        return self.kept + max(self.last, *self.recomputed, 0)
+        return max(self.moments)
 
 
 def saved_parts(
-    model: StagedClassifier, inputs: torch.Tensor, targets: torch.Tensor, precision: Precision
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, precision: Precision
 ) -> SavedParts:
-    """What one training step on `inputs` saves for backward, part by part."""
+    """What one training step on `inputs` saves for backward, moment by moment."""
     # Parameters and the batch are counted once, by `step_peak_bytes`.
     exclude = {_storage_key(p) for p in model.parameters()} | {_storage_key(inputs)}
-    with _buffers_restored(model), torch.enable_grad():
-        if not model.checkpointing:
-            return SavedParts(0, (), _saved_bytes(model, inputs, targets, precision, exclude)[0])
-        *recomputed, last = model.segments()
-        kept, saved, x = 0, [], inputs
-        for segment in recomputed:
-            segment_saved, x = _saved_bytes(segment, x, None, precision, exclude)
-            saved.append(segment_saved)
-            kept += unique_storage_bytes([x])  # the next segment's input stays alive
-        last_saved, _ = _saved_bytes(last, x, targets, precision, exclude)
-        return SavedParts(kept, tuple(saved), last_saved)
+    timeline = _Timeline(exclude)
+    with (
+        _buffers_restored(model),
+        torch.enable_grad(),
+        torch.autograd.graph.saved_tensors_hooks(timeline.pack, lambda tensor: tensor),
+        recording_regions(timeline),
+        precision.autocast(),
+    ):
+        F.cross_entropy(model(inputs), targets)
+    return timeline.parts()
 
 
 def activation_bytes(
-    model: StagedClassifier, inputs: torch.Tensor, targets: torch.Tensor, precision: Precision
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, precision: Precision
 ) -> int:
     """What one training step keeps for backward at its peak (see the module docstring)."""
     return saved_parts(model, inputs, targets, precision).peak()
 
 
 def step_peak_bytes(
-    model: StagedClassifier,
+    model: nn.Module,
     optimizer: torch.optim.Optimizer,
     inputs: torch.Tensor,
     targets: torch.Tensor,
@@ -196,10 +209,10 @@ _PROBE_SIZES = (2, 4)
 class MeteredStep:
     """The CPU meter's peak of a training step as a function of its batch size.
 
-    Every part of the step is affine in the batch (fixed bytes plus bytes per image), so
-    the parts measured at two small batches give it exactly; only the largest of the
-    checkpointed parts is not, so each part is extrapolated on its own and the largest is
-    taken at the batch asked for.
+    What is alive at each moment of the step is affine in the batch (fixed bytes plus
+    bytes per image), so the moments measured at two small batches give it exactly; only
+    the largest of them is not, so each moment is extrapolated on its own and the largest
+    is taken at the batch asked for.
     """
 
     fixed_bytes: int  # parameters, gradients, optimizer state
@@ -214,20 +227,16 @@ class MeteredStep:
             return low + (high - low) * (batch_size - small) // (large - small)
 
         parts = SavedParts(
-            kept=at_size(self.at_small.kept, self.at_large.kept),
-            recomputed=tuple(
+            tuple(
                 at_size(low, high)
-                for low, high in zip(
-                    self.at_small.recomputed, self.at_large.recomputed, strict=True
-                )
-            ),
-            last=at_size(self.at_small.last, self.at_large.last),
+                for low, high in zip(self.at_small.moments, self.at_large.moments, strict=True)
+            )
         )
         return self.fixed_bytes + self.image_bytes * batch_size + parts.peak()
 
 
 def metered_step(
-    model: StagedClassifier,
+    model: nn.Module,
     optimizer: torch.optim.Optimizer,
     inputs: torch.Tensor,
     targets: torch.Tensor,
@@ -244,7 +253,7 @@ def metered_step(
 
 
 def extrapolated_step_peak_bytes(
-    model: StagedClassifier,
+    model: nn.Module,
     optimizer: torch.optim.Optimizer,
     inputs: torch.Tensor,
     targets: torch.Tensor,
@@ -445,7 +454,7 @@ class MemoryBudget:
 
     def enforce(
         self,
-        model: StagedClassifier,
+        model: nn.Module,
         optimizer: torch.optim.Optimizer,
         inputs: torch.Tensor,
         targets: torch.Tensor,
@@ -466,7 +475,7 @@ class MemoryBudget:
 
     def fits(
         self,
-        model: StagedClassifier,
+        model: nn.Module,
         optimizer: torch.optim.Optimizer,
         make_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
         precision: Precision,
@@ -501,7 +510,7 @@ class MemoryBudget:
 
     def _metered_peak(
         self,
-        model: StagedClassifier,
+        model: nn.Module,
         optimizer: torch.optim.Optimizer,
         inputs: torch.Tensor,
         targets: torch.Tensor,

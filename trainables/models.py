@@ -1,61 +1,56 @@
-"""Models by name. Each is a sequence of stages, so techniques that work per stage
-(activation checkpointing) apply to every model the same way.
+"""Models by name: this project's own (`register_model`), every torchvision classifier, or a
+user's factory given as "module:function".
 
-Checkpointing does not suit models with dropout (the recomputed forward would draw other
-masks); none of these has dropout."""
+    build_model("mobilenet_v3_small", num_classes=2, image_size=64)
+    build_model("my_package.models:build", num_classes=2, image_size=64)
+
+A factory is called as `factory(num_classes=..., image_size=...)` and returns an
+`nn.Module` mapping (N, 3, image_size, image_size) images to (N, num_classes) logits.
+Nothing here downloads anything unless `pretrained` asks for torchvision's weights, and
+then only the way torchvision does on a user's machine: into torch's hub cache, once.
+"""
 
 from __future__ import annotations
 
-import itertools
+import importlib
 from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
-from torchvision.models import resnet18, resnet50
-
-from trainables.settings import ModelName
 
 
-class StagedClassifier(nn.Module):
-    """Runs `stages` in order, optionally with activation checkpointing over segments."""
-
-    def __init__(self, stages: list[nn.Module]) -> None:
-        super().__init__()
-        self.stages = nn.ModuleList(stages)
-        self.checkpoint_segments: int | None = None  # None: no activation checkpointing
-
-    def enable_checkpointing(self, segments: int | None = None) -> None:
-        """Checkpoint every segment but the last; `None` makes each stage a segment."""
-        self.checkpoint_segments = min(segments or len(self.stages), len(self.stages))
-
-    def segments(self) -> list[nn.Sequential]:
-        """The stages grouped into `checkpoint_segments` runs of (nearly) equal length.
-
-        The groups share the stages' modules; they are views, not extra parameters.
-        """
-        count = self.checkpoint_segments or 1
-        bounds = [round(i * len(self.stages) / count) for i in range(count + 1)]
-        return [nn.Sequential(*self.stages[start:end]) for start, end in itertools.pairwise(bounds)]
-
-    @property
-    def checkpointing(self) -> bool:
-        return self.checkpoint_segments is not None and self.training and torch.is_grad_enabled()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.checkpointing:
-            for stage in self.stages:
-                x = stage(x)
-            return x
-        *recomputed, last = self.segments()
-        for segment in recomputed:
-            # Only the segment's input is kept; its activations are recomputed in backward.
-            # Non-reentrant: works with autocast and inputs that need no gradient.
-            x = checkpoint(segment, x, use_reentrant=False)
-        return last(x)
+class ModelFactory(Protocol):
+    def __call__(self, *, num_classes: int, image_size: int) -> nn.Module: ...
 
 
-def small_cnn(num_classes: int, image_size: int) -> StagedClassifier:
+class ModelError(ValueError):
+    """A model that cannot be built as asked; the message says why and what would work."""
+
+
+class NotAModel(ModelError):
+    """The name cannot give a model at any size: unknown, not importable, not a module."""
+
+
+_OWN: dict[str, ModelFactory] = {}
+
+
+def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
+    """Adds a factory to the models known by name (in the style of timm's)."""
+
+    def register(factory: ModelFactory) -> ModelFactory:
+        if name in _OWN:
+            raise ValueError(f"a model named {name!r} is already registered")
+        _OWN[name] = factory
+        return factory
+
+    return register
+
+
+@register_model("small_cnn")
+def small_cnn(*, num_classes: int, image_size: int) -> nn.Sequential:
     """The seed study's model: conv 32 3x3 + ReLU + 2x2 max-pool, dense 128, classes."""
     conv = nn.Conv2d(3, 32, kernel_size=3, padding=1)
     dense = nn.Linear(32 * (image_size // 2) ** 2, 128)
@@ -63,36 +58,224 @@ def small_cnn(num_classes: int, image_size: int) -> StagedClassifier:
     for layer in (conv, dense):
         nn.init.kaiming_uniform_(layer.weight, nonlinearity="relu")
         nn.init.zeros_(layer.bias)
-    return StagedClassifier(
-        [
-            nn.Sequential(conv, nn.ReLU(), nn.MaxPool2d(2)),
-            nn.Sequential(nn.Flatten(), dense, nn.ReLU(), nn.Linear(128, num_classes)),
-        ]
+    # Two stages: checkpointed as a sequence, the first (the large activations) is recomputed.
+    return nn.Sequential(
+        nn.Sequential(conv, nn.ReLU(), nn.MaxPool2d(2)),
+        nn.Sequential(nn.Flatten(), dense, nn.ReLU(), nn.Linear(128, num_classes)),
     )
 
 
-def _staged_resnet(build: Callable[..., nn.Module], num_classes: int) -> StagedClassifier:
-    net = build(weights=None, num_classes=num_classes)  # never downloads weights
-    return StagedClassifier(
-        [
-            nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool),
-            net.layer1,
-            net.layer2,
-            net.layer3,
-            net.layer4,
-            nn.Sequential(net.avgpool, nn.Flatten(), net.fc),
-        ]
+@cache
+def torchvision_names() -> tuple[str, ...]:
+    """Every classification model torchvision builds by name."""
+    import torchvision
+
+    return tuple(torchvision.models.list_models(module=torchvision.models))
+
+
+def model_names() -> list[str]:
+    """Every model known by name: this project's, then torchvision's."""
+    return [*_OWN, *torchvision_names()]
+
+
+def is_factory_path(name: str) -> bool:
+    return ":" in name
+
+
+def build_model(
+    name: str, num_classes: int, image_size: int, *, pretrained: bool = False
+) -> nn.Module:
+    """The model `name` for `num_classes` classes of `image_size` square images.
+
+    `pretrained`: torchvision's default weights (ImageNet), with a new head for
+    `num_classes` (the data's classes are not ImageNet's).
+    """
+    if pretrained and name not in torchvision_names():
+        raise ModelError(
+            f"pretrained weights are torchvision's, and {name!r} is not a torchvision model"
+            + ("; a factory loads its own weights" if is_factory_path(name) else "")
+        )
+    if name in _OWN:
+        return _checked(name, _OWN[name](num_classes=num_classes, image_size=image_size))
+    if is_factory_path(name):
+        factory = _import_factory(name)
+        return _checked(name, factory(num_classes=num_classes, image_size=image_size))
+    if name in torchvision_names():
+        return _torchvision_model(name, num_classes, image_size, pretrained)
+    raise NotAModel(
+        f"unknown model {name!r}: use one of this project's ({', '.join(_OWN)}), a "
+        "torchvision classification model (torchvision.models.list_models), or your own "
+        "factory as 'module:function'"
     )
 
 
-MODELS: dict[str, Callable[[int, int], StagedClassifier]] = {
-    "small_cnn": small_cnn,
-    "resnet18": lambda num_classes, image_size: _staged_resnet(resnet18, num_classes),
-    "resnet50": lambda num_classes, image_size: _staged_resnet(resnet50, num_classes),
-}
+def _import_factory(path: str) -> ModelFactory:
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise NotAModel(f"{path!r} is not 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise NotAModel(
+            f"cannot import module {module_name!r} for {path!r}: {error}; it must be "
+            "importable where the trials run (installed, or on PYTHONPATH)"
+        ) from error
+    factory = module
+    for part in attribute.split("."):
+        if not hasattr(factory, part):
+            raise NotAModel(f"module {module_name!r} has no {attribute!r} (for {path!r})")
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise NotAModel(f"{path!r} is a {type(factory).__name__}, not a function")
+    return factory
 
 
-def build_model(name: ModelName, num_classes: int, image_size: int) -> StagedClassifier:
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)}")
-    return MODELS[name](num_classes, image_size)
+def _checked(name: str, model: object) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise NotAModel(f"{name!r} returned a {type(model).__name__}, not a torch nn.Module")
+    return model
+
+
+# Options some torchvision builders need to be trainable as plain classifiers here.
+def _torchvision_options(name: str, image_size: int) -> dict[str, object]:
+    if name in ("googlenet", "inception_v3"):
+        # One output (no auxiliary heads) and torchvision's future default initialisation.
+        return {"aux_logits": False, "init_weights": True}
+    if name.startswith("vit_"):
+        return {"image_size": image_size}  # position embeddings for this size
+    if name == "maxvit_t":
+        return {"input_size": (image_size, image_size)}
+    return {}
+
+
+def _torchvision_model(name: str, num_classes: int, image_size: int, pretrained: bool) -> nn.Module:
+    import torchvision
+
+    options = _torchvision_options(name, image_size)
+    try:
+        if not pretrained:
+            return torchvision.models.get_model(
+                name, weights=None, num_classes=num_classes, **options
+            )
+        weights = torchvision.models.get_model_weights(name).DEFAULT
+        model = torchvision.models.get_model(name, weights=_fetched(name, weights), **options)
+    except ModelError:
+        raise
+    except (ValueError, AssertionError, RuntimeError) as error:
+        message = f"torchvision cannot build {name!r} for {image_size} px: {error}"
+        raise ModelError(message) from error
+    _replace_head(model, len(weights.meta["categories"]), num_classes)
+    return model
+
+
+def weights_file(name: str) -> Path:
+    """Where torchvision keeps `name`'s default weights once downloaded: torch's hub cache
+    ($TORCH_HOME/hub/checkpoints), as on any user's machine."""
+    import torchvision
+
+    url = torchvision.models.get_model_weights(name).DEFAULT.url
+    return Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
+
+
+def _fetched(name: str, weights: object) -> object:
+    """`weights`, after making sure torchvision can load them: from the cache, or downloaded
+    into it now, with an error that says where the file goes when neither works."""
+    path = weights_file(name)
+    if path.exists():
+        return weights
+    try:
+        weights.get_state_dict(progress=False, check_hash=True)  # type: ignore[attr-defined]
+    except OSError as error:  # URLError, no route, refused: no network
+        raise ModelError(
+            f"pretrained weights for {name!r} are not in torch's cache ({path}) and could not "
+            f"be downloaded ({error}); download them once on a machine with network, or copy "
+            "the file there"
+        ) from error
+    return weights
+
+
+def _replace_head(model: nn.Module, categories: int, num_classes: int) -> None:
+    """Swap the last layer that outputs `categories` (ImageNet's 1000) for a fresh one
+    with `num_classes` outputs: Linear in most models, a 1x1 Conv2d in SqueezeNet."""
+    heads = [
+        (name, module)
+        for name, module in model.named_modules()
+        if (isinstance(module, nn.Linear) and module.out_features == categories)
+        or (isinstance(module, nn.Conv2d) and module.out_channels == categories)
+    ]
+    if not heads:
+        raise ModelError(f"found no layer with {categories} outputs to replace by the new head")
+    path, head = heads[-1]
+    if isinstance(head, nn.Linear):
+        fresh: nn.Module = nn.Linear(head.in_features, num_classes, bias=head.bias is not None)
+    else:
+        fresh = nn.Conv2d(head.in_channels, num_classes, head.kernel_size, head.stride)
+    parent_path, _, attribute = path.rpartition(".")
+    setattr(model.get_submodule(parent_path), attribute, fresh.to(head.weight.device))
+
+
+# --- what a model accepts, checked without building it for real ----------------------------
+
+
+def check_model(name: str, num_classes: int, image_size: int) -> None:
+    """Raise `ModelError` unless `name` builds and maps a batch of `image_size` images to
+    `num_classes` logits; for a size too small, the error names the smallest that works.
+
+    Runs on the meta device (shapes only): a second for any torchvision model, and nothing
+    downloaded or allocated."""
+    problem = _forward_problem(name, num_classes, image_size)
+    if problem is None:
+        return
+    smallest = minimum_image_size(name, num_classes, start=image_size)
+    if smallest is None:
+        raise ModelError(f"{name!r} at {image_size} px: {problem}")
+    raise ModelError(
+        f"{name!r} needs images of at least {smallest} px; data.image_size is {image_size} "
+        f"({problem})"
+    )
+
+
+def minimum_image_size(name: str, num_classes: int, start: int, limit: int = 1024) -> int | None:
+    """The smallest square size above `start` that `name` accepts, or None up to `limit`."""
+    size = start
+    while size < limit:
+        size = min(2 * size, limit)
+        if _forward_problem(name, num_classes, size) is None:
+            low, high = size // 2, size  # low fails, high works
+            while high - low > 1:
+                middle = (low + high) // 2
+                works = _forward_problem(name, num_classes, middle) is None
+                low, high = (low, middle) if works else (middle, high)
+            return high
+    return None
+
+
+def _forward_problem(name: str, num_classes: int, image_size: int) -> str | None:
+    """Why `name` cannot classify `image_size` images, or None when it can."""
+    try:
+        model = _on_meta(name, num_classes, image_size).eval()
+        with torch.device("meta"), torch.no_grad():
+            logits = model(torch.zeros(2, 3, image_size, image_size))
+    except NotAModel:
+        raise
+    except Exception as error:  # the model's own complaint about the size, whatever it is
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    shape = tuple(getattr(logits, "shape", ()))
+    if shape != (2, num_classes):
+        what = f"shape {shape}" if shape else f"a {type(logits).__name__}"
+        return f"returns {what} for 2 images, not (2, {num_classes}) logits"
+    return None
+
+
+def _on_meta(name: str, num_classes: int, image_size: int) -> nn.Module:
+    """The model with its tensors on the meta device: built there, or (for builders that
+    read values while building, like RegNet's) built on the CPU and moved."""
+    try:
+        with torch.device("meta"):
+            return build_model(name, num_classes, image_size)
+    except NotAModel:
+        raise
+    except Exception as error:
+        if "meta" not in str(error):
+            raise
+    return build_model(name, num_classes, image_size).to("meta")

@@ -6,31 +6,36 @@ out takes the default below, and an unknown key is an error, not silently ignore
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trainables.data.settings import DataSettings
+from trainables.optimizers import OPTIMIZERS
 
-DEFAULT_LR = {"sgd": 0.01, "adam": 0.001}
-ModelName = Literal["small_cnn", "resnet18", "resnet50"]  # built by trainables.models
+OptimizerName = Literal[tuple(OPTIMIZERS)]  # type: ignore[valid-type]  # trainables.optimizers
 AmpDtype = Literal["float16", "bfloat16"]  # autocast dtype on CUDA (trainables.precision)
 
 # Integers and booleans are strict: a quoted "64" in YAML is a mistake worth reporting.
 # Floats stay lax because YAML 1.1 reads `1e-4` (no dot) as a string.
 _STRICT = {"strict": True}
+_MODEL_NAME = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")
 
 
 class TrainSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: ModelName = "small_cnn"
+    # a name (this project's small_cnn, any torchvision classifier) or "module:function",
+    # a factory called with num_classes= and image_size= (trainables.models)
+    model: str = "small_cnn"
+    pretrained: bool = Field(False, **_STRICT)  # torchvision's weights, with a new head
     batch_size: int = Field(32, gt=0, **_STRICT)  # images per forward pass (AdaBatch: at start)
-    optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: float | None = Field(None, gt=0)  # per optimizer step; None: sgd 0.01, adam 0.001
+    optimizer: OptimizerName = "sgd"
+    lr: float | None = Field(None, gt=0)  # per optimizer step; None: sgd 0.01, adam(w) 0.001
     lr_scaling_batch: int | None = Field(None, gt=0, **_STRICT)  # lr is per this many images
-    momentum: float = Field(0.9, ge=0, lt=1)  # SGD only
+    momentum: float = Field(0.9, ge=0, lt=1)  # SGD and SGD with Nesterov only
     weight_decay: float = Field(1e-4, ge=0)  # L2, coupled (torch's weight_decay)
     epochs: int = Field(5, gt=0, **_STRICT)
     seed: int = Field(0, **_STRICT)  # model init and data order
@@ -43,7 +48,11 @@ class TrainSettings(BaseModel):
     amp: bool = Field(False, **_STRICT)  # autocast: fp16 + GradScaler on CUDA, bf16 on CPU
     amp_dtype: AmpDtype = "float16"  # on CUDA; bfloat16 where the GPU supports it
     grad_checkpointing: bool = Field(False, **_STRICT)  # recompute activations in backward
-    checkpoint_segments: int | None = Field(None, ge=2, **_STRICT)  # None: one per model stage
+    # what is recomputed: None, the model's repeated blocks (found by type) or, without any,
+    # its main nn.Sequential; or these module class names (trainables.checkpointing)
+    checkpoint_modules: tuple[str, ...] | None = None
+    # a model checkpointed as a sequence: segments; None: about sqrt(layers), at least 2
+    checkpoint_segments: int | None = Field(None, ge=2, **_STRICT)
     accumulation_steps: int = Field(1, gt=0, **_STRICT)  # micro-batches per optimizer step
     adabatch_growth: int = Field(1, ge=1, **_STRICT)  # beta: effective batch x beta; 1 = off
     adabatch_interval: int = Field(1, gt=0, **_STRICT)  # epochs between growths
@@ -67,6 +76,29 @@ class TrainSettings(BaseModel):
     num_threads: int | None = Field(None, gt=0, **_STRICT)  # torch threads; None: trial's CPU share
     data: DataSettings = DataSettings()  # used when no prepared data is passed in
 
+    @field_validator("model")
+    @classmethod
+    def _a_name_or_a_factory(cls, model: str) -> str:
+        if not _MODEL_NAME.fullmatch(model):
+            raise ValueError(
+                "must be a model name (small_cnn, a torchvision classifier such as "
+                "mobilenet_v3_small) or your factory as 'module:function'"
+            )
+        return model
+
+    @field_validator("checkpoint_modules")
+    @classmethod
+    def _some_modules(cls, modules: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if modules is not None and not modules:
+            raise ValueError("names no module type; leave it out to find the blocks by type")
+        return modules
+
+    @model_validator(mode="after")
+    def _nesterov_needs_momentum(self) -> TrainSettings:
+        if self.optimizer == "sgd_nesterov" and self.momentum == 0:
+            raise ValueError("optimizer sgd_nesterov needs momentum > 0")
+        return self
+
     @model_validator(mode="after")
     def _autotuner_is_not_deterministic(self) -> TrainSettings:
         if self.deterministic and self.cudnn_benchmark:
@@ -84,7 +116,7 @@ class TrainSettings(BaseModel):
         With `lr_scaling_batch`, Goyal et al.'s linear scaling rule: lr is given for that
         many images and scales with the effective batch.
         """
-        lr = self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
+        lr = self.lr if self.lr is not None else OPTIMIZERS[self.optimizer].default_lr
         if self.lr_scaling_batch is not None:
             lr *= self.batch_size * self.accumulation_steps / self.lr_scaling_batch
         return lr

@@ -29,7 +29,6 @@ from torch import nn
 
 from trainables.augment import random_crop_flip
 from trainables.memory import MemoryBudget
-from trainables.models import StagedClassifier
 from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, probe_steps
 from trainables.precision import Precision
 from trainables.schedules import EpochPlan
@@ -179,7 +178,7 @@ def _synchronize(device: torch.device) -> None:
 
 
 def train_epoch(
-    model: StagedClassifier,
+    model: nn.Module,
     optimizer: torch.optim.Optimizer,
     split: HostSplit,
     normalise: Normaliser,

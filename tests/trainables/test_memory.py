@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from tests.fakes import GIB, MIB, FakeCudaCard
+from trainables.checkpointing import enable_checkpointing
 from trainables.memory import (
     FALLBACK_OUTSIDE_ALLOCATOR_MB,
     MemoryBudget,
@@ -23,7 +24,7 @@ def resnet18_step_peak(amp: bool = False, checkpointing: bool = False, batch: in
     torch.manual_seed(0)
     model = build_model("resnet18", num_classes=2, image_size=64)
     if checkpointing:
-        model.enable_checkpointing()
+        model = enable_checkpointing(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     inputs, targets = torch.randn(batch, 3, 64, 64), torch.randint(0, 2, (batch,))
     return step_peak_bytes(model, optimizer, inputs, targets, precision_for(amp, "float16", CPU))
@@ -52,7 +53,7 @@ def test_the_peak_from_two_tiny_batches_is_the_meters_peak_at_the_whole_batch(
     torch.manual_seed(0)
     model = build_model(model_name, num_classes=2, image_size=32).train()
     if checkpointing:
-        model.enable_checkpointing()
+        model = enable_checkpointing(model)
     optimizer = torch.optim.Adam(model.parameters())
     inputs, targets = torch.randn(batch, 3, 32, 32), torch.randint(0, 2, (batch,))
     precision = precision_for(amp, "float16", CPU)

@@ -1,15 +1,23 @@
 import pytest
 import torch
+from torch import nn
 
-from trainables.models import MODELS, build_model
+from trainables.models import (
+    ModelError,
+    build_model,
+    check_model,
+    model_names,
+    torchvision_names,
+    weights_file,
+)
+
+USER = "tests.trainables.user_models"
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_every_model_maps_a_batch_of_images_to_one_logit_per_class(name: str):
-    model = build_model(name, num_classes=2, image_size=32)
-    logits = model(torch.randn(3, 3, 32, 32))
-    assert logits.shape == (3, 2)
-    assert len(model.stages) >= 2
+@pytest.mark.parametrize("name", ["small_cnn", "resnet18", "mobilenet_v3_small", f"{USER}:tiny"])
+def test_a_model_by_name_or_factory_maps_images_to_one_logit_per_class(name: str):
+    model = build_model(name, num_classes=3, image_size=32)
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 3)
 
 
 def test_the_small_cnn_is_the_seed_studys_model():
@@ -20,34 +28,98 @@ def test_the_small_cnn_is_the_seed_studys_model():
     assert [(d.in_features, d.out_features) for d in dense] == [(32 * 32 * 32, 128), (128, 2)]
 
 
-def test_an_unknown_model_name_is_refused_with_the_known_names():
-    with pytest.raises(ValueError, match="resnet18"):
+def test_every_torchvision_classifier_is_known_by_name():
+    import torchvision
+
+    listed = torchvision.models.list_models(module=torchvision.models)
+    assert set(listed) <= set(model_names())
+    assert {"resnet18", "convnext_tiny", "vit_b_16", "efficientnet_b0"} <= set(listed)
+    assert not {"fasterrcnn_resnet50_fpn", "raft_large"} & set(torchvision_names())
+
+
+@pytest.mark.parametrize("name", sorted(torchvision_names()))
+def test_every_torchvision_classifier_builds_for_two_classes_at_224_px_without_downloading(
+    name: str,
+):
+    check_model(name, num_classes=2, image_size=224)  # shapes only, on the meta device
+
+
+def test_models_with_a_fixed_input_size_are_built_for_the_configured_size():
+    check_model("vit_b_16", num_classes=2, image_size=64)
+    check_model("maxvit_t", num_classes=2, image_size=224)
+
+
+def test_an_image_size_too_small_is_refused_with_the_smallest_that_works():
+    with pytest.raises(ModelError, match=r"at least 75 px; data\.image_size is 32"):
+        check_model("inception_v3", num_classes=2, image_size=32)
+    with pytest.raises(ModelError, match="at least 32 px"):
+        check_model(f"{USER}:needs_32_px", num_classes=2, image_size=16)
+
+
+def test_an_unknown_name_is_refused_naming_the_three_ways_to_give_a_model():
+    with pytest.raises(ModelError, match=r"small_cnn.*torchvision.*module:function"):
         build_model("vgg", num_classes=2, image_size=32)
 
 
-@pytest.mark.parametrize(("name", "segments"), [("small_cnn", None), ("resnet18", 3)])
-def test_checkpointed_training_gives_the_same_outputs_and_gradients(name, segments):
-    torch.manual_seed(0)
-    plain = build_model(name, num_classes=2, image_size=32)
-    checkpointed = build_model(name, num_classes=2, image_size=32)
-    checkpointed.load_state_dict(plain.state_dict())
-    checkpointed.enable_checkpointing(segments)
-    x = torch.randn(4, 3, 32, 32)
-    outputs = [model(x) for model in (plain, checkpointed)]
-    assert torch.allclose(outputs[0], outputs[1], atol=1e-6)
-    for out in outputs:
-        out.square().sum().backward()
-    for a, b in zip(plain.parameters(), checkpointed.parameters(), strict=True):
-        assert torch.allclose(a.grad, b.grad, atol=1e-5)
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        ("no_such_package.models:build", "cannot import module 'no_such_package.models'"),
+        (f"{USER}:missing", f"module '{USER}' has no 'missing'"),
+        (f"{USER}:NOT_CALLABLE", "is a int, not a function"),
+        (f"{USER}:not_a_module", "returned a dict, not a torch nn.Module"),
+    ],
+)
+def test_a_factory_that_cannot_give_a_model_says_why(factory: str, message: str):
+    with pytest.raises(ModelError, match=message):
+        check_model(factory, num_classes=2, image_size=16)
 
 
-def test_segments_split_the_stages_evenly_and_only_while_training():
-    model = build_model("resnet18", num_classes=2, image_size=32)
-    model.enable_checkpointing(3)
-    assert [len(segment) for segment in model.segments()] == [2, 2, 2]
-    assert model.checkpointing
-    model.eval()
-    assert not model.checkpointing
-    model.train()
-    with torch.no_grad():
-        assert not model.checkpointing
+def test_a_factory_whose_logits_have_the_wrong_shape_is_refused():
+    with pytest.raises(ModelError, match=r"not \(2, 2\) logits"):
+        check_model(f"{USER}:wrong_outputs", num_classes=2, image_size=16)
+
+
+def test_pretrained_weights_load_from_torchs_cache_as_on_a_users_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    path = weights_file("mobilenet_v3_small")
+    assert path.parent == tmp_path / "hub" / "checkpoints"
+    torch.manual_seed(1)
+    imagenet = build_model("mobilenet_v3_small", num_classes=1000, image_size=64)
+    path.parent.mkdir(parents=True)
+    torch.save(imagenet.state_dict(), path)
+    monkeypatch.setattr(torch.hub, "download_url_to_file", _no_network)
+
+    model = build_model("mobilenet_v3_small", num_classes=2, image_size=64, pretrained=True)
+
+    body = {k: v for k, v in model.state_dict().items() if not k.startswith("classifier.3")}
+    saved = imagenet.state_dict()
+    assert body and all(torch.equal(value, saved[key]) for key, value in body.items())
+    assert model.classifier[3].out_features == 2  # a new head for the data's classes
+    assert model(torch.randn(2, 3, 64, 64)).shape == (2, 2)
+
+
+def test_pretrained_weights_that_cannot_be_fetched_say_where_the_file_goes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.hub, "download_url_to_file", _no_network)
+    with pytest.raises(ModelError, match=r"not in torch's cache \(.*hub/checkpoints/resnet18"):
+        build_model("resnet18", num_classes=2, image_size=32, pretrained=True)
+
+
+def test_only_torchvision_models_have_pretrained_weights():
+    with pytest.raises(ModelError, match="a factory loads its own weights"):
+        build_model(f"{USER}:tiny", num_classes=2, image_size=32, pretrained=True)
+
+
+def test_squeezenets_convolutional_head_is_replaced_too(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    imagenet = build_model("squeezenet1_1", num_classes=1000, image_size=64)
+    weights_file("squeezenet1_1").parent.mkdir(parents=True)
+    torch.save(imagenet.state_dict(), weights_file("squeezenet1_1"))
+    model = build_model("squeezenet1_1", num_classes=5, image_size=64, pretrained=True)
+    head = model.classifier[1]
+    assert isinstance(head, nn.Conv2d) and head.out_channels == 5
+
+
+def _no_network(url, *args, **kwargs):
+    raise OSError(f"no network here: {url}")

@@ -68,7 +68,7 @@ def with_stage(monkeypatch, stage: nn.Module) -> None:
 
     def build_with_stage(*args, **kwargs):
         model = build(*args, **kwargs)
-        model.stages.insert(1, stage)
+        model.insert(1, stage)
         return model
 
     monkeypatch.setattr(classifier, "build_model", build_with_stage)
@@ -260,6 +260,7 @@ def test_the_next_trial_in_the_same_process_starts_clean_after_an_oom_at_placeme
 def test_the_adabatch_probe_measures_in_training_mode_where_checkpointing_acts():
     """After an epoch's evaluation the model is in eval mode, where checkpointing is off;
     a probe there measured resnet18 at 32 px without it and stopped the batch growing."""
+    from trainables.checkpointing import enable_checkpointing
     from trainables.data import DataSettings, prepare_data
     from trainables.memory import step_peak_bytes
     from trainables.models import build_model
@@ -269,7 +270,7 @@ def test_the_adabatch_probe_measures_in_training_mode_where_checkpointing_acts()
         DataSettings(image_size=32, train_per_class=40, val_per_class=4, test_per_class=4)
     )
     model = build_model("resnet18", num_classes=2, image_size=32)
-    model.enable_checkpointing()
+    model = enable_checkpointing(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     batch = torch.randn(64, 3, 32, 32), torch.randint(0, 2, (64,))
     fp32 = precision_for(False, "float16", torch.device("cpu"))

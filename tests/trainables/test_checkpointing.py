@@ -1,0 +1,140 @@
+import pytest
+import torch
+from torch import nn
+
+from trainables.checkpointing import (
+    Checkpointed,
+    CheckpointingError,
+    checkpointed_parts,
+    describe_checkpointing,
+    enable_checkpointing,
+)
+from trainables.memory import extrapolated_step_peak_bytes, step_peak_bytes
+from trainables.models import build_model
+from trainables.precision import precision_for
+
+USER = "tests.trainables.user_models"
+CPU = torch.device("cpu")
+
+
+def twins(name: str, image_size: int = 32, **options) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    plain = build_model(name, num_classes=2, image_size=image_size)
+    checkpointed = build_model(name, num_classes=2, image_size=image_size)
+    checkpointed.load_state_dict(plain.state_dict())
+    return plain, enable_checkpointing(checkpointed, **options)
+
+
+@pytest.mark.parametrize(
+    ("name", "recomputed"),
+    [
+        ("small_cnn", "a sequence of 2 layers in 2 segments"),
+        ("resnet18", "BasicBlock x8"),
+        ("mobilenet_v3_small", "InvertedResidual x11"),
+        ("regnet_x_400mf", "ResBottleneckBlock x22"),  # its stages keep Sequential's forward
+        (f"{USER}:tiny", "TinyBlock x3"),  # inside a ModuleList
+        ("vgg11", "a sequence of 21 layers in 5 segments"),  # no repeated blocks
+    ],
+)
+def test_the_repeated_blocks_are_found_by_type_or_else_the_main_sequence(name, recomputed):
+    _, model = twins(name)
+    assert describe_checkpointing(model) == recomputed
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "resnet18", "mobilenet_v3_small", f"{USER}:tiny"])
+def test_checkpointed_training_gives_the_same_outputs_and_gradients(name: str):
+    plain, checkpointed = twins(name)
+    x = torch.randn(4, 3, 32, 32)
+    outputs = []
+    for model in (plain, checkpointed):
+        torch.manual_seed(7)  # mobilenet's head has dropout: the same masks for both
+        outputs.append(model.train()(x))
+    assert torch.allclose(outputs[0], outputs[1], atol=1e-5)
+    for out in outputs:
+        out.square().sum().backward()
+    for a, b in zip(plain.parameters(), checkpointed.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-4)
+
+
+def test_a_recomputed_block_with_dropout_draws_the_same_masks():
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.ReLU())
+    net = nn.Sequential(nn.Flatten(), block, nn.Linear(8, 2))
+    x = torch.randn(4, 8)
+    torch.manual_seed(1)
+    net(x).sum().backward()
+    expected = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    net[1] = Checkpointed(block)
+    torch.manual_seed(1)
+    net(x).sum().backward()
+    assert all(torch.equal(a, p.grad) for a, p in zip(expected, net.parameters(), strict=True))
+
+
+def test_checkpointing_leaves_the_state_dict_keys_as_they_were_both_ways():
+    plain, checkpointed = twins("resnet18")
+    assert list(checkpointed.state_dict()) == list(plain.state_dict())
+    fresh = enable_checkpointing(build_model("resnet18", num_classes=2, image_size=32))
+    fresh.load_state_dict(checkpointed.state_dict())  # strict: every key matches
+    plain.load_state_dict(fresh.state_dict())
+
+
+def test_the_model_is_recomputed_only_while_training_with_gradients():
+    _, model = twins("resnet18")
+    parts = checkpointed_parts(model)
+    assert all(part.recomputing for part in parts)
+    model.eval()
+    assert not any(part.recomputing for part in parts)
+    model.train()
+    with torch.no_grad():
+        assert not any(part.recomputing for part in parts)
+
+
+def test_checkpoint_modules_names_the_types_to_recompute():
+    _, model = twins("mobilenet_v3_small", modules=["SqueezeExcitation"])
+    assert describe_checkpointing(model) == "SqueezeExcitation x9"
+
+
+def test_a_type_the_model_lacks_is_refused_with_the_types_it_has():
+    model = build_model("resnet18", num_classes=2, image_size=32)
+    with pytest.raises(CheckpointingError, match=r"no module of type Fire.*BasicBlock"):
+        enable_checkpointing(model, modules=["Fire"])
+
+
+def test_segments_are_refused_for_a_model_checkpointed_by_blocks():
+    model = build_model("resnet18", num_classes=2, image_size=32)
+    with pytest.raises(CheckpointingError, match=r"\(BasicBlock x8\); leave it out"):
+        enable_checkpointing(model, segments=3)
+
+
+def test_segments_split_a_sequence_evenly():
+    model = enable_checkpointing(build_model("vgg11", 2, 32), segments=3)
+    (part,) = checkpointed_parts(model)
+    assert [len(run) for run in part.runs()] == [7, 7, 7]
+
+
+def step_peak(name: str, checkpointing: bool, batch: int = 32, image_size: int = 64) -> int:
+    torch.manual_seed(0)
+    model = build_model(name, num_classes=2, image_size=image_size).train()
+    if checkpointing:
+        model = enable_checkpointing(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    inputs = torch.randn(batch, 3, image_size, image_size)
+    targets = torch.randint(0, 2, (batch,))
+    return step_peak_bytes(model, optimizer, inputs, targets, precision_for(False, "float16", CPU))
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "efficientnet_b0", f"{USER}:tiny"])
+def test_checkpointing_lowers_the_metered_peak_of_other_models_too(name: str):
+    assert step_peak(name, checkpointing=True) < 0.8 * step_peak(name, checkpointing=False)
+
+
+@pytest.mark.parametrize("amp", [False, True])
+def test_the_peak_from_two_tiny_batches_is_exact_for_a_checkpointed_torchvision_model(amp):
+    torch.manual_seed(0)
+    model = enable_checkpointing(build_model("mobilenet_v3_small", 2, 32)).train()
+    optimizer = torch.optim.AdamW(model.parameters())
+    inputs, targets = torch.randn(13, 3, 32, 32), torch.randint(0, 2, (13,))
+    precision = precision_for(amp, "float16", CPU)
+    measured = step_peak_bytes(model, optimizer, inputs, targets, precision)
+    assert extrapolated_step_peak_bytes(model, optimizer, inputs, targets, precision) == measured

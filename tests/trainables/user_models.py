@@ -1,0 +1,53 @@
+"""Factories as a user writes them, imported by name ("tests.trainables.user_models:tiny")."""
+
+from __future__ import annotations
+
+from torch import nn
+
+
+class TinyBlock(nn.Module):
+    """A residual conv block: the kind of repeated block checkpointing looks for."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.norm = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        return x + self.norm(self.conv(x)).relu()
+
+
+class TinyNet(nn.Module):
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.body = nn.ModuleList([TinyBlock(8) for _ in range(3)])
+        self.head = nn.Linear(8, num_classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for block in self.body:
+            x = block(x)
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def tiny(*, num_classes: int, image_size: int) -> nn.Module:
+    return TinyNet(num_classes)
+
+
+def needs_32_px(*, num_classes: int, image_size: int) -> nn.Module:
+    """Pools 32x down with fixed windows: images under 32 px leave nothing to pool."""
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.MaxPool2d(32), nn.Flatten(), nn.Linear(4, num_classes)
+    )
+
+
+def not_a_module(*, num_classes: int, image_size: int) -> dict:
+    return {"layers": 3}
+
+
+def wrong_outputs(*, num_classes: int, image_size: int) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * image_size * image_size, num_classes + 1))
+
+
+NOT_CALLABLE = 42
