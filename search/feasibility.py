@@ -75,9 +75,7 @@ def needs_at_least(candidate: MemoryFootprint, failed: MemoryFootprint) -> bool:
         and candidate.eval_batch_size >= failed.eval_batch_size
         and candidate.optimizer_buffers >= failed.optimizer_buffers
         and (failed.amp or not candidate.amp)
-        and (
-            candidate.checkpointing is None or candidate.checkpointing == failed.checkpointing
-        )
+        and (candidate.checkpointing is None or candidate.checkpointing == failed.checkpointing)
         and (candidate.cudnn_benchmark or not failed.cudnn_benchmark)
         and candidate.memory_budget_mb <= failed.memory_budget_mb
     )

@@ -23,6 +23,7 @@ from search.experiment import (
     find_resumable,
     new_run_name,
 )
+from search.models import check_models
 from trainables.settings import TrainSettings
 
 
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides, flags=flags)
         check_local_devices(config, options)
+        check_models(config)
         check_storage(Path(config.run.storage_path), config.source)
         check_reachable(config.tracking.uri or "")
         check_address(options.address)

@@ -253,7 +253,7 @@ def minimum_image_size(name: str, num_classes: int, start: int, limit: int = 102
 def _forward_problem(name: str, num_classes: int, image_size: int) -> str | None:
     """Why `name` cannot classify `image_size` images, or None when it can."""
     try:
-        model = _on_meta(name, num_classes, image_size).eval()
+        model = meta_model(name, num_classes, image_size).eval()
         with torch.device("meta"), torch.no_grad():
             logits = model(torch.zeros(2, 3, image_size, image_size))
     except NotAModel:
@@ -267,7 +267,7 @@ def _forward_problem(name: str, num_classes: int, image_size: int) -> str | None
     return None
 
 
-def _on_meta(name: str, num_classes: int, image_size: int) -> nn.Module:
+def meta_model(name: str, num_classes: int, image_size: int) -> nn.Module:
     """The model with its tensors on the meta device: built there, or (for builders that
     read values while building, like RegNet's) built on the CPU and moved."""
     try:

@@ -1,0 +1,80 @@
+"""A model the search cannot train is one config error naming the key, before anything
+starts: checked on the meta device for every model the config can draw."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from search import execute
+from search.run import main
+from tests.conftest import CONFIGS
+
+SMOKE = str(CONFIGS / "smoke.yaml")
+USER = "tests.trainables.user_models"
+
+
+@pytest.fixture
+def started(monkeypatch, tmp_path):
+    runs = []
+    monkeypatch.setattr(execute, "run_search", lambda *args: runs.append(args) or 0)
+    monkeypatch.chdir(tmp_path)
+    return runs
+
+
+def run(capsys, *overrides: str) -> tuple[int, str]:
+    code = main(["--config", SMOKE, *overrides])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "message"),
+    [
+        (["train.model=resnet_18"], "train.model", "unknown model 'resnet_18'"),
+        (["train.model=inception_v3"], "train.model", "at least 75 px; data.image_size is 32"),
+        ([f"train.model={USER}:not_a_module"], "train.model", "returned a dict"),
+        (["train.model=no_such_module:build"], "train.model", "cannot import module"),
+        (["train.model=not a name"], "train.model", "module:function"),
+        (["train.model=small_cnn", "train.pretrained=true"], "train.pretrained",
+         "'small_cnn' has no torchvision weights"),
+        (["train.model=resnet18", "train.grad_checkpointing=true",
+          "train.checkpoint_segments=3"], "train.checkpoint_segments", "BasicBlock x8"),
+        (["train.model=resnet18", "train.grad_checkpointing=true",
+          "train.checkpoint_modules=[Fire]"], "train.checkpoint_modules",
+         "no module of type Fire"),
+        (["train.optimizer=sgd_nesterov", "train.momentum=0"], "train", "needs momentum > 0"),
+    ],
+)  # fmt: skip
+def test_a_model_that_cannot_train_is_one_message_naming_the_key(
+    overrides, key, message, started, capsys
+):
+    code, err = run(capsys, *overrides)
+    assert code == 2 and not started
+    assert key in err and message in err, err
+    assert "Traceback" not in err
+
+
+def test_every_sampled_model_is_checked(started, capsys, tmp_path):
+    raw = yaml.safe_load(Path(SMOKE).read_text())
+    del raw["train"]["model"]
+    raw["space"]["model"] = {"choice": ["mobilenet_v3_small", "vgg_11"]}
+    config = tmp_path / "two_models.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    code = main(["--config", str(config)])
+    err = capsys.readouterr().err
+    assert code == 2 and "space.model" in err and "'vgg_11'" in err
+    assert "mobilenet_v3_small" not in err.split("space.model", 1)[1].split("\n")[0]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["train.model=mobilenet_v3_small", "train.grad_checkpointing=true"],
+        [f"train.model={USER}:tiny", "space.grad_checkpointing={choice: [true, false]}"],
+        ["train.model=vit_b_16", "train.checkpoint_modules=[EncoderBlock]",
+         "train.grad_checkpointing=true"],
+    ],
+)  # fmt: skip
+def test_a_model_that_can_train_as_configured_starts_the_search(overrides, started, capsys):
+    code, err = run(capsys, *overrides)
+    assert code == 0 and len(started) == 1, err
