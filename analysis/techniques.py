@@ -25,6 +25,8 @@ import statsmodels.api as sm
 from scipy import stats
 
 from analysis.load import CONFIG_PREFIX, as_numbers, spans_decades, varied_settings
+from trainables.optimizers import OPTIMIZERS
+from trainables.techniques import TECHNIQUES
 
 CONFIDENCE = 0.95
 
@@ -36,15 +38,21 @@ class Switch:
     gpu_only: bool = False  # does nothing on a CPU
 
 
+def _optimizer_is(name: str) -> Callable[[object], bool]:
+    return lambda value: value == name
+
+
+# Every technique of the table (trainables.techniques), then each optimizer against the rest.
 SWITCHES: dict[str, Switch] = {
-    "amp": Switch("amp", lambda value: value is True),
-    "grad_checkpointing": Switch("grad_checkpointing", lambda value: value is True),
-    "accumulation": Switch("accumulation_steps", lambda value: _number(value) > 1),
-    "adabatch": Switch("adabatch_growth", lambda value: _number(value) > 1),
-    "warmup": Switch("warmup_epochs", lambda value: _number(value) > 0),
-    "optimizer adam": Switch("optimizer", lambda value: value == "adam"),
-    "augment": Switch("augment", lambda value: value is True),
-    "cudnn_benchmark": Switch("cudnn_benchmark", lambda value: value is True, gpu_only=True),
+    **{
+        name: Switch(technique.key, technique.is_on, technique.gpu_only)
+        for name, technique in TECHNIQUES.items()
+    },
+    **{
+        f"optimizer {name}": Switch("optimizer", _optimizer_is(name))
+        for name in OPTIMIZERS
+        if name != "sgd"
+    },
 }
 
 
@@ -64,13 +72,6 @@ class Effect:
 
 def not_measurable(why: str) -> Effect:
     return Effect(np.nan, np.nan, np.nan, f"not measurable here: {why}")
-
-
-def _number(value: object) -> float:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return float("nan")
 
 
 def switched_on(frame: pd.DataFrame, switch: str) -> pd.Series:

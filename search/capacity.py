@@ -37,19 +37,14 @@ from trainables.memory import MIB, MemoryBudget, MeteredStep, metered_step, step
 from trainables.oom import release_memory
 from trainables.settings import TrainSettings
 from trainables.step import train_step
+from trainables.techniques import capacity_rows
 
 EXIT_USAGE = 2
 NUM_CLASSES = 2  # cats and dogs; the memory of the head hardly depends on it
 MAX_BATCH = 1 << 16  # stop doubling here: "fits anything we would try"
 
-# (row name, switches); the seed's baseline ran with the cuDNN autotuner on.
-ROWS: list[tuple[str, dict[str, bool]]] = [
-    ("baseline", {"cudnn_benchmark": True, "amp": False, "grad_checkpointing": False}),
-    ("cuDNN autotuner off", {"cudnn_benchmark": False, "amp": False, "grad_checkpointing": False}),
-    ("AMP", {"cudnn_benchmark": True, "amp": True, "grad_checkpointing": False}),
-    ("checkpointing", {"cudnn_benchmark": True, "amp": False, "grad_checkpointing": True}),
-    ("AMP + checkpointing", {"cudnn_benchmark": True, "amp": True, "grad_checkpointing": True}),
-]
+# (row name, settings), from the technique table; the seed's baseline ran the autotuner.
+ROWS: list[tuple[str, dict[str, object]]] = capacity_rows()
 
 
 def largest_fitting(fits: Callable[[int], bool], limit: int = MAX_BATCH) -> int:

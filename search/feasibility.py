@@ -7,8 +7,9 @@ so a suggestion whose predicted peak passes its budget is never started.
 
 "At least as much" is judged only where the answer is certain from the settings alone:
 the same model and image size, a physical batch (training and evaluation) at least as
-large, an optimizer with at least as much state, no memory-saving switch that the failed
-trial lacked (AMP, the same checkpointing, the cuDNN autotuner off) and no larger budget.
+large, an optimizer with at least as much state, no memory-saving technique that the
+failed trial lacked and every memory-costing one it had (`trainables.techniques`: AMP,
+the same checkpointing; the cuDNN autotuner) and no larger budget.
 Anything else is left to be tried.
 """
 
@@ -22,6 +23,7 @@ from trainables.memory import MIB
 from trainables.optimizers import OPTIMIZERS
 from trainables.schedules import epoch_plan
 from trainables.settings import TrainSettings
+from trainables.techniques import switched_on
 
 
 @dataclass(frozen=True)
@@ -34,9 +36,9 @@ class MemoryFootprint:
     # turns into accumulation, so growth alone never runs a trial out of memory)
     eval_batch_size: int
     optimizer_buffers: int  # per-parameter state (trainables.optimizers): SGD 0-1, Adam 2
-    amp: bool
+    savers: frozenset[str]  # techniques on that need no more memory (trainables.techniques)
+    costs: frozenset[str]  # techniques on that need no less (the cuDNN autotuner)
     checkpointing: tuple[object, ...] | None  # what is recomputed; None: no checkpointing
-    cudnn_benchmark: bool
     memory_budget_mb: float
 
     @classmethod
@@ -59,9 +61,9 @@ class MemoryFootprint:
             batch_size=batch_size if batch_size is not None else first.batch_size,
             eval_batch_size=settings.eval_batch_size or first.batch_size,
             optimizer_buffers=buffers,
-            amp=settings.amp,
+            savers=switched_on(settings, "saves"),
+            costs=switched_on(settings, "costs"),
             checkpointing=checkpointing,
-            cudnn_benchmark=settings.cudnn_benchmark,
             memory_budget_mb=settings.memory_budget_mb or math.inf,
         )
 
@@ -74,9 +76,9 @@ def needs_at_least(candidate: MemoryFootprint, failed: MemoryFootprint) -> bool:
         and candidate.batch_size >= failed.batch_size
         and candidate.eval_batch_size >= failed.eval_batch_size
         and candidate.optimizer_buffers >= failed.optimizer_buffers
-        and (failed.amp or not candidate.amp)
+        and candidate.savers <= failed.savers
+        and candidate.costs >= failed.costs
         and (candidate.checkpointing is None or candidate.checkpointing == failed.checkpointing)
-        and (candidate.cudnn_benchmark or not failed.cudnn_benchmark)
         and candidate.memory_budget_mb <= failed.memory_budget_mb
     )
 
