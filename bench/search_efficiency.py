@@ -146,7 +146,7 @@ def run_stock(config: SearchConfig, workdir: Path, name: str) -> Outcome:
     try:
         tuner = tune.Tuner(
             tune.with_resources(tune.with_parameters(stock_trial, data=data), resources),
-            param_space={**config.trainable_config(), **space},
+            param_space={**config.train_config(), **space},
             tune_config=tune.TuneConfig(
                 search_alg=searcher,
                 num_samples=search.num_samples,

@@ -174,7 +174,7 @@ def capacity_table(
     host_limit_mb: float,
     say: Callable[[str], None] = print,
 ) -> list[CapacityRow]:
-    base = TrainSettings.from_config(config.trainable_config())
+    base = TrainSettings.from_config(config.train_config())
     rows = []
     for name, switches in ROWS:
         settings = base.model_copy(update={**switches, "accumulation_steps": 1})

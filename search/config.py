@@ -138,8 +138,8 @@ class SearchConfig(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # names the experiment
     data: DataSettings = DataSettings()
-    train: dict[str, Any] = Field(default_factory=dict)  # fixed trainable keys
-    space: dict[str, SpaceParam] = Field(default_factory=dict)  # sampled trainable keys
+    train: dict[str, Any] = Field(default_factory=dict)  # fixed train settings
+    space: dict[str, SpaceParam] = Field(default_factory=dict)  # sampled train settings
     search: SearchSection = SearchSection()
     resources: ResourcesSection = ResourcesSection()
     run: RunSection = RunSection()
@@ -160,7 +160,7 @@ class SearchConfig(BaseModel):
     def objectives(self) -> dict[str, str]:
         return dict(self.search.objectives)
 
-    def trainable_config(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """The fixed part of every trial's config (the sampled keys are added by Tune)."""
         fixed = {**self.train, "data": self.data.model_dump()}
         if self.resources.memory_budget_mb is not None:

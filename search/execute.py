@@ -58,9 +58,7 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
         config.tracking.uri or "",
         parent.experiment_id,
         parent.run_id,
-        fixed_params=flatten(
-            "", {k: v for k, v in config.trainable_config().items() if k != "data"}
-        ),
+        fixed_params=flatten("", {k: v for k, v in config.train_config().items() if k != "data"}),
     )
     try:
         result = fit_with_recovery(
@@ -92,7 +90,7 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
     skipped = skipped_suggestions(
         f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
         experiment_dir.name,
-        config.trainable_config(),
+        config.train_config(),
     )
     if skipped:
         log_skipped(parent, skipped, callback.fixed_params)

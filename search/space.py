@@ -1,4 +1,4 @@
-"""The `space:` section: how each sampled trainable key is written and what Tune gets.
+"""The `space:` section: how each sampled train setting is written and what Tune gets.
 
 batch_size: {choice: [16, 32, 64]}     # one of the values
 optimizer:  {grid: [sgd, adam]}        # every value is tried (the first trials), then sampled

@@ -19,9 +19,9 @@ from trainables import PreparedData
 
 
 def param_space(config: SearchConfig) -> dict[str, Any]:
-    """Fixed trainable keys plus a Tune domain for each sampled key."""
+    """Fixed train settings plus a Tune domain for each sampled one."""
     return {
-        **config.trainable_config(),
+        **config.train_config(),
         **{key: param.to_tune() for key, param in config.space.items()},
     }
 
@@ -78,7 +78,7 @@ def build_tuner(
             config.objectives,
             build_sampler(search.sampler, search.num_samples, search.seed),
             grid=grid_points(config.space),
-            fixed_config=config.trainable_config(),
+            fixed_config=config.train_config(),
             storage=f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
             study_name=run_name,
             repeats=search.repeats,

@@ -41,6 +41,7 @@ from trainables.models import build_model
 from trainables.oom import is_out_of_memory, release_memory
 from trainables.optimizers import OPTIMIZERS
 from trainables.precision import Precision, precision_for
+from trainables.run_state import RunState, load_run_state, save_run_state
 from trainables.schedules import EpochPlan, epoch_plan, grows_by_noise, warmup_factor
 from trainables.settings import TrainSettings
 from trainables.training import (
@@ -51,7 +52,6 @@ from trainables.training import (
     evaluate,
     train_epoch,
 )
-from trainables.trial_state import TrialState, load_trial_state, save_trial_state
 
 # (metrics, checkpoint directory); no checkpoint for the report that ends a pruned trial
 Reporter = Callable[[dict[str, Any], Path | None], None]
@@ -69,7 +69,7 @@ def train_classifier(config: dict[str, Any], data: PreparedData | None = None) -
     prepared = data if data is not None else prepare_data(settings.data)
     checkpoint = tune.get_checkpoint()
     with checkpoint.as_directory() if checkpoint else nullcontext() as resume_dir:
-        state = load_trial_state(Path(resume_dir)) if resume_dir else None
+        state = load_run_state(Path(resume_dir)) if resume_dir else None
     fit_classifier(
         settings, prepared, _report_to_tune, resume_state=state, gpu_share=_trial_gpu_share()
     )
@@ -92,14 +92,15 @@ def _trial_gpu_share() -> float:
 
 
 @dataclass
-class Trial:
-    """Everything a running trial holds, built from settings (and a checkpoint)."""
+class TrainingRun:
+    """Everything a running trial holds, built from settings (and a checkpoint). Named so,
+    not Trial: Tune's trial is the config's run as the search sees it."""
 
     settings: TrainSettings
     model: nn.Module
     optimizer: torch.optim.Optimizer
     precision: Precision
-    state: TrialState
+    state: RunState
     budget: MemoryBudget  # the one place that decides what fits and holds the trial to it
 
     def plan(self, epoch: int, train_size: int) -> EpochPlan:
@@ -148,7 +149,7 @@ def start_trial(
     image_size: int,
     budget: MemoryBudget,
     resume: dict | None,
-) -> Trial:
+) -> TrainingRun:
     """The model, optimizer and precision of a trial, as new or from a checkpoint, on the
     budget's device, which the budget already holds to the trial's share of memory."""
     device = budget.device
@@ -161,13 +162,13 @@ def start_trial(
     model = model.to(device)
     optimizer = build_optimizer(settings, model.parameters())
     precision = precision_for(settings.amp, settings.amp_dtype, device)
-    state = TrialState()
+    state = RunState()
     if resume is not None:
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
         precision.load_state_dict(resume["precision"])
-        state = TrialState.from_dict(resume["state"])
-    return Trial(settings, model, optimizer, precision, state, budget)
+        state = RunState.from_dict(resume["state"])
+    return TrainingRun(settings, model, optimizer, precision, state, budget)
 
 
 def set_determinism(settings: TrainSettings) -> None:
@@ -202,10 +203,10 @@ def fit_classifier(
     and returns. Other errors propagate.
     """
     device = resolve_device(settings.device)
-    state = TrialState.from_dict(resume_state["state"]) if resume_state else TrialState()
+    state = RunState.from_dict(resume_state["state"]) if resume_state else RunState()
     phase, epoch, plan = "placement on the device", state.epoch + 1, None
     budget: MemoryBudget | None = None
-    trial: Trial | None = None
+    trial: TrainingRun | None = None
     try:
         set_determinism(settings)  # before the budget's warm-up starts cuBLAS
         budget = MemoryBudget(device, settings.memory_budget_mb, gpu_share)
@@ -286,7 +287,7 @@ class TrialData:
         return sum(split.nbytes for split in (self.train, self.train_eval, self.val, self.test))
 
 
-def plan_that_fits(trial: Trial, epoch: int, splits: TrialData) -> EpochPlan:
+def plan_that_fits(trial: TrainingRun, epoch: int, splits: TrialData) -> EpochPlan:
     """The epoch's plan; when AdaBatch grows the physical batch beyond what fits in memory,
     the previous batch becomes the trial's capacity and the growth goes to accumulation."""
     plan = trial.plan(epoch, len(splits.train))
@@ -305,7 +306,9 @@ def plan_that_fits(trial: Trial, epoch: int, splits: TrialData) -> EpochPlan:
     return trial.plan(epoch, len(splits.train))
 
 
-def train_one_epoch(trial: Trial, epoch: int, plan: EpochPlan, splits: TrialData) -> EpochResult:
+def train_one_epoch(
+    trial: TrainingRun, epoch: int, plan: EpochPlan, splits: TrialData
+) -> EpochResult:
     settings = trial.settings
     return train_epoch(
         trial.model,
@@ -324,7 +327,7 @@ def train_one_epoch(trial: Trial, epoch: int, plan: EpochPlan, splits: TrialData
 
 
 def evaluate_epoch(
-    trial: Trial, epoch: int, plan: EpochPlan, result: EpochResult, splits: TrialData
+    trial: TrainingRun, epoch: int, plan: EpochPlan, result: EpochResult, splits: TrialData
 ) -> tuple[dict[str, Any], Progress]:
     """The epoch's metrics after scoring the model on the eval splits.
 
@@ -366,7 +369,7 @@ def evaluate_epoch(
 
 
 def _report_pruned(
-    state: TrialState,
+    state: RunState,
     report: Reporter,
     epoch: int,
     status: str,
@@ -388,9 +391,9 @@ def _report_pruned(
     return metrics
 
 
-def _save_and_report(trial: Trial, report: Reporter) -> None:
+def _save_and_report(trial: TrainingRun, report: Reporter) -> None:
     with tempfile.TemporaryDirectory(prefix="trial-state-") as directory:
-        save_trial_state(
+        save_run_state(
             Path(directory),
             model=trial.model,
             optimizer=trial.optimizer,

@@ -1,6 +1,6 @@
 """Every key `train_classifier` reads from its config, with its default, unit and rule.
 
-A trainable config is a flat dict of these keys (plus a nested `data` dict); any key left
+A trainable's config is a flat dict of these keys (plus a nested `data` dict); any key left
 out takes the default below, and an unknown key is an error, not silently ignored.
 """
 

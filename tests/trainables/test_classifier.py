@@ -7,8 +7,8 @@ import torch
 from trainables.classifier import fit_classifier, set_determinism
 from trainables.data import PreparedData
 from trainables.metrics import MACHINE_METRICS, METRICS, STATUS_OK
+from trainables.run_state import STATE_FILE, load_run_state
 from trainables.settings import TrainSettings
-from trainables.trial_state import STATE_FILE, load_trial_state
 
 
 class Reports:
@@ -21,7 +21,7 @@ class Reports:
     def __call__(self, metrics: dict, checkpoint_dir: Path) -> None:
         assert (checkpoint_dir / STATE_FILE).exists()
         self.metrics.append(metrics)
-        self.states.append(load_trial_state(checkpoint_dir))
+        self.states.append(load_run_state(checkpoint_dir))
 
 
 def settings(**changes) -> TrainSettings:

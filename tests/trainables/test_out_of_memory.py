@@ -220,7 +220,7 @@ def inject_outside_the_epoch(monkeypatch, phase: str, error) -> None:
     elif phase == "memory probe":
         monkeypatch.setattr(classifier.MemoryBudget, "fits", RaiseWhen(error, at=1))
     elif phase == "checkpointing":
-        monkeypatch.setattr(classifier, "save_trial_state", RaiseWhen(error, at=2))
+        monkeypatch.setattr(classifier, "save_run_state", RaiseWhen(error, at=2))
 
 
 @pytest.mark.parametrize(

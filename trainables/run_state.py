@@ -1,4 +1,6 @@
-"""What a trial saves after each epoch so that it can continue exactly where it stopped."""
+"""What a trial saves after each epoch so that it can continue exactly where it stopped:
+its `RunState` (named so, not TrialState: Optuna has one) and the model, optimizer and
+precision state."""
 
 from __future__ import annotations
 
@@ -12,11 +14,11 @@ from torch import nn
 from trainables.metrics import Progress
 from trainables.precision import Precision
 
-STATE_FILE = "trial_state.pt"
+STATE_FILE = "trial_state.pt"  # the name existing checkpoints have: kept
 
 
 @dataclass(frozen=True)
-class TrialState:
+class RunState:
     """The plain-number part of a trial: where it is and what it has achieved."""
 
     epoch: int = 0  # last finished epoch
@@ -30,17 +32,17 @@ class TrialState:
         return {**asdict(self), "progress": asdict(self.progress)}
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TrialState:
+    def from_dict(cls, values: dict[str, Any]) -> RunState:
         return cls(**{**values, "progress": Progress(**values["progress"])})
 
 
-def save_trial_state(
+def save_run_state(
     directory: Path,
     *,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     precision: Precision,
-    state: TrialState,
+    state: RunState,
 ) -> Path:
     path = directory / STATE_FILE
     torch.save(
@@ -55,6 +57,6 @@ def save_trial_state(
     return path
 
 
-def load_trial_state(directory: Path) -> dict[str, Any]:
+def load_run_state(directory: Path) -> dict[str, Any]:
     # weights_only: a checkpoint is data, never code to run.
     return torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
