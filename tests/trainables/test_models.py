@@ -123,3 +123,21 @@ def test_squeezenets_convolutional_head_is_replaced_too(tmp_path, monkeypatch):
 
 def _no_network(url, *args, **kwargs):
     raise OSError(f"no network here: {url}")
+
+
+def test_a_registered_factory_is_known_by_name_and_a_name_is_registered_once(monkeypatch):
+    from trainables import models
+
+    monkeypatch.setattr(models, "_OWN", dict(models._OWN))
+
+    @models.register_model("tiny_net")
+    def tiny_net(*, num_classes: int, image_size: int) -> nn.Module:
+        return nn.Sequential(nn.Flatten(), nn.Linear(3 * image_size**2, num_classes))
+
+    assert "tiny_net" in model_names()
+    assert build_model("tiny_net", num_classes=4, image_size=8)(torch.randn(2, 3, 8, 8)).shape == (
+        2,
+        4,
+    )
+    with pytest.raises(ValueError, match="already registered"):
+        models.register_model("small_cnn")(tiny_net)
