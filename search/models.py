@@ -26,7 +26,13 @@ def check_models(config: SearchConfig) -> None:
     if models == ["small_cnn"] and not checkpointing and not pretrained:
         return
     from trainables.checkpointing import CheckpointingError, enable_checkpointing
-    from trainables.models import ModelError, check_model, meta_model, torchvision_names
+    from trainables.models import (
+        ModelError,
+        check_model,
+        fetch_weights,
+        meta_model,
+        torchvision_names,
+    )
 
     where = "space.model" if "model" in config.space else "train.model"
     modules = config.train.get("checkpoint_modules")
@@ -42,6 +48,11 @@ def check_models(config: SearchConfig) -> None:
             problems.append(
                 Problem("train.pretrained", f"is true, but {model!r} has no torchvision weights")
             )
+        elif pretrained:
+            try:
+                fetch_weights(model)  # once, here: the trials then read torch's cache
+            except ModelError as error:
+                problems.append(Problem("train.pretrained", str(error)))
         if not checkpointing:
             continue
         try:

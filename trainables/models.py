@@ -157,8 +157,9 @@ def _torchvision_model(name: str, num_classes: int, image_size: int, pretrained:
             return torchvision.models.get_model(
                 name, weights=None, num_classes=num_classes, **options
             )
+        fetch_weights(name)
         weights = torchvision.models.get_model_weights(name).DEFAULT
-        model = torchvision.models.get_model(name, weights=_fetched(name, weights), **options)
+        model = torchvision.models.get_model(name, weights=weights, **options)
     except ModelError:
         raise
     except (ValueError, AssertionError, RuntimeError) as error:
@@ -177,21 +178,25 @@ def weights_file(name: str) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
 
 
-def _fetched(name: str, weights: object) -> object:
-    """`weights`, after making sure torchvision can load them: from the cache, or downloaded
-    into it now, with an error that says where the file goes when neither works."""
+def fetch_weights(name: str) -> Path:
+    """Make sure torchvision can load `name`'s default weights: in the cache, or downloaded
+    into it now (as torchvision would), with an error that says where the file goes when
+    neither works. A search calls it once before its trials start, so they read the cache."""
+    import torchvision
+
     path = weights_file(name)
     if path.exists():
-        return weights
+        return path
+    weights = torchvision.models.get_model_weights(name).DEFAULT
     try:
-        weights.get_state_dict(progress=False, check_hash=True)  # type: ignore[attr-defined]
+        weights.get_state_dict(progress=False, check_hash=True)
     except OSError as error:  # URLError, no route, refused: no network
         raise ModelError(
             f"pretrained weights for {name!r} are not in torch's cache ({path}) and could not "
             f"be downloaded ({error}); download them once on a machine with network, or copy "
             "the file there"
         ) from error
-    return weights
+    return path
 
 
 def _replace_head(model: nn.Module, categories: int, num_classes: int) -> None:

@@ -78,3 +78,35 @@ def test_every_sampled_model_is_checked(started, capsys, tmp_path):
 def test_a_model_that_can_train_as_configured_starts_the_search(overrides, started, capsys):
     code, err = run(capsys, *overrides)
     assert code == 0 and len(started) == 1, err
+
+
+def test_pretrained_weights_that_cannot_be_fetched_are_a_config_error_before_any_trial(
+    started, capsys, tmp_path, monkeypatch
+):
+    import torch
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setattr(torch.hub, "download_url_to_file", _no_network)
+    code, err = run(capsys, "train.model=squeezenet1_1", "train.pretrained=true")
+    assert code == 2 and not started
+    assert "train.pretrained" in err and "not in torch's cache" in err
+
+
+def test_pretrained_weights_in_torchs_cache_let_the_search_start(
+    started, capsys, tmp_path, monkeypatch
+):
+    import torch
+
+    from trainables.models import build_model, weights_file
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setattr(torch.hub, "download_url_to_file", _no_network)
+    weights_file("squeezenet1_1").parent.mkdir(parents=True)
+    imagenet = build_model("squeezenet1_1", num_classes=1000, image_size=32)
+    torch.save(imagenet.state_dict(), weights_file("squeezenet1_1"))
+    code, err = run(capsys, "train.model=squeezenet1_1", "train.pretrained=true")
+    assert code == 0 and len(started) == 1, err
+
+
+def _no_network(url, *args, **kwargs):
+    raise OSError(f"no network here: {url}")

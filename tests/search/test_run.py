@@ -1,6 +1,7 @@
 """The command users run: `python -m search.run --config ...`."""
 
 import json
+import os
 import socket
 import time
 
@@ -11,7 +12,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from search.run import main
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, REPO
 from tests.processes import cli_env, run_cli
 
 SMOKE = CONFIGS / "smoke.yaml"
@@ -132,3 +133,21 @@ def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_
     assert {"throughput_std", "best_val_acc_std", "gen_gap_std"} <= set(report.columns)
     front = client.search_runs([experiment.experiment_id], "tags.is_pareto = 'true'")
     assert front and all(run.data.tags["status"] == "ok" for run in front)
+
+
+@pytest.mark.slow
+def test_the_readmes_own_model_example_is_searched_with_checkpointing_of_its_blocks(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Your own model", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "my_models.py").write_text(example)
+    env = cli_env(PYTHONPATH=f"{REPO}{os.pathsep}{tmp_path}")
+    finished = run_cli(
+        ["--config", str(SMOKE), "--name", "own-model", "train.model=my_models:build",
+         "train.grad_checkpointing=true", "train.epochs=2", "search.num_samples=2"],
+        tmp_path, env,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    report = pd.read_csv(tmp_path / "ray_results" / "own-model" / "report" / "trials.csv")
+    assert len(report) == 2 and (report["status"] == "ok").all()
+    assert (report["config.model"] == "my_models:build").all()
