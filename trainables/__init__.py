@@ -19,6 +19,8 @@ _EXPORTS = {
     "DataUnavailable": "trainables.data.errors",
     "PreparedData": "trainables.data.prepared",
     "TrainSettings": "trainables.settings",
+    "build_model": "trainables.models",
+    "register_model": "trainables.models",
     "fit_classifier": "trainables.classifier",
     "prepare_data": "trainables.data.preparation",
     "train_classifier": "trainables.classifier",
@@ -29,8 +31,10 @@ __all__ = [
     "DataUnavailable",
     "PreparedData",
     "TrainSettings",
+    "build_model",
     "fit_classifier",
     "prepare_data",
+    "register_model",
     "train_classifier",
 ]
 
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
     from trainables.data.prepared import PreparedData
     from trainables.data.settings import DataSettings
     from trainables.metrics import METRICS
+    from trainables.models import build_model, register_model
     from trainables.settings import TrainSettings
 
 

@@ -118,8 +118,8 @@ class _Timeline:
 
     @contextmanager
     def region(self, inputs: Sequence[torch.Tensor]) -> Iterator[None]:
-        self.kept.append({_storage_key(t): _storage_key(t)[1] for t in inputs
-                          if _storage_key(t) not in self.exclude})  # fmt: skip
+        keys = {_storage_key(tensor) for tensor in inputs} - self.exclude
+        self.kept.append({key: key[1] for key in keys})
         self.inside.append({})
         self._current = len(self.kept) - 1
         try:

@@ -258,9 +258,19 @@ def minimum_image_size(name: str, num_classes: int, start: int, limit: int = 102
 def _forward_problem(name: str, num_classes: int, image_size: int) -> str | None:
     """Why `name` cannot classify `image_size` images, or None when it can."""
     try:
-        model = meta_model(name, num_classes, image_size).eval()
-        with torch.device("meta"), torch.no_grad():
-            logits = model(torch.zeros(2, 3, image_size, image_size))
+        try:
+            model = meta_model(name, num_classes, image_size).eval()
+            with torch.device("meta"), torch.no_grad():
+                logits = model(torch.zeros(2, 3, image_size, image_size))
+        except NotAModel:
+            raise
+        except Exception as error:
+            if "meta" not in str(error).lower():
+                raise
+            # An op without a meta kernel: answer with a real forward on the CPU instead.
+            model = build_model(name, num_classes, image_size).eval()
+            with torch.no_grad():
+                logits = model(torch.zeros(2, 3, image_size, image_size))
     except NotAModel:
         raise
     except Exception as error:  # the model's own complaint about the size, whatever it is

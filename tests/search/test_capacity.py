@@ -52,6 +52,17 @@ def test_the_capacity_table_ranks_the_techniques_like_the_seed_article(tmp_path,
     assert "largest batch" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="measures with the CPU meter")
+def test_the_capacity_table_measures_a_torchvision_model_and_its_checkpointed_blocks(tmp_path):
+    out = tmp_path / "capacity.csv"
+    config = str(CONFIGS / "shufflenet.yaml")
+    budget = "resources.memory_budget_mb=60"
+    assert main(["--config", config, "--out", str(out), "--steps", "1", budget]) == 0
+    batch = {row["technique"]: int(row["max_batch_size"]) for row in csv.DictReader(out.open())}
+    assert batch["checkpointing"] > 1.3 * batch["baseline"]  # 16 InvertedResidual blocks
+    assert batch["AMP + checkpointing"] > batch["checkpointing"]
+
+
 def test_without_a_budget_on_a_cpu_machine_the_command_says_which_key_to_set(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU supplies the budget")

@@ -141,3 +141,7 @@ def test_a_registered_factory_is_known_by_name_and_a_name_is_registered_once(mon
     )
     with pytest.raises(ValueError, match="already registered"):
         models.register_model("small_cnn")(tiny_net)
+
+
+def test_a_model_whose_forward_cannot_run_on_the_meta_device_is_checked_on_the_cpu():
+    check_model(f"{USER}:reads_values", num_classes=2, image_size=16)

@@ -51,3 +51,19 @@ def wrong_outputs(*, num_classes: int, image_size: int) -> nn.Module:
 
 
 NOT_CALLABLE = 42
+
+
+class NoMetaKernel(nn.Module):
+    """A forward the meta device cannot run (`.item()` reads a value), as some users' do."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.head = nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        scale = float(x.abs().max().item()) + 1.0
+        return self.head(x.mean(dim=(2, 3)) / scale)
+
+
+def reads_values(*, num_classes: int, image_size: int) -> nn.Module:
+    return NoMetaKernel(num_classes)
