@@ -199,11 +199,11 @@ def load_config(
     problems += more
     if problems or config is None:
         set_here = [*(item.partition("=")[0].strip() for item in overrides), *given]
-        raise ConfigError(source, [_say_where_set(problem, set_here) for problem in problems])
+        raise ConfigError(source, [say_where_set(problem, set_here) for problem in problems])
     return _resolve_paths(config, cwd)
 
 
-def _say_where_set(problem: Problem, set_on_command_line: Sequence[str]) -> Problem:
+def say_where_set(problem: Problem, set_on_command_line: Sequence[str]) -> Problem:
     """Point at the command line for a key the user set there, not at the file."""
     if problem.message == BAD_OVERRIDE:  # says where it is already
         return problem

@@ -9,17 +9,19 @@ trial minutes later. The seed study's `small_cnn` alone needs no check (and no t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from search.config import ConfigError, SearchConfig
+from search.config import ConfigError, SearchConfig, say_where_set
 from search.errors import Problem
 
 CHECK_CLASSES = 2  # a factory builds for the classes it is given: any number shows the shape
 
 
-def check_models(config: SearchConfig) -> None:
+def check_models(config: SearchConfig, set_on_command_line: Sequence[str] = ()) -> None:
     """Raise `ConfigError` naming `train.model` (or `space.model`) and the checkpointing
-    keys for every model of `config` that cannot train as configured."""
+    keys for every model of `config` that cannot train as configured (`set_on_command_line`:
+    the keys the user overrode there, which the message points at)."""
     models = _values(config, "model", "small_cnn")
     checkpointing = True in _values(config, "grad_checkpointing", False)
     pretrained = True in _values(config, "pretrained", False)
@@ -61,7 +63,8 @@ def check_models(config: SearchConfig) -> None:
         except CheckpointingError as error:
             problems.append(Problem(_checkpointing_key(modules, segments), f"{model}: {error}"))
     if problems:
-        raise ConfigError(config.source, problems)
+        where = [say_where_set(problem, set_on_command_line) for problem in problems]
+        raise ConfigError(config.source, where)
 
 
 def _values(config: SearchConfig, key: str, default: Any) -> list[Any]:

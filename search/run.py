@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides, flags=flags)
         check_local_devices(config, options)
-        check_models(config)
+        check_models(config, [item.partition("=")[0].strip() for item in args.overrides])
         check_storage(Path(config.run.storage_path), config.source)
         check_reachable(config.tracking.uri or "")
         check_address(options.address)
