@@ -55,9 +55,12 @@ def git_commit(directory: Path) -> str | None:
 
 def trial_run_name(config: Mapping[str, Any], trial_id: str) -> str:
     """What a trial trains with, readable in MLflow's runs list, e.g.
-    `bs64-adam-lr0.001-amp-ckpt-acc4-grow2every3-s1-9f3a`: the batch, optimizer and lr, the
-    techniques that are on, the seed, and the end of the trial id, which keeps it unique."""
-    parts = [f"bs{config.get('batch_size', '?')}"]
+    `bs64-adam-lr0.001-amp-ckpt-acc4-grow2every3-s1-9f3a`: the model when it is not the
+    default small CNN, the batch, optimizer and lr, the techniques that are on, the seed,
+    and the end of the trial id, which keeps it unique."""
+    model = config.get("model")
+    parts = [str(model)] if model and model != "small_cnn" else []
+    parts.append(f"bs{config.get('batch_size', '?')}")
     if config.get("optimizer"):
         parts.append(str(config["optimizer"]))
     if isinstance(config.get("lr"), int | float):

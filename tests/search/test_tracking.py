@@ -53,6 +53,9 @@ def test_plain_trials_get_short_names_and_the_noise_rule_says_so():
     assert trial_run_name({"batch_size": 32, "optimizer": "sgd"}, "abcd1234") == "bs32-sgd-1234"
     grown = {"batch_size": 32, "adabatch_growth": 2, "adabatch_rule": "noise_scale"}
     assert trial_run_name(grown, "abcd1234") == "bs32-grow2noise-1234"
+    other_model = {"model": "shufflenet_v2_x0_5", "batch_size": 32}
+    assert trial_run_name(other_model, "abcd1234") == "shufflenet_v2_x0_5-bs32-1234"
+    assert trial_run_name({"model": "small_cnn", "batch_size": 8}, "abcd1234") == "bs8-1234"
 
 
 def test_a_pruned_trial_s_run_says_so_in_its_name_and_its_description(parent, store):
