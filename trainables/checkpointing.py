@@ -11,7 +11,10 @@ segments, all but the last recomputed.
 
 Each checkpointed part is wrapped in `Checkpointed`, which recomputes it in backward
 (torch's non-reentrant checkpoint: autocast and inputs without gradients work, and the RNG
-state is restored, so dropout draws the same masks). The wrapper leaves the model's
+state is restored, so dropout draws the same masks). The recomputation leaves batch-norm
+running statistics alone: left to itself it would update them a second time per step, and
+a checkpointed model would then evaluate differently from the same model without, which
+would pass for an effect of checkpointing on accuracy. The wrapper leaves the model's
 `state_dict` keys as they were, so weights load and save the same with or without it.
 """
 
@@ -21,7 +24,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -84,7 +87,7 @@ class Checkpointed(nn.Module):
             if recorder is not None:
                 with recorder.region(_tensors(args, kwargs)):
                     return self.wrapped(*args, **kwargs)
-            return checkpoint(self.wrapped, *args, use_reentrant=False, **kwargs)
+            return _checkpoint(self.wrapped, *args, **kwargs)
         (x,) = args
         *recomputed, last = self.runs()
         for run in recomputed:
@@ -92,8 +95,43 @@ class Checkpointed(nn.Module):
                 with recorder.region([x]):
                     x = run(x)
             else:
-                x = checkpoint(run, x, use_reentrant=False)
+                x = _checkpoint(run, x)
         return last(x)
+
+
+def _checkpoint(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """`module(*args)` recomputed in backward, its running statistics kept from the forward."""
+
+    def contexts() -> tuple[Any, Any]:
+        return nullcontext(), running_statistics_frozen(module)
+
+    return checkpoint(module, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+
+
+@contextmanager
+def running_statistics_frozen(module: nn.Module) -> Iterator[None]:
+    """Normalisation layers of `module` normalise by the batch as usual but leave their
+    running statistics (and batch counters) as they were."""
+    layers = [
+        layer
+        for layer in module.modules()
+        if getattr(layer, "track_running_stats", False) and hasattr(layer, "momentum")
+    ]
+    saved = [(layer.momentum, _counter(layer)) for layer in layers]
+    for layer in layers:
+        layer.momentum = 0.0  # running = (1 - 0) x running + 0 x batch
+    try:
+        yield
+    finally:
+        for layer, (momentum, counter) in zip(layers, saved, strict=True):
+            layer.momentum = momentum
+            if counter is not None:
+                layer.num_batches_tracked.fill_(counter)
+
+
+def _counter(layer: nn.Module) -> int | None:
+    tracked = getattr(layer, "num_batches_tracked", None)
+    return int(tracked) if isinstance(tracked, torch.Tensor) else None
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:

@@ -56,6 +56,18 @@ def test_checkpointed_training_gives_the_same_outputs_and_gradients(name: str):
         assert torch.allclose(a.grad, b.grad, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["resnet18", "small_cnn", "mobilenet_v3_small"])
+def test_recomputing_leaves_batch_norm_statistics_as_one_forward_left_them(name: str):
+    plain, checkpointed = twins(name)
+    x = torch.randn(4, 3, 32, 32)
+    for model in (plain, checkpointed):
+        torch.manual_seed(7)
+        model.train()(x).square().sum().backward()
+    expected = plain.state_dict()
+    for key, value in checkpointed.state_dict().items():
+        assert torch.allclose(value.float(), expected[key].float(), atol=1e-6), key
+
+
 def test_a_recomputed_block_with_dropout_draws_the_same_masks():
     torch.manual_seed(0)
     block = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.ReLU())
