@@ -100,12 +100,26 @@ class Checkpointed(nn.Module):
 
 
 def _checkpoint(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    """`module(*args)` recomputed in backward, its running statistics kept from the forward."""
+    """`module(*args)` recomputed in backward, its running statistics kept from the forward.
+
+    Lists and dicts among the arguments are passed as copies: the recomputation reads its
+    arguments again in backward, and a caller may have grown them by then (DenseNet appends
+    each layer's output to the list the next layer reads)."""
 
     def contexts() -> tuple[Any, Any]:
         return nullcontext(), running_statistics_frozen(module)
 
+    args = tuple(_snapshot(value) for value in args)
+    kwargs = {key: _snapshot(value) for key, value in kwargs.items()}
     return checkpoint(module, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+
+
+def _snapshot(value: Any) -> Any:
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
 
 
 @contextmanager
@@ -134,8 +148,18 @@ def _counter(layer: nn.Module) -> int | None:
     return int(tracked) if isinstance(tracked, torch.Tensor) else None
 
 
-def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
-    return [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+def _tensors(*values: Any) -> list[torch.Tensor]:
+    """The tensors in `values`, inside lists, tuples and dicts too (DenseNet's layers take a
+    list of earlier features)."""
+    found: list[torch.Tensor] = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, list | tuple):
+            found += _tensors(*value)
+        elif isinstance(value, dict):
+            found += _tensors(*value.values())
+    return found
 
 
 def _drop_prefix(module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any) -> None:

@@ -102,6 +102,21 @@ def test_the_model_is_recomputed_only_while_training_with_gradients():
         assert not any(part.recomputing for part in parts)
 
 
+def test_named_layers_that_take_a_list_of_tensors_are_recomputed_and_metered():
+    plain, checkpointed = twins("densenet121", modules=["_DenseLayer"])
+    assert describe_checkpointing(checkpointed) == "_DenseLayer x58"
+    x = torch.randn(2, 3, 32, 32)
+    for model in (plain, checkpointed):
+        model.train()(x).sum().backward()
+    for a, b in zip(plain.parameters(), checkpointed.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-4)
+    optimizer = torch.optim.SGD(checkpointed.parameters(), lr=0.1)
+    targets = torch.randint(0, 2, (2,))
+    cpu = precision_for(False, "float16", CPU)
+    plain_peak = step_peak_bytes(plain, optimizer, x, targets, cpu)
+    assert step_peak_bytes(checkpointed, optimizer, x, targets, cpu) < plain_peak
+
+
 def test_checkpoint_modules_names_the_types_to_recompute():
     _, model = twins("mobilenet_v3_small", modules=["SqueezeExcitation"])
     assert describe_checkpointing(model) == "SqueezeExcitation x9"
