@@ -105,6 +105,7 @@ class _Timeline:
         self.kept: list[dict[tuple[int, int], int]] = []  # each region's inputs
         self.inside: list[dict[tuple[int, int], int]] = []  # what each region saves
         self._current: int | None = None
+        self._held: list[torch.Tensor] = []
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         key = _storage_key(tensor)
@@ -120,6 +121,9 @@ class _Timeline:
     def region(self, inputs: Sequence[torch.Tensor]) -> Iterator[None]:
         keys = {_storage_key(tensor) for tensor in inputs} - self.exclude
         self.kept.append({key: key[1] for key in keys})
+        # Held until the timeline goes, as the checkpoint holds them: an input nothing else
+        # keeps would be freed, and a later tensor at its address would pass for it.
+        self._held.extend(inputs)
         self.inside.append({})
         self._current = len(self.kept) - 1
         try:

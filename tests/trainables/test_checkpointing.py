@@ -157,11 +157,15 @@ def test_checkpointing_lowers_the_metered_peak_of_other_models_too(name: str):
 
 
 @pytest.mark.parametrize("amp", [False, True])
-def test_the_peak_from_two_tiny_batches_is_exact_for_a_checkpointed_torchvision_model(amp):
+@pytest.mark.parametrize(("name", "size", "batch"), [("mobilenet_v3_small", 32, 13),
+                                                     ("swin_t", 64, 6)])  # fmt: skip
+def test_the_peak_from_two_tiny_batches_is_exact_for_a_checkpointed_torchvision_model(
+    amp, name, size, batch
+):
     torch.manual_seed(0)
-    model = enable_checkpointing(build_model("mobilenet_v3_small", 2, 32)).train()
+    model = enable_checkpointing(build_model(name, 2, size)).train()
     optimizer = torch.optim.AdamW(model.parameters())
-    inputs, targets = torch.randn(13, 3, 32, 32), torch.randint(0, 2, (13,))
+    inputs, targets = torch.randn(batch, 3, size, size), torch.randint(0, 2, (batch,))
     precision = precision_for(amp, "float16", CPU)
     measured = step_peak_bytes(model, optimizer, inputs, targets, precision)
     assert extrapolated_step_peak_bytes(model, optimizer, inputs, targets, precision) == measured

@@ -191,3 +191,20 @@ def test_on_cpu_the_meter_decides_and_says_how_much_a_step_needs():
     with pytest.raises(MemoryBudgetExceeded, match="a training step of 8 images needs"):
         tight.enforce(model, optimizer, *batch, fp32)
     assert MemoryBudget(CPU, budget_mb=needed / MIB * 2).fits(model, optimizer, lambda: batch, fp32)
+
+
+def test_the_meter_holds_each_recomputed_regions_input_as_the_checkpoint_does():
+    """An input only the checkpoint keeps must stay alive while the meter records: freed, its
+    address could go to a later tensor, which would then pass for it and be counted once."""
+    import weakref
+
+    from trainables.memory import _Timeline
+
+    timeline = _Timeline(exclude=set())
+    block_input = torch.randn(256, 64)
+    alive = weakref.ref(block_input)
+    with timeline.region([block_input]):
+        pass
+    del block_input
+    assert alive() is not None
+    assert timeline.parts().moments == (256 * 64 * 4, 256 * 64 * 4)
