@@ -169,3 +169,27 @@ def test_the_peak_from_two_tiny_batches_is_exact_for_a_checkpointed_torchvision_
     precision = precision_for(amp, "float16", CPU)
     measured = step_peak_bytes(model, optimizer, inputs, targets, precision)
     assert extrapolated_step_peak_bytes(model, optimizer, inputs, targets, precision) == measured
+
+
+FAMILIES = {  # one small model of each torchvision family, at a size it accepts
+    "alexnet": 64, "convnext_tiny": 32, "densenet121": 32, "efficientnet_b0": 32,
+    "googlenet": 32, "inception_v3": 75, "mnasnet0_5": 32, "mobilenet_v2": 32,
+    "regnet_x_400mf": 32, "resnext50_32x4d": 32, "shufflenet_v2_x0_5": 32,
+    "squeezenet1_1": 32, "swin_t": 32, "vit_b_32": 32,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "size"), FAMILIES.items(), ids=FAMILIES.keys())
+def test_every_torchvision_family_trains_a_checkpointed_amp_step_metered_exactly(name, size):
+    torch.manual_seed(0)
+    model = enable_checkpointing(build_model(name, num_classes=2, image_size=size)).train()
+    assert checkpointed_parts(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    inputs, targets = torch.randn(6, 3, size, size), torch.randint(0, 2, (6,))
+    bf16 = precision_for(True, "float16", CPU)
+    measured = step_peak_bytes(model, optimizer, inputs, targets, bf16)
+    assert extrapolated_step_peak_bytes(model, optimizer, inputs, targets, bf16) == measured
+    with bf16.autocast():
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
