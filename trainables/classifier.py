@@ -37,7 +37,7 @@ from trainables.metrics import (
     pruned_metrics,
     throughput,
 )
-from trainables.models import build_model
+from trainables.models import build_model, pretrained_stats
 from trainables.oom import is_out_of_memory, release_memory
 from trainables.optimizers import OPTIMIZERS
 from trainables.precision import Precision, precision_for
@@ -279,12 +279,22 @@ class TrialData:
             train_eval=train.subset(_train_eval_indices(len(train), settings)),
             val=val,
             test=test,
-            normalise=Normaliser.from_stats(data.mean, data.std, device),
+            normalise=Normaliser.from_stats(*_input_stats(data, settings), device),
         )
 
     @property
     def nbytes(self) -> int:
         return sum(split.nbytes for split in (self.train, self.train_eval, self.val, self.test))
+
+
+def _input_stats(
+    data: PreparedData, settings: TrainSettings
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The (mean, std) inputs are normalised by: the training split's, or for pretrained
+    weights the ones they were trained with, as torchvision's transforms would apply."""
+    if settings.pretrained:
+        return pretrained_stats(settings.model)
+    return data.mean, data.std
 
 
 def plan_that_fits(trial: TrainingRun, epoch: int, splits: TrialData) -> EpochPlan:

@@ -199,6 +199,15 @@ def fetch_weights(name: str) -> Path:
     return path
 
 
+def pretrained_stats(name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) per channel that `name`'s default weights were trained with, from their
+    own transforms (ImageNet's for every torchvision classifier today)."""
+    import torchvision
+
+    transform = torchvision.models.get_model_weights(name).DEFAULT.transforms()
+    return tuple(transform.mean), tuple(transform.std)
+
+
 def _replace_head(model: nn.Module, categories: int, num_classes: int) -> None:
     """Swap the last layer that outputs `categories` (ImageNet's 1000) for a fresh one
     with `num_classes` outputs: Linear in most models, a 1x1 Conv2d in SqueezeNet."""

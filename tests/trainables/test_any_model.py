@@ -69,3 +69,29 @@ class Pruned:
     def __call__(self, metrics, checkpoint_dir) -> None:
         assert checkpoint_dir is None
         self.reports.metrics.append(metrics)
+
+
+def test_a_pretrained_model_trains_on_inputs_normalised_as_its_weights_expect(
+    tiny_data: PreparedData, tmp_path, monkeypatch
+):
+    import torch
+
+    from trainables.classifier import TrialData
+    from trainables.models import build_model, weights_file
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    weights_file("shufflenet_v2_x0_5").parent.mkdir(parents=True)
+    imagenet = build_model("shufflenet_v2_x0_5", num_classes=1000, image_size=16)
+    torch.save(imagenet.state_dict(), weights_file("shufflenet_v2_x0_5"))
+    pretrained = settings(model="shufflenet_v2_x0_5", pretrained=True, epochs=1)
+
+    splits = TrialData.of(tiny_data, torch.device("cpu"), pretrained)
+    imagenet_mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    imagenet_std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    assert torch.allclose(splits.normalise.shift, -imagenet_mean / imagenet_std)
+    own = TrialData.of(tiny_data, torch.device("cpu"), settings(model="shufflenet_v2_x0_5"))
+    assert not torch.allclose(own.normalise.shift, splits.normalise.shift)
+
+    reports = Reports()
+    fit_classifier(pretrained, tiny_data, reports)
+    assert reports.metrics[-1]["status"] == STATUS_OK
