@@ -1,0 +1,358 @@
+"""The CUDA path measured on one GPU, side by side in one run: a table and a CSV.
+
+1. loop: the trainable against a bare CUDA loop (same model, data, batch and precision;
+   ResNet-50 at 224 px, batch 128; fp32 (PyTorch's default TF32 convolutions) and fp16
+   AMP): images/s of the training part and of the whole epoch (evaluation, checkpoint and
+   the trial's start included), a tuned bare loop (channels_last + AMP) as the headroom
+   anchor, and NVIDIA's published ResNet-50 figures for reference.
+2. capacity: `python -m search.capacity` for configs/deelvin_resnet50.yaml on the card,
+   each technique's largest batch under an 11 GB share.
+3. packing: four 0.25-GPU trials of one config together against one trial alone: the
+   summed training throughput as a ratio, and the card's peak memory use (nvidia-smi).
+4. oom: a trial whose first step is over its share, from start to pruned report, in
+   training steps of the same model; and a shrunk configs/cats_dogs_gpu.yaml search with a
+   budget the larger batches exceed: trials ended ok / oom / oom_predicted / ERROR.
+
+Without a GPU the loop part runs a small stand-in (the small CNN at 32 px) so that every
+code path is exercised, and each GPU-only figure is printed as not measured, with why. The
+test suite itself runs on the GPU machine with `python -m pytest` (`device: auto` picks
+CUDA there).
+
+    python bench/gpu.py [--parts loop capacity packing oom] [--out gpu.csv] [--epochs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from trainables.classifier import build_optimizer, fit_classifier
+from trainables.data import DataSettings, PreparedData, prepare_data
+from trainables.models import build_model
+from trainables.settings import TrainSettings
+
+REPO = Path(__file__).resolve().parents[1]
+PARTS = ("loop", "capacity", "packing", "oom")
+# NVIDIA DeepLearningExamples, ResNet-50 v1.5 training on one A100 80GB, batch 256.
+NVIDIA_A100_IMAGES_PER_S = {"TF32": 938, "AMP": 2470}
+
+
+@dataclass(frozen=True)
+class Row:
+    part: str
+    measurement: str
+    value: float | None  # None: not measured here
+    unit: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Case:
+    """What the loop part trains: the GPU case, or the CPU stand-in."""
+
+    model: str
+    image_size: int
+    batch_size: int
+    train_per_class: int
+
+
+GPU_CASE = Case("resnet50", 224, 128, 640)
+CPU_CASE = Case("small_cnn", 32, 32, 128)
+
+
+def on_gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def device_name() -> str:
+    if on_gpu():
+        return torch.cuda.get_device_name(0)
+    return "CPU (no GPU: a stand-in run)"
+
+
+def synchronize() -> None:
+    if on_gpu():
+        torch.cuda.synchronize()
+
+
+# --- 1. the trainable against a bare loop ----------------------------------------------------
+
+
+def bare_loop(settings: TrainSettings, data: PreparedData, tuned: bool = False) -> float:
+    """Images/s of the last of `settings.epochs` epochs of the loop anyone would write:
+    normalised float images on the device, shuffle, step; `tuned` adds channels_last."""
+    device = torch.device("cuda" if on_gpu() else "cpu")
+    torch.manual_seed(settings.seed)
+    model = build_model(settings.model, data.num_classes, data.image_size).to(device)
+    layout = torch.channels_last if tuned else torch.contiguous_format
+    model = model.to(memory_format=layout)
+    optimizer = build_optimizer(settings, model.parameters())
+    mean = torch.tensor(data.mean, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(data.std, device=device).view(1, 3, 1, 1)
+    pixels = torch.from_numpy(data.train.images.copy()).to(device)
+    images = ((pixels.float() / 255 - mean) / std).contiguous(memory_format=layout)
+    labels = torch.from_numpy(data.train.labels.copy()).to(device)
+    # As the trainable: fp16 with a GradScaler on CUDA, bf16 autocast on a CPU.
+    dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+    scaler = torch.amp.GradScaler("cuda", enabled=settings.amp and device.type == "cuda")
+    model.train()
+    seconds = 0.0
+    for _ in range(settings.epochs):
+        synchronize()
+        started = time.perf_counter()
+        order = torch.randperm(len(labels), device=device)
+        for start in range(0, len(labels), settings.batch_size):
+            batch = order[start : start + settings.batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=dtype, enabled=settings.amp):
+                loss = F.cross_entropy(model(images[batch]), labels[batch])
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        synchronize()
+        seconds = time.perf_counter() - started
+    return len(labels) / seconds
+
+
+def trainable_run(settings: TrainSettings, data: PreparedData) -> tuple[float, float]:
+    """(images/s of the last epoch's training part, images/s of the whole run per epoch:
+    start, evaluation and checkpoints included)."""
+    reports: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    fit_classifier(settings, data, lambda metrics, _: reports.append(metrics))
+    whole = time.perf_counter() - started
+    return reports[-1]["throughput"], len(data.train) * settings.epochs / whole
+
+
+def loop_part(epochs: int) -> list[Row]:
+    case = GPU_CASE if on_gpu() else CPU_CASE
+    data = prepare_data(
+        DataSettings(
+            image_size=case.image_size,
+            train_per_class=case.train_per_class,
+            val_per_class=case.train_per_class // 4,
+            test_per_class=case.train_per_class // 4,
+        )
+    )
+    what = f"{case.model}, {case.image_size} px, batch {case.batch_size}, {len(data.train)} images"
+    rows = []
+    for label, amp in (("fp32", False), ("AMP", True)):
+        settings = TrainSettings(model=case.model, batch_size=case.batch_size, epochs=epochs,
+                                 amp=amp, train_eval_size=len(data.val))  # fmt: skip
+        bare = bare_loop(settings, data)
+        training, whole = trainable_run(settings, data)
+        rows += [
+            Row("loop", f"bare loop, {label}", bare, "images/s", what),
+            Row("loop", f"trainable training part, {label}", training, "images/s",
+                f"{training / bare:.2f}x the bare loop"),
+            Row("loop", f"trainable whole epoch, {label}", whole, "images/s",
+                f"{whole / bare:.2f}x the bare loop"),
+        ]  # fmt: skip
+    tuned_settings = TrainSettings(model=case.model, batch_size=case.batch_size, epochs=epochs,
+                                   amp=True)  # fmt: skip
+    tuned = bare_loop(tuned_settings, data, tuned=True)
+    rows.append(Row("loop", "tuned bare loop, channels_last + AMP", tuned, "images/s", what))
+    for precision, images_per_s in NVIDIA_A100_IMAGES_PER_S.items():
+        rows.append(Row("loop", f"NVIDIA's ResNet-50, {precision}", images_per_s, "images/s",
+                        "A100 80GB, batch 256, DeepLearningExamples (reference)"))  # fmt: skip
+    return rows
+
+
+# --- 2. capacity on the card ------------------------------------------------------------------
+
+
+def capacity_part(out_dir: Path) -> list[Row]:
+    if not on_gpu():
+        return [Row("capacity", "largest batch per technique, 11 GB share", None, "images",
+                    "needs a GPU; the CPU meter's table: docs/RESULTS.md section 1")]  # fmt: skip
+    from search.capacity import main as capacity
+
+    csv_path = out_dir / "capacity.csv"
+    config = str(REPO / "configs" / "deelvin_resnet50.yaml")
+    capacity(["--config", config, "--out", str(csv_path), "--steps", "3",
+              "resources.memory_budget_mb=11000"])  # fmt: skip
+    table = pd.read_csv(csv_path)
+    return [
+        Row("capacity", f"largest batch, {row.technique}", row.effective_batch_size, "images",
+            f"physical {row.max_batch_size}, peak {row.peak_mem_mb:.0f} MiB, "
+            f"step {row.step_time_s:.3f} s")
+        for row in table.itertuples()
+    ]  # fmt: skip
+
+
+# --- 3. four trials to a card ------------------------------------------------------------------
+
+
+@contextmanager
+def card_memory_peak() -> Iterator[Callable[[], float]]:
+    """The card's used memory (nvidia-smi, every process on it), its peak while inside."""
+    peak = [0.0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if out.returncode == 0 and out.stdout.strip():
+                peak[0] = max(peak[0], float(out.stdout.split()[0]))
+            done.wait(0.5)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield lambda: peak[0]
+    finally:
+        done.set()
+        thread.join()
+
+
+def packing_part(epochs: int) -> list[Row]:
+    if not on_gpu():
+        return [Row("packing", "four 0.25-GPU trials / one alone", None, "ratio",
+                    "needs a GPU")]  # fmt: skip
+    import ray
+    from ray import tune
+
+    from trainables import train_classifier
+
+    data = prepare_data(DataSettings(image_size=224, train_per_class=320))
+    config = {"model": "resnet50", "batch_size": 64, "amp": True, "epochs": epochs,
+              "train_eval_size": 64}  # fmt: skip
+    ray.init(num_cpus=16, num_gpus=1, include_dashboard=False, configure_logging=False)
+    results = {}
+    try:
+        for trials in (1, 4):
+            trainable = tune.with_resources(
+                tune.with_parameters(train_classifier, data=data), {"cpu": 3, "gpu": 0.25}
+            )
+            with tempfile.TemporaryDirectory() as storage, card_memory_peak() as peak:
+                grid = tune.Tuner(
+                    trainable,
+                    param_space={**config, "seed": tune.grid_search(list(range(trials)))},
+                    run_config=tune.RunConfig(storage_path=storage, verbose=0),
+                ).fit()
+                summed = sum(result.metrics["throughput"] for result in grid)
+                errors = grid.num_errors
+                results[trials] = (summed, peak(), errors)
+    finally:
+        ray.shutdown()
+    alone, together = results[1], results[4]
+    return [
+        Row("packing", "one 0.25-GPU trial alone", alone[0], "images/s",
+            f"card peak {alone[1]:.0f} MiB"),
+        Row("packing", "four 0.25-GPU trials together, summed", together[0], "images/s",
+            f"card peak {together[1]:.0f} MiB, errors {together[2]}"),
+        Row("packing", "four together / one alone", together[0] / alone[0], "ratio",
+            "resnet50, 224 px, batch 64, AMP"),
+    ]  # fmt: skip
+
+
+# --- 4. out-of-memory trials on the card ----------------------------------------------------
+
+
+def oom_part(out_dir: Path) -> list[Row]:
+    if not on_gpu():
+        return [Row("oom", "an over-share trial, start to pruned report", None, "steps",
+                    "needs a GPU; on CPU: python bench/oom_cost.py"),
+                Row("oom", "shrunk cats_dogs_gpu search", None, "trials",
+                    "needs a GPU (the config asks for one)")]  # fmt: skip
+    data = prepare_data(DataSettings(image_size=224, train_per_class=128))
+    fits = TrainSettings(model="resnet50", batch_size=16, epochs=1, memory_budget_mb=6000)
+    over = fits.model_copy(update={"batch_size": 512})
+    reports: list[dict[str, Any]] = []
+    step_seconds, oom_seconds = [], []
+    for _ in range(3):
+        fit_classifier(fits, data, lambda metrics, _: reports.append(metrics))
+        step_seconds.append(reports[-1]["epoch_time_s"] / reports[-1]["train_steps"])
+        started = time.perf_counter()
+        fit_classifier(over, data, lambda metrics, _: reports.append(metrics))
+        oom_seconds.append(time.perf_counter() - started)
+        assert reports[-1]["status"] == "oom", reports[-1]["status_detail"]
+    steps = statistics.median(oom_seconds) / statistics.median(step_seconds)
+    rows = [Row("oom", "an over-share trial, start to pruned report", steps, "steps",
+                "resnet50 batch 512 under 6000 MiB, against a step at batch 16")]  # fmt: skip
+    storage = out_dir / "oom-search"
+    command = [
+        sys.executable, "-m", "search.run",
+        "--config", str(REPO / "configs" / "cats_dogs_gpu.yaml"), "--name", "gpu-oom",
+        "search.num_samples=12", "train.epochs=3",
+        "resources.memory_budget_mb=6000", "data.train_per_class=200", "data.val_per_class=50",
+        "data.test_per_class=50", f"run.storage_path={storage}",
+        f"tracking.uri=sqlite:///{out_dir / 'mlflow.db'}",
+    ]  # fmt: skip
+    finished = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    report = storage / "gpu-oom" / "report" / "trials.csv"
+    if finished.returncode != 0 or not report.exists():
+        note = f"exit {finished.returncode}: {finished.stderr[-300:]}"
+        return [*rows, Row("oom", "shrunk cats_dogs_gpu search", None, "trials", note)]
+    statuses = pd.read_csv(report)["status"].value_counts()
+    for status in ("ok", "oom", "oom_predicted", "stopped_early", "diverged", "error"):
+        rows.append(Row("oom", f"search trials ended {status}", int(statuses.get(status, 0)),
+                        "trials", "12 suggestions, 3 epochs, 6000 MiB per trial"))  # fmt: skip
+    return rows
+
+
+# --- the table --------------------------------------------------------------------------------
+
+
+def render(rows: list[Row]) -> str:
+    lines = [f"{'part':9s} {'measurement':48s} {'value':>10s} {'unit':9s} note"]
+    for row in rows:
+        value = "not here" if row.value is None else f"{row.value:10.4g}"
+        lines.append(f"{row.part:9s} {row.measurement:48s} {value:>10s} {row.unit:9s} {row.note}")
+    return "\n".join(lines)
+
+
+def write_csv(rows: list[Row], path: Path, device: str) -> None:
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["device", "part", "measurement", "value", "unit", "note"])
+        for row in rows:
+            writer.writerow([device, row.part, row.measurement, row.value, row.unit, row.note])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--out", type=Path, default=Path("gpu.csv"), help="the CSV")
+    parser.add_argument("--epochs", type=int, default=2, help="per timed run (the last counts)")
+    args = parser.parse_args(argv)
+    device = device_name()
+    print(f"device: {device}", flush=True)
+    out_dir = args.out.resolve().parent
+    rows: list[Row] = []
+    for part in args.parts:
+        started = time.perf_counter()
+        if part == "loop":
+            rows += loop_part(args.epochs)
+        elif part == "capacity":
+            rows += capacity_part(out_dir)
+        elif part == "packing":
+            rows += packing_part(args.epochs)
+        else:
+            rows += oom_part(out_dir)
+        print(f"  {part}: {time.perf_counter() - started:.0f} s", flush=True)
+    print(render(rows))
+    write_csv(rows, args.out, device)
+    print(f"Written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

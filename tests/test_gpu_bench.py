@@ -1,0 +1,32 @@
+"""`python bench/gpu.py` on a machine without a GPU: the loop part runs its stand-in (every
+code path of it), and each GPU-only figure says it was not measured and why."""
+
+import csv
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import REPO
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the bench measures for real")
+def test_without_a_gpu_the_bench_runs_its_stand_in_and_names_what_it_could_not_measure(tmp_path):
+    out = tmp_path / "gpu.csv"
+    finished = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "gpu.py"), "--out", str(out), "--epochs", "1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert finished.stdout.startswith("device: CPU (no GPU: a stand-in run)")
+    rows = list(csv.DictReader(out.open()))
+    measured = {row["measurement"]: row for row in rows if row["value"]}
+    for precision in ("fp32", "AMP"):
+        for part in ("bare loop", "trainable training part", "trainable whole epoch"):
+            assert float(measured[f"{part}, {precision}"]["value"]) > 0
+    assert "x the bare loop" in measured["trainable whole epoch, AMP"]["note"]
+    missing = {row["part"] for row in rows if not row["value"]}
+    assert missing == {"capacity", "packing", "oom"}
+    assert all("needs a GPU" in row["note"] for row in rows if not row["value"])
+    assert "not here" in finished.stdout
