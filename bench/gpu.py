@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from trainables.classifier import build_optimizer, fit_classifier
 from trainables.data import DataSettings, PreparedData, prepare_data
+from trainables.metrics import STATUS_OOM, STATUS_ORDER
 from trainables.models import build_model
 from trainables.settings import TrainSettings
 
@@ -80,9 +81,13 @@ def on_gpu() -> bool:
 
 
 def device_name() -> str:
-    if on_gpu():
-        return torch.cuda.get_device_name(0)
-    return "CPU (no GPU: a stand-in run)"
+    """The card's name from nvidia-smi: asking torch would open a CUDA context in this
+    process, memory the parts' own processes would then not have."""
+    if not on_gpu():
+        return "CPU (no GPU: a stand-in run)"
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 else "a CUDA GPU"
 
 
 def synchronize() -> None:
@@ -284,7 +289,7 @@ def oom_part(out_dir: Path) -> list[Row]:
         started = time.perf_counter()
         fit_classifier(over, data, lambda metrics, _: reports.append(metrics))
         oom_seconds.append(time.perf_counter() - started)
-        assert reports[-1]["status"] == "oom", reports[-1]["status_detail"]
+        assert reports[-1]["status"] == STATUS_OOM, reports[-1]["status_detail"]
     steps = statistics.median(oom_seconds) / statistics.median(step_seconds)
     rows = [Row("oom", "an over-share trial, start to pruned report", steps, "steps",
                 "resnet50 batch 512 under 6000 MiB, against a step at batch 16")]  # fmt: skip
@@ -303,7 +308,7 @@ def oom_part(out_dir: Path) -> list[Row]:
         note = f"exit {finished.returncode}: {finished.stderr[-300:]}"
         return [*rows, Row("oom", "shrunk cats_dogs_gpu search", None, "trials", note)]
     statuses = pd.read_csv(report)["status"].value_counts()
-    for status in ("ok", "oom", "oom_predicted", "stopped_early", "diverged", "error"):
+    for status in STATUS_ORDER:
         rows.append(Row("oom", f"search trials ended {status}", int(statuses.get(status, 0)),
                         "trials", "12 suggestions, 3 epochs, 6000 MiB per trial"))  # fmt: skip
     return rows
@@ -328,6 +333,34 @@ def write_csv(rows: list[Row], path: Path, device: str) -> None:
             writer.writerow([device, row.part, row.measurement, row.value, row.unit, row.note])
 
 
+def run_part(part: str, epochs: int, out_dir: Path) -> list[Row]:
+    if part == "loop":
+        return loop_part(epochs)
+    if part == "capacity":
+        return capacity_part(out_dir)
+    if part == "packing":
+        return packing_part(epochs)
+    return oom_part(out_dir)
+
+
+def part_in_own_process(part: str, epochs: int, out_dir: Path) -> list[Row]:
+    """One part in a process of its own, so that each starts on an empty card: no CUDA
+    context, cached allocator blocks or Ray instance left by the part before."""
+    csv_path = out_dir / f"gpu-{part}.csv"
+    command = [sys.executable, __file__, "--parts", part, "--out", str(csv_path),
+               "--epochs", str(epochs)]  # fmt: skip
+    finished = subprocess.run(command, capture_output=True, text=True, check=False)
+    if finished.returncode != 0 or not csv_path.exists():
+        why = (finished.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        return [Row(part, "the part failed", None, "", f"exit {finished.returncode}: {why}")]
+    with csv_path.open() as file:
+        return [
+            Row(row["part"], row["measurement"], float(row["value"]) if row["value"] else None,
+                row["unit"], row["note"])
+            for row in csv.DictReader(file)
+        ]  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
@@ -335,19 +368,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=2, help="per timed run (the last counts)")
     args = parser.parse_args(argv)
     device = device_name()
-    print(f"device: {device}", flush=True)
     out_dir = args.out.resolve().parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if len(args.parts) == 1:
+        write_csv(run_part(args.parts[0], args.epochs, out_dir), args.out, device)
+        return
+    print(f"device: {device}", flush=True)
     rows: list[Row] = []
     for part in args.parts:
         started = time.perf_counter()
-        if part == "loop":
-            rows += loop_part(args.epochs)
-        elif part == "capacity":
-            rows += capacity_part(out_dir)
-        elif part == "packing":
-            rows += packing_part(args.epochs)
-        else:
-            rows += oom_part(out_dir)
+        rows += part_in_own_process(part, args.epochs, out_dir)
         print(f"  {part}: {time.perf_counter() - started:.0f} s", flush=True)
     print(render(rows))
     write_csv(rows, args.out, device)
