@@ -11,6 +11,7 @@ import torch
 from tests.conftest import REPO
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the bench measures for real")
 def test_without_a_gpu_the_bench_runs_its_stand_in_and_names_what_it_could_not_measure(tmp_path):
     out = tmp_path / "gpu.csv"
