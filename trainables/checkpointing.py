@@ -64,6 +64,12 @@ class Checkpointed(nn.Module):
         super().__init__()
         self.wrapped = wrapped
         self.segments = segments
+        for run in self.runs()[1:]:
+            # A segment must not change its input in place: the checkpoint keeps that input
+            # to recompute from (VGG's ReLU(inplace=True) can open a segment).
+            first = next(iter(run.children()), None)
+            if first is not None and getattr(first, "inplace", False):
+                first.inplace = False
         self.register_state_dict_post_hook(_drop_prefix)
         self.register_load_state_dict_pre_hook(_add_prefix)
 

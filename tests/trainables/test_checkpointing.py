@@ -140,6 +140,17 @@ def test_segments_split_a_sequence_evenly():
     assert [len(run) for run in part.runs()] == [7, 7, 7]
 
 
+@pytest.mark.parametrize(("name", "segments"), [("vgg11", None), ("vgg11", 3), ("vgg13_bn", None)])
+def test_a_sequence_with_in_place_layers_trains_in_any_segments(name, segments):
+    plain, checkpointed = twins(name, segments=segments)
+    x = torch.randn(2, 3, 32, 32)
+    for model in (plain, checkpointed):
+        torch.manual_seed(7)
+        model.train()(x).square().sum().backward()
+    for a, b in zip(plain.parameters(), checkpointed.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-4)
+
+
 def step_peak(name: str, checkpointing: bool, batch: int = 32, image_size: int = 64) -> int:
     torch.manual_seed(0)
     model = build_model(name, num_classes=2, image_size=image_size).train()
