@@ -33,6 +33,7 @@ def check_models(config: SearchConfig, set_on_command_line: Sequence[str] = ()) 
         check_model,
         fetch_weights,
         meta_model,
+        pretrained_size_problem,
         torchvision_names,
     )
 
@@ -50,6 +51,8 @@ def check_models(config: SearchConfig, set_on_command_line: Sequence[str] = ()) 
             problems.append(
                 Problem("train.pretrained", f"is true, but {model!r} has no torchvision weights")
             )
+        elif pretrained and (problem := pretrained_size_problem(model, config.data.image_size)):
+            problems.append(Problem("train.pretrained", problem))
         elif pretrained:
             try:
                 fetch_weights(model)  # once, here: the trials then read torch's cache

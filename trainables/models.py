@@ -137,7 +137,11 @@ def _checked(name: str, model: object) -> nn.Module:
 
 
 # Options some torchvision builders need to be trainable as plain classifiers here.
-def _torchvision_options(name: str, image_size: int) -> dict[str, object]:
+def _torchvision_options(name: str, image_size: int, pretrained: bool) -> dict[str, object]:
+    if pretrained:
+        # torchvision's pretrained builders set these themselves (and drop GoogLeNet's and
+        # Inception's auxiliary heads after loading them); the size is the weights'.
+        return {}
     if name in ("googlenet", "inception_v3"):
         # One output (no auxiliary heads) and torchvision's future default initialisation.
         return {"aux_logits": False, "init_weights": True}
@@ -148,10 +152,28 @@ def _torchvision_options(name: str, image_size: int) -> dict[str, object]:
     return {}
 
 
+# Models whose pretrained weights fix the image size (their position embeddings, windows).
+_FIXED_SIZE_WHEN_PRETRAINED = ("vit_", "maxvit_")
+
+
+def pretrained_size_problem(name: str, image_size: int) -> str | None:
+    """Why `name`'s pretrained weights cannot take `image_size` images, or None."""
+    if not name.startswith(_FIXED_SIZE_WHEN_PRETRAINED):
+        return None
+    import torchvision
+
+    size = torchvision.models.get_model_weights(name).DEFAULT.meta["min_size"][0]
+    if image_size == size:
+        return None
+    return f"the pretrained weights of {name!r} are for {size} px images, not {image_size}"
+
+
 def _torchvision_model(name: str, num_classes: int, image_size: int, pretrained: bool) -> nn.Module:
     import torchvision
 
-    options = _torchvision_options(name, image_size)
+    options = _torchvision_options(name, image_size, pretrained)
+    if pretrained and (problem := pretrained_size_problem(name, image_size)):
+        raise ModelError(problem)
     try:
         if not pretrained:
             return torchvision.models.get_model(
@@ -190,7 +212,7 @@ def fetch_weights(name: str) -> Path:
     weights = torchvision.models.get_model_weights(name).DEFAULT
     try:
         weights.get_state_dict(progress=False, check_hash=True)
-    except OSError as error:  # URLError, no route, refused: no network
+    except (OSError, RuntimeError) as error:  # no network (URLError), or a hash mismatch
         raise ModelError(
             f"pretrained weights for {name!r} are not in torch's cache ({path}) and could not "
             f"be downloaded ({error}); download them once on a machine with network, or copy "

@@ -43,6 +43,8 @@ def run(capsys, *overrides: str) -> tuple[int, str]:
           "train.checkpoint_modules=[Fire]"], "train.checkpoint_modules",
          "no module of type Fire"),
         (["train.optimizer=sgd_nesterov", "train.momentum=0"], "train", "needs momentum > 0"),
+        (["train.model=vit_b_16", "train.pretrained=true"], "train.pretrained",
+         "are for 224 px images, not 32"),
     ],
 )  # fmt: skip
 def test_a_model_that_cannot_train_is_one_message_naming_the_key(

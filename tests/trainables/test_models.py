@@ -106,6 +106,26 @@ def test_pretrained_weights_that_cannot_be_fetched_say_where_the_file_goes(tmp_p
         build_model("resnet18", num_classes=2, image_size=32, pretrained=True)
 
 
+def test_pretrained_googlenet_loads_its_auxiliary_heads_then_trains_with_one_output(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.hub, "download_url_to_file", _no_network)
+    import torchvision
+
+    imagenet = torchvision.models.googlenet(weights=None, aux_logits=True, init_weights=True)
+    weights_file("googlenet").parent.mkdir(parents=True)
+    torch.save(imagenet.state_dict(), weights_file("googlenet"))
+    model = build_model("googlenet", num_classes=2, image_size=64, pretrained=True).train()
+    logits = model(torch.randn(2, 3, 64, 64))
+    assert isinstance(logits, torch.Tensor) and logits.shape == (2, 2)
+
+
+def test_pretrained_weights_with_a_fixed_size_refuse_another_size_before_loading():
+    with pytest.raises(ModelError, match="'vit_b_16' are for 224 px images, not 64"):
+        build_model("vit_b_16", num_classes=2, image_size=64, pretrained=True)
+
+
 def test_only_torchvision_models_have_pretrained_weights():
     with pytest.raises(ModelError, match="a factory loads its own weights"):
         build_model(f"{USER}:tiny", num_classes=2, image_size=32, pretrained=True)
