@@ -8,8 +8,9 @@ so a suggestion whose predicted peak passes its budget is never started.
 "At least as much" is judged only where the answer is certain from the settings alone:
 the same model and image size, a physical batch (training and evaluation) at least as
 large, an optimizer with at least as much state, no memory-saving technique that the
-failed trial lacked and every memory-costing one it had (`trainables.techniques`: AMP,
-the same checkpointing; the cuDNN autotuner) and no larger budget.
+failed trial lacked, every memory-costing one it had and the same of those that save or
+cost by the batch (`trainables.techniques`: the same checkpointing; the cuDNN autotuner;
+AMP) and no larger budget.
 Anything else is left to be tried.
 """
 
@@ -38,6 +39,7 @@ class MemoryFootprint:
     optimizer_buffers: int  # per-parameter state (trainables.optimizers): SGD 0-1, Adam 2
     savers: frozenset[str]  # techniques on that need no more memory (trainables.techniques)
     costs: frozenset[str]  # techniques on that need no less (the cuDNN autotuner)
+    mixed: frozenset[str]  # techniques on that need less or more by the batch (AMP)
     checkpointing: tuple[object, ...] | None  # what is recomputed; None: no checkpointing
     memory_budget_mb: float
 
@@ -63,6 +65,7 @@ class MemoryFootprint:
             optimizer_buffers=buffers,
             savers=switched_on(settings, "saves"),
             costs=switched_on(settings, "costs"),
+            mixed=switched_on(settings, "mixed"),
             checkpointing=checkpointing,
             memory_budget_mb=settings.memory_budget_mb or math.inf,
         )
@@ -78,6 +81,7 @@ def needs_at_least(candidate: MemoryFootprint, failed: MemoryFootprint) -> bool:
         and candidate.optimizer_buffers >= failed.optimizer_buffers
         and candidate.savers <= failed.savers
         and candidate.costs >= failed.costs
+        and candidate.mixed == failed.mixed
         and (candidate.checkpointing is None or candidate.checkpointing == failed.checkpointing)
         and candidate.memory_budget_mb <= failed.memory_budget_mb
     )

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 # What switching a technique on does to a step's peak at the same physical batch:
-# "saves" needs no more (AMP, checkpointing), "costs" needs no less (the cuDNN autotuner's
-# workspaces), "none" leaves the step as it is (the physical batch carries accumulation's
-# and AdaBatch's effect on memory).
-MemoryEffect = Literal["saves", "costs", "none"]
+# "saves" needs no more (checkpointing), "costs" needs no less (the cuDNN autotuner's
+# workspaces), "mixed" needs less at some batches and more at others (AMP: half-size
+# activations, but half-size copies of the weights on top: below a model's crossover batch
+# it needs more), "none" leaves the step as it is (the physical batch carries
+# accumulation's and AdaBatch's effect on memory).
+MemoryEffect = Literal["saves", "costs", "mixed", "none"]
 
 
 def _is_true(value: object) -> bool:
@@ -49,7 +51,7 @@ class Technique:
 TECHNIQUES: dict[str, Technique] = {
     technique.name: technique
     for technique in (
-        Technique("amp", "amp", _is_true, "saves", label="AMP"),
+        Technique("amp", "amp", _is_true, "mixed", label="AMP"),
         Technique(
             "grad_checkpointing", "grad_checkpointing", _is_true, "saves", label="checkpointing"
         ),
@@ -85,8 +87,9 @@ def memory_techniques(effect: MemoryEffect) -> list[Technique]:
 def capacity_rows() -> list[tuple[str, dict[str, object]]]:
     """(row name, settings) of the capacity table, as the seed article's tables: the
     baseline with every memory-costing technique on (its baseline ran the cuDNN autotuner),
-    each of those off, each memory-saving technique on, then all of those together."""
-    costs, savers = memory_techniques("costs"), memory_techniques("saves")
+    each of those off, each technique that can save memory on, then all of those together."""
+    costs = memory_techniques("costs")
+    savers = [t for t in TECHNIQUES.values() if t.memory in ("mixed", "saves")]
     baseline = {t.key: t.on for t in costs} | {t.key: t.off for t in savers}
     rows = [("baseline", baseline)]
     rows += [(f"{t.label or t.name} off", baseline | {t.key: t.off}) for t in costs]

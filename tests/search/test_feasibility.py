@@ -40,9 +40,17 @@ def test_a_config_that_may_need_less_is_never_predicted(change, why):
 
 
 def test_dropping_a_memory_saving_switch_the_failed_trial_had_needs_more():
-    failed = footprint(model="resnet18", batch_size=64, amp=True, grad_checkpointing=True)
+    failed = footprint(model="resnet18", batch_size=64, grad_checkpointing=True)
     assert needs_at_least(footprint(model="resnet18", batch_size=64), failed)
     assert needs_at_least(footprint(model="resnet18", batch_size=64, optimizer="adam"), failed)
+
+
+def test_amp_on_one_side_only_is_never_predicted_either_way():
+    """AMP needs less at large batches and more at small ones (its half-size weight copies)."""
+    with_amp = footprint(model="resnet18", batch_size=64, amp=True)
+    without = footprint(model="resnet18", batch_size=64)
+    assert not needs_at_least(without, with_amp) and not needs_at_least(with_amp, without)
+    assert needs_at_least(footprint(model="resnet18", batch_size=128, amp=True), with_amp)
 
 
 def test_checkpointing_with_other_segments_is_not_comparable():

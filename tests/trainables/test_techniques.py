@@ -21,8 +21,28 @@ def test_the_defaults_switch_no_technique_on():
 
 def test_the_memory_effects_sort_settings_for_the_feasibility_rule():
     settings = TrainSettings(amp=True, cudnn_benchmark=True, accumulation_steps=4)
-    assert switched_on(settings, "saves") == {"amp"}
+    assert switched_on(settings, "mixed") == {"amp"}
     assert switched_on(settings, "costs") == {"cudnn_benchmark"}
+    assert switched_on(TrainSettings(grad_checkpointing=True), "saves") == {"grad_checkpointing"}
+
+
+def test_amp_is_mixed_because_it_needs_more_memory_at_small_batches_and_less_at_large():
+    import torch
+
+    from trainables.memory import step_peak_bytes
+    from trainables.models import build_model
+    from trainables.precision import precision_for
+
+    def peak(amp: bool, batch: int) -> int:
+        torch.manual_seed(0)
+        model = build_model("resnet18", num_classes=2, image_size=32).train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        inputs, targets = torch.randn(batch, 3, 32, 32), torch.randint(0, 2, (batch,))
+        precision = precision_for(amp, "float16", torch.device("cpu"))
+        return step_peak_bytes(model, optimizer, inputs, targets, precision)
+
+    assert peak(True, 4) > peak(False, 4)  # the bf16 copies of 11 M weights dominate
+    assert peak(True, 256) < peak(False, 256)  # half-size activations dominate
 
 
 def test_the_capacity_rows_are_the_seed_articles_from_the_table():
