@@ -255,29 +255,42 @@ def _replace_head(model: nn.Module, categories: int, num_classes: int) -> None:
 
 def check_model(name: str, num_classes: int, image_size: int) -> None:
     """Raise `ModelError` unless `name` builds and maps a batch of `image_size` images to
-    `num_classes` logits; for a size too small, the error names the smallest that works.
+    `num_classes` logits; where another size works, the error names one.
 
     Runs on the meta device (shapes only): a second for any torchvision model, and nothing
     downloaded or allocated."""
     problem = _forward_problem(name, num_classes, image_size)
     if problem is None:
         return
-    smallest = minimum_image_size(name, num_classes, start=image_size)
-    if smallest is None:
-        raise ModelError(f"{name!r} at {image_size} px: {problem}")
+    larger = larger_size_that_works(name, num_classes, start=image_size)
+    if larger is None:
+        raise ModelError(f"{name!r} cannot take {image_size} px images: {problem}")
     raise ModelError(
-        f"{name!r} needs images of at least {smallest} px; data.image_size is {image_size} "
-        f"({problem})"
+        f"{name!r} cannot take {image_size} px images ({problem}); it works at {larger} px "
+        "(set data.image_size)"
     )
 
 
-def minimum_image_size(name: str, num_classes: int, start: int, limit: int = 1024) -> int | None:
-    """The smallest square size above `start` that `name` accepts, or None up to `limit`."""
-    size = start
+NEAR = 32  # sizes tried one by one above the configured one before doubling
+
+
+def larger_size_that_works(
+    name: str, num_classes: int, start: int, limit: int = 1024
+) -> int | None:
+    """A size above `start` that `name` accepts, checked, or None up to `limit`.
+
+    The next `NEAR` sizes are tried one by one, so a model that needs a multiple of its
+    patch (ViT) gets the nearest; beyond them, doubling then bisection, which finds the
+    smallest only where every larger size works too (pooling models: Inception's 75 px).
+    """
+    for size in range(start + 1, min(start + NEAR, limit) + 1):
+        if _forward_problem(name, num_classes, size) is None:
+            return size
+    size = start + NEAR
     while size < limit:
         size = min(2 * size, limit)
         if _forward_problem(name, num_classes, size) is None:
-            low, high = size // 2, size  # low fails, high works
+            low, high = size // 2, size  # low failed, high works
             while high - low > 1:
                 middle = (low + high) // 2
                 works = _forward_problem(name, num_classes, middle) is None

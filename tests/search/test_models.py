@@ -31,7 +31,7 @@ def run(capsys, *overrides: str) -> tuple[int, str]:
     ("overrides", "key", "message"),
     [
         (["train.model=resnet_18"], "train.model", "unknown model 'resnet_18'"),
-        (["train.model=inception_v3"], "train.model", "at least 75 px; data.image_size is 32"),
+        (["train.model=inception_v3"], "train.model", "cannot take 32 px images (RuntimeError"),
         ([f"train.model={USER}:not_a_module"], "train.model", "returned a dict"),
         (["train.model=no_such_module:build"], "train.model", "cannot import module"),
         (["train.model=not a name"], "train.model", "module:function"),

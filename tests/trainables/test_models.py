@@ -49,11 +49,16 @@ def test_models_with_a_fixed_input_size_are_built_for_the_configured_size():
     check_model("maxvit_t", num_classes=2, image_size=224)
 
 
-def test_an_image_size_too_small_is_refused_with_the_smallest_that_works():
-    with pytest.raises(ModelError, match=r"at least 75 px; data\.image_size is 32"):
+def test_an_image_size_the_model_cannot_take_is_refused_with_one_that_works():
+    with pytest.raises(ModelError, match=r"cannot take 32 px images .* it works at 75 px"):
         check_model("inception_v3", num_classes=2, image_size=32)
-    with pytest.raises(ModelError, match="at least 32 px"):
+    with pytest.raises(ModelError, match="it works at 32 px"):
         check_model(f"{USER}:needs_32_px", num_classes=2, image_size=16)
+
+
+def test_a_model_that_needs_a_multiple_of_its_patch_gets_the_nearest_size_not_a_minimum():
+    with pytest.raises(ModelError, match="it works at 112 px"):  # 7 patches of 16
+        check_model("vit_b_16", num_classes=2, image_size=100)
 
 
 def test_an_unknown_name_is_refused_naming_the_three_ways_to_give_a_model():
