@@ -127,25 +127,30 @@ def install(site: Path) -> None:
 
 
 def take_out_what_the_device_has(site: Path) -> list[str]:
-    """Remove each installed distribution the machine already has: its top-level files and
-    folders as its RECORD lists them (only names directly inside `site`)."""
+    """Remove each installed distribution the machine already has: the files its RECORD
+    lists (never a path outside `site`), then the folders left empty. Whole top-level
+    folders are not removed: distributions share them (protobuf and google-auth both
+    install into google/)."""
     removed = []
+    root = site.resolve()
     for info in sorted(site.glob("*.dist-info")):
         name = _name(info.name.removesuffix(".dist-info").rsplit("-", 1)[0])
         if name not in DEVICE_HAS:
             continue
         record = info / "RECORD"
         lines = record.read_text().splitlines() if record.exists() else []
-        tops = {line.split(",", 1)[0].split("/", 1)[0] for line in lines}
-        for top in tops:
-            path = site / top
-            # Scripts are recorded as ../../bin/...: never follow a name out of the folder.
-            if not top or top in {".", ".."} or path.parent != site:
+        folders = set()
+        for line in lines:
+            relative = line.split(",", 1)[0]
+            path = (site / relative).resolve()
+            # Scripts are recorded as ../../bin/...: never follow a path out of the folder.
+            if not relative or root not in path.parents or not path.is_file():
                 continue
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
+            path.unlink()
+            folders.update(parent for parent in path.parents if root in parent.parents)
+        for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
         shutil.rmtree(info, ignore_errors=True)
         removed.append(name)
     return removed

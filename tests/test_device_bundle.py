@@ -20,12 +20,16 @@ def test_only_the_dependencies_the_machine_lacks_are_installed():
 def test_a_distribution_the_machine_has_is_taken_out_and_nothing_outside_the_folder(tmp_path):
     site = tmp_path / "site"
     (site / "numpy" / "core").mkdir(parents=True)
+    (site / "numpy" / "__init__.py").write_text("")
+    (site / "numpy" / "core" / "multiarray.py").write_text("")
     (site / "numpy.libs").mkdir()
+    (site / "numpy.libs" / "libgfortran.so").write_text("")
     (site / "optuna").mkdir()
     info = site / "numpy-2.3.0.dist-info"
     info.mkdir()
     (info / "RECORD").write_text(
-        "numpy/__init__.py,,\nnumpy.libs/libgfortran.so,,\n../../bin/f2py,,\n..,,\n,,\n"
+        "numpy/__init__.py,,\nnumpy/core/multiarray.py,,\nnumpy.libs/libgfortran.so,,\n"
+        "../../bin/f2py,,\n..,,\n,,\n"
     )
     keep = tmp_path / "beside.txt"
     keep.write_text("not the bundle's")
@@ -34,3 +38,18 @@ def test_a_distribution_the_machine_has_is_taken_out_and_nothing_outside_the_fol
     assert bundle.take_out_what_the_device_has(site) == ["numpy"]
     assert sorted(p.name for p in site.iterdir()) == ["optuna", "optuna-5.0.0.dist-info"]
     assert keep.exists() and tmp_path.exists()
+
+
+def test_a_folder_two_distributions_share_keeps_the_files_of_the_one_that_stays(tmp_path):
+    site = tmp_path / "site"
+    (site / "google" / "protobuf").mkdir(parents=True)
+    (site / "google" / "auth").mkdir(parents=True)
+    (site / "google" / "protobuf" / "message.py").write_text("")
+    (site / "google" / "auth" / "credentials.py").write_text("")
+    info = site / "protobuf-6.0.0.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("google/protobuf/message.py,,\n")
+
+    assert bundle.take_out_what_the_device_has(site) == ["protobuf"]
+    assert (site / "google" / "auth" / "credentials.py").exists()
+    assert not (site / "google" / "protobuf").exists()
