@@ -41,7 +41,7 @@ from trainables.models import build_model, pretrained_stats
 from trainables.oom import is_out_of_memory, release_memory
 from trainables.optimizers import OPTIMIZERS
 from trainables.precision import Precision, precision_for
-from trainables.run_state import RunState, load_run_state, save_run_state
+from trainables.run_state import RunState, load_run_state, renamed_from_staged, save_run_state
 from trainables.schedules import EpochPlan, epoch_plan, grows_by_noise, warmup_factor
 from trainables.settings import TrainSettings
 from trainables.training import (
@@ -164,7 +164,7 @@ def start_trial(
     precision = precision_for(settings.amp, settings.amp_dtype, device)
     state = RunState()
     if resume is not None:
-        model.load_state_dict(resume["model"])
+        model.load_state_dict(renamed_from_staged(resume["model"], settings.model))
         optimizer.load_state_dict(resume["optimizer"])
         precision.load_state_dict(resume["precision"])
         state = RunState.from_dict(resume["state"])

@@ -14,7 +14,12 @@ from torch import nn
 from trainables.metrics import Progress
 from trainables.precision import Precision
 
-STATE_FILE = "trial_state.pt"  # the name existing checkpoints have: kept
+STATE_FILE = "trial_state.pt"  # the name checkpoints have always had
+
+# Until 2026-11-25 models were `StagedClassifier`s: their weights' keys began `stages.N.`.
+# ResNet's stages were (conv1, bn1, relu, maxpool), layer1 .. layer4, (avgpool, flatten, fc).
+_RESNET_STAGES = {"0.0": "conv1", "0.1": "bn1", "1": "layer1", "2": "layer2", "3": "layer3",
+                  "4": "layer4", "5.2": "fc"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,22 @@ def save_run_state(
         path,
     )
     return path
+
+
+def renamed_from_staged(weights: dict[str, Any], model: str) -> dict[str, Any]:
+    """Model weights a trial saved before models were plain modules, under today's keys,
+    so that a search started then resumes; newer weights come back as they are."""
+    if not any(key.startswith("stages.") for key in weights):
+        return weights
+    renamed = {}
+    for key, value in weights.items():
+        rest = key.removeprefix("stages.")
+        if model.startswith("resnet"):
+            old = next((old for old in _RESNET_STAGES if rest.startswith(f"{old}.")), None)
+            if old is not None:
+                rest = _RESNET_STAGES[old] + rest[len(old) :]
+        renamed[rest] = value
+    return renamed
 
 
 def load_run_state(directory: Path) -> dict[str, Any]:

@@ -206,3 +206,28 @@ def test_no_step_is_larger_than_the_training_split_whatever_the_schedule_asks(
     assert all(m["effective_batch_size"] <= train_size for m in reports)
     # lr / batch stays as the schedule says: 48 images are used every epoch, so lr stays
     assert [m["lr"] for m in reports] == pytest.approx([0.01 * 48 / 1024] * 3)
+
+
+@pytest.mark.parametrize(
+    ("model", "old_names"),
+    [
+        ("small_cnn", {"": ""}),
+        ("resnet18", {"conv1": "0.0", "bn1": "0.1", "layer1": "1", "layer2": "2",
+                      "layer3": "3", "layer4": "4", "fc": "5.2"}),
+    ],
+)  # fmt: skip
+def test_weights_saved_with_the_old_staged_keys_load_into_todays_models(model, old_names):
+    from trainables.models import build_model
+    from trainables.run_state import renamed_from_staged
+
+    today = build_model(model, num_classes=2, image_size=32).state_dict()
+
+    def old_key(key: str) -> str:
+        head, _, rest = key.partition(".")
+        return f"stages.{old_names[head]}.{rest}" if head in old_names else f"stages.{key}"
+
+    saved_then = {old_key(key): value for key, value in today.items()}
+    assert all(key.startswith("stages.") for key in saved_then)
+    renamed = renamed_from_staged(saved_then, model)
+    assert list(renamed) == list(today)
+    assert renamed_from_staged(today, model) is today
