@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any, Protocol
@@ -64,7 +64,9 @@ class Checkpointed(nn.Module):
         super().__init__()
         self.wrapped = wrapped
         self.segments = segments
-        for run in self.runs()[1:]:
+        # Views of the wrapped layers, built once (a tuple: not registered as submodules).
+        self._runs = tuple(self._split())
+        for run in self._runs[1:]:
             # A segment must not change its input in place: the checkpoint keeps that input
             # to recompute from (VGG's ReLU(inplace=True) can open a segment).
             first = next(iter(run.children()), None)
@@ -79,6 +81,9 @@ class Checkpointed(nn.Module):
 
     def runs(self) -> list[nn.Module]:
         """The parts recomputed one by one: the block, or the sequence's segments."""
+        return list(self._runs)
+
+    def _split(self) -> list[nn.Module]:
         if self.segments is None:
             return [self.wrapped]
         layers = list(self.wrapped.children())
@@ -95,7 +100,7 @@ class Checkpointed(nn.Module):
                     return self.wrapped(*args, **kwargs)
             return _checkpoint(self.wrapped, *args, **kwargs)
         (x,) = args
-        *recomputed, last = self.runs()
+        *recomputed, last = self._runs
         for run in recomputed:
             if recorder is not None:
                 with recorder.region([x]):
@@ -290,7 +295,11 @@ def _replace(model: nn.Module, path: str, module: nn.Module) -> None:
 
 
 def _block_types(model: nn.Module, paths: list[str]) -> str:
-    counts = Counter(type(model.get_submodule(p)).__name__ for p in paths)
+    return _counted_types(model.get_submodule(path) for path in paths)
+
+
+def _counted_types(modules: Iterable[nn.Module]) -> str:
+    counts = Counter(type(module).__name__ for module in modules)
     return ", ".join(f"{name} x{count}" for name, count in counts.items())
 
 
@@ -303,5 +312,4 @@ def describe_checkpointing(model: nn.Module) -> str:
     parts = checkpointed_parts(model)
     if len(parts) == 1 and parts[0].segments is not None:
         return f"a sequence of {len(parts[0].wrapped)} layers in {parts[0].segments} segments"
-    counts = Counter(type(part.wrapped).__name__ for part in parts)
-    return ", ".join(f"{name} x{count}" for name, count in counts.items()) or "nothing"
+    return _counted_types(part.wrapped for part in parts) or "nothing"

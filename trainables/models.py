@@ -302,19 +302,7 @@ def larger_size_that_works(
 def _forward_problem(name: str, num_classes: int, image_size: int) -> str | None:
     """Why `name` cannot classify `image_size` images, or None when it can."""
     try:
-        try:
-            model = meta_model(name, num_classes, image_size).eval()
-            with torch.device("meta"), torch.no_grad():
-                logits = model(torch.zeros(2, 3, image_size, image_size))
-        except NotAModel:
-            raise
-        except Exception as error:
-            if "meta" not in str(error).lower():
-                raise
-            # An op without a meta kernel: answer with a real forward on the CPU instead.
-            model = build_model(name, num_classes, image_size).eval()
-            with torch.no_grad():
-                logits = model(torch.zeros(2, 3, image_size, image_size))
+        logits = _logits_of_two(name, num_classes, image_size)
     except NotAModel:
         raise
     except Exception as error:  # the model's own complaint about the size, whatever it is
@@ -324,6 +312,24 @@ def _forward_problem(name: str, num_classes: int, image_size: int) -> str | None
         what = f"shape {shape}" if shape else f"a {type(logits).__name__}"
         return f"returns {what} for 2 images, not (2, {num_classes}) logits"
     return None
+
+
+def _logits_of_two(name: str, num_classes: int, image_size: int) -> object:
+    """The model's output for two images, on the meta device; on the CPU for a forward
+    that the meta device cannot run (an op without a meta kernel, a value read)."""
+    images = (2, 3, image_size, image_size)
+    try:
+        model = meta_model(name, num_classes, image_size).eval()
+        with torch.device("meta"), torch.no_grad():
+            return model(torch.zeros(images))
+    except NotAModel:
+        raise
+    except Exception as error:
+        if "meta" not in str(error).lower():
+            raise
+    model = build_model(name, num_classes, image_size).eval()
+    with torch.no_grad():
+        return model(torch.zeros(images))
 
 
 def meta_model(name: str, num_classes: int, image_size: int) -> nn.Module:

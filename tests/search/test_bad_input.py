@@ -12,7 +12,6 @@ import pytest
 import torch
 import yaml
 
-from search import execute
 from search.run import main
 from tests.conftest import CONFIGS, REPO
 
@@ -77,15 +76,6 @@ CASES = [
     for config in SHIPPED
     for case in mutations(yaml.safe_load(config.read_text()))
 ]
-
-
-@pytest.fixture
-def nothing_runs(monkeypatch, tmp_path):
-    """Valid configs would start a search; record that instead."""
-    started = []
-    monkeypatch.setattr(execute, "run_search", lambda *args: started.append(args) or 0)
-    monkeypatch.chdir(tmp_path)
-    return started
 
 
 def test_the_mutations_cover_every_shipped_config_many_times():

@@ -6,20 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from search import execute
 from search.run import main
 from tests.conftest import CONFIGS
 
 SMOKE = str(CONFIGS / "smoke.yaml")
 USER = "tests.trainables.user_models"
-
-
-@pytest.fixture
-def started(monkeypatch, tmp_path):
-    runs = []
-    monkeypatch.setattr(execute, "run_search", lambda *args: runs.append(args) or 0)
-    monkeypatch.chdir(tmp_path)
-    return runs
 
 
 def run(capsys, *overrides: str) -> tuple[int, str]:
@@ -48,15 +39,15 @@ def run(capsys, *overrides: str) -> tuple[int, str]:
     ],
 )  # fmt: skip
 def test_a_model_that_cannot_train_is_one_message_naming_the_key(
-    overrides, key, message, started, capsys
+    overrides, key, message, nothing_runs, capsys
 ):
     code, err = run(capsys, *overrides)
-    assert code == 2 and not started
+    assert code == 2 and not nothing_runs
     assert key in err and message in err, err
     assert "(set on the command line)" in err and "Traceback" not in err
 
 
-def test_every_sampled_model_is_checked(started, capsys, tmp_path):
+def test_every_sampled_model_is_checked(nothing_runs, capsys, tmp_path):
     raw = yaml.safe_load(Path(SMOKE).read_text())
     del raw["train"]["model"]
     raw["space"]["model"] = {"choice": ["mobilenet_v3_small", "vgg_11"]}
@@ -77,25 +68,25 @@ def test_every_sampled_model_is_checked(started, capsys, tmp_path):
          "train.grad_checkpointing=true"],
     ],
 )  # fmt: skip
-def test_a_model_that_can_train_as_configured_starts_the_search(overrides, started, capsys):
+def test_a_model_that_can_train_as_configured_starts_the_search(overrides, nothing_runs, capsys):
     code, err = run(capsys, *overrides)
-    assert code == 0 and len(started) == 1, err
+    assert code == 0 and len(nothing_runs) == 1, err
 
 
 def test_pretrained_weights_that_cannot_be_fetched_are_a_config_error_before_any_trial(
-    started, capsys, tmp_path, monkeypatch
+    nothing_runs, capsys, tmp_path, monkeypatch
 ):
     import torch
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     monkeypatch.setattr(torch.hub, "download_url_to_file", _no_network)
     code, err = run(capsys, "train.model=squeezenet1_1", "train.pretrained=true")
-    assert code == 2 and not started
+    assert code == 2 and not nothing_runs
     assert "train.pretrained" in err and "not in torch's cache" in err
 
 
 def test_pretrained_weights_in_torchs_cache_let_the_search_start(
-    started, capsys, tmp_path, monkeypatch
+    nothing_runs, capsys, tmp_path, monkeypatch
 ):
     import torch
 
@@ -107,7 +98,7 @@ def test_pretrained_weights_in_torchs_cache_let_the_search_start(
     imagenet = build_model("squeezenet1_1", num_classes=1000, image_size=32)
     torch.save(imagenet.state_dict(), weights_file("squeezenet1_1"))
     code, err = run(capsys, "train.model=squeezenet1_1", "train.pretrained=true")
-    assert code == 0 and len(started) == 1, err
+    assert code == 0 and len(nothing_runs) == 1, err
 
 
 def _no_network(url, *args, **kwargs):

@@ -1,0 +1,14 @@
+"""Fixtures of the search's tests."""
+
+import pytest
+
+from search import execute
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch, tmp_path):
+    """Valid configs would start a search; record that instead (in the list returned)."""
+    started = []
+    monkeypatch.setattr(execute, "run_search", lambda *args: started.append(args) or 0)
+    monkeypatch.chdir(tmp_path)
+    return started
