@@ -25,9 +25,11 @@ def aggregate_repeats(frame: pd.DataFrame, objectives: Mapping[str, str]) -> pd.
     A config is ok only if every seed was ok; otherwise it takes its worst status.
     """
     keys = setting_columns(frame)
-    if not keys or not frame.duplicated(subset=keys, keep=False).any():
+    # compared as text: a setting may be a list (gap_epochs, checkpoint_modules)
+    settings = frame[keys].map(repr)
+    if not keys or not settings.duplicated(keep=False).any():
         return frame
-    groups = frame.groupby(keys, dropna=False, sort=False)
+    groups = frame.groupby([settings[key] for key in keys], sort=False)
     rows = []
     for _, group in groups:
         row = group.iloc[0].to_dict()

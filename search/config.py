@@ -165,6 +165,10 @@ class SearchConfig(BaseModel):
         fixed = {**self.train, "data": self.data.model_dump()}
         if self.resources.memory_budget_mb is not None:
             fixed["memory_budget_mb"] = self.resources.memory_budget_mb
+        if self.search.early_stopping is not None:
+            # the rungs compare gen_gap: the trials score the best epoch's gaps there
+            rungs = self.search.early_stopping.rungs
+            fixed["gap_epochs"] = sorted({*self.train.get("gap_epochs", ()), *rungs})
         return fixed
 
     def as_yaml_dict(self) -> dict[str, Any]:
@@ -410,7 +414,7 @@ def _search_problems(config: SearchConfig) -> list[Problem]:
     return problems
 
 
-# Scored only at best-validation epochs and the last: NaN at most rungs.
+# The epoch's own scores, NaN at a rung that is not a best-validation epoch.
 _NOT_EVERY_EPOCH = ("test_acc", "train_eval_acc")
 
 
@@ -430,8 +434,9 @@ def _early_stopping_problems(config: SearchConfig) -> list[Problem]:
     if unscored:
         problems.append(Problem(
             "search.early_stopping",
-            f"cannot compare trials on {unscored}: they are scored only at best-validation "
-            "epochs and the last, so most rungs have no value",
+            f"cannot compare trials on {unscored}: a rung that is not a trial's "
+            "best-validation epoch has no value for them (gen_gap and val_test_gap, taken "
+            "at the best epoch, are scored at every rung)",
         ))  # fmt: skip
     if search.repeats > 1:
         problems.append(Problem(

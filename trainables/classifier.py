@@ -11,8 +11,8 @@ import math
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Iterable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from torch import nn
 from trainables.checkpointing import enable_checkpointing
 from trainables.data import PreparedData, Split, prepare_data
 from trainables.data.errors import first_line
+from trainables.eval_batch import EvalBatch
 from trainables.memory import MIB, MemoryBudget
 from trainables.metrics import (
     OOM_CAUSE_CARD,
@@ -102,6 +103,9 @@ class TrainingRun:
     precision: Precision
     state: RunState
     budget: MemoryBudget  # the one place that decides what fits and holds the trial to it
+    eval_batch: EvalBatch
+    # the best-val epoch's weights, in host memory, while its gaps wait to be scored
+    best_weights: dict[str, torch.Tensor] | None = None
 
     def plan(self, epoch: int, train_size: int) -> EpochPlan:
         settings = self.settings
@@ -162,13 +166,17 @@ def start_trial(
     model = model.to(device)
     optimizer = build_optimizer(settings, model.parameters())
     precision = precision_for(settings.amp, settings.amp_dtype, device)
-    state = RunState()
+    state, best_weights = RunState(), None
     if resume is not None:
         model.load_state_dict(renamed_from_staged(resume["model"], settings.model))
         optimizer.load_state_dict(resume["optimizer"])
         precision.load_state_dict(resume["precision"])
         state = RunState.from_dict(resume["state"])
-    return TrainingRun(settings, model, optimizer, precision, state, budget)
+        best_weights = resume.get("best_model")
+    eval_batch = EvalBatch(settings.eval_batch_size, timed=not settings.deterministic)
+    return TrainingRun(
+        settings, model, optimizer, precision, state, budget, eval_batch, best_weights
+    )
 
 
 def set_determinism(settings: TrainSettings) -> None:
@@ -341,30 +349,46 @@ def evaluate_epoch(
 ) -> tuple[dict[str, Any], Progress]:
     """The epoch's metrics after scoring the model on the eval splits.
 
-    Validation is scored every epoch. The training subset and the test split are scored
-    only where their scores are used: at a best-validation epoch (`gen_gap` and
-    `val_test_gap` are taken there) and at the last epoch; elsewhere they are NaN. Scoring
-    costs most of an epoch's time outside training (each split about a third of the
-    training split, forward only)."""
+    Validation is scored every epoch. The training subset and the test split (each about a
+    third of the training split, forward only: most of an epoch's time outside training)
+    are scored only where their scores are reported: at the last epoch, and for `gen_gap`
+    and `val_test_gap`, which belong to the best-val epoch, at the gap epochs
+    (`settings.gap_epochs`, the early-stopping rungs). A best-val epoch between them keeps a
+    copy of its weights in host memory, scored at the next gap epoch or the last, unless a
+    better epoch replaces it first; its own `train_eval_acc` and `test_acc` stay NaN."""
+    settings = trial.settings
 
     def score(split: HostSplit) -> tuple[float, float]:
-        return evaluate(
-            trial.model,
-            split,
-            splits.normalise,
-            batch_size=trial.settings.eval_batch_size or plan.batch_size,
-            precision=trial.precision,
-        )
+        return trial.eval_batch.score(
+            plan.batch_size,
+            len(split),
+            lambda batch_size: evaluate(
+                trial.model, split, splits.normalise, batch_size=batch_size,
+                precision=trial.precision,
+            ),
+        )  # fmt: skip
+
+    def accuracies_beside_val() -> tuple[float, float]:
+        return score(splits.train_eval)[0], score(splits.test)[0]
 
     val_acc, val_loss = score(splits.val)
+    improved = trial.state.progress.improved_by(val_acc)
+    last = epoch == settings.epochs
+    gaps_due = last or epoch in settings.gap_epochs
     train_eval_acc = test_acc = math.nan
-    if trial.state.progress.improved_by(val_acc) or epoch == trial.settings.epochs:
-        train_eval_acc, _ = score(splits.train_eval)
-        test_acc, _ = score(splits.test)
+    if last or (improved and gaps_due):
+        train_eval_acc, test_acc = accuracies_beside_val()
     scores = EvalScores(train_eval_acc=train_eval_acc, val_acc=val_acc, test_acc=test_acc)
     progress = trial.state.progress.advance(
-        epoch, scores, result.seconds, trial.settings.target_acc, steps=result.optimizer_steps
+        epoch, scores, result.seconds, settings.target_acc, steps=result.optimizer_steps
     )
+    if improved:
+        trial.best_weights = None if gaps_due else host_copy(trial.model)
+    if gaps_due and progress.gap_pending:
+        assert trial.best_weights is not None, "a pending best epoch keeps its weights"
+        with weights_of(trial.model, trial.best_weights):
+            progress = progress.with_best_scored(*accuracies_beside_val())
+        trial.best_weights = None
     metrics = epoch_metrics(
         epoch=epoch,
         result=result,
@@ -376,6 +400,23 @@ def evaluate_epoch(
         data_bytes=splits.nbytes,
     )
     return metrics, progress
+
+
+def host_copy(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights and buffers, copied to host memory (off the trial's device share)."""
+    return {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
+
+
+@contextmanager
+def weights_of(model: nn.Module, weights: dict[str, torch.Tensor]) -> Iterator[None]:
+    """`model` with `weights` copied in, its own put back after; no second model on the
+    device, and the optimizer keeps its references to the same parameters."""
+    own = host_copy(model)
+    model.load_state_dict(weights)
+    try:
+        yield
+    finally:
+        model.load_state_dict(own)
 
 
 def _report_pruned(
@@ -409,6 +450,7 @@ def _save_and_report(trial: TrainingRun, report: Reporter) -> None:
             optimizer=trial.optimizer,
             precision=trial.precision,
             state=trial.state,
+            best_weights=trial.best_weights,
         )
         report(trial.state.last_metrics, Path(directory))
 

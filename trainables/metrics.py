@@ -26,24 +26,29 @@ METRICS: dict[str, MetricSpec] = {
     "train_loss": MetricSpec("mean loss over the epoch's training batches"),
     "train_acc": MetricSpec("accuracy over the epoch's training batches (train mode)"),
     "train_eval_acc": MetricSpec(
-        "accuracy on a fixed training subset in eval mode; scored at best-val epochs and the "
-        "last epoch, NaN in others",
+        "accuracy on a fixed training subset in eval mode; scored at the last epoch and at a "
+        "best-val epoch that is a gap epoch (gap_epochs), NaN in others",
         "max",
     ),
     "val_acc": MetricSpec("validation accuracy, eval mode", "max"),
     "val_loss": MetricSpec("validation loss, eval mode", "min"),
     "test_acc": MetricSpec(
-        "test accuracy, eval mode; scored at best-val epochs and the last epoch, NaN in others",
+        "test accuracy, eval mode; scored at the last epoch and at a best-val epoch that is a "
+        "gap epoch (gap_epochs), NaN in others",
         "max",
     ),
     "best_val_acc": MetricSpec("best val_acc so far", "max"),
     "best_epoch": MetricSpec("epoch at which best_val_acc came"),
     "gen_gap": MetricSpec(
         "max(0, train_eval_acc - test_acc) at the best-val epoch: how much better the model "
-        "does on training images than on test images; an underfit model scores 0, not less",
+        "does on training images than on test images; an underfit model scores 0, not less. "
+        "Known at the last epoch and at gap epochs; NaN between them while the best epoch's "
+        "weights wait to be scored",
         "min",
     ),
-    "val_test_gap": MetricSpec("abs(val_acc - test_acc) at the best-val epoch", "min"),
+    "val_test_gap": MetricSpec(
+        "abs(val_acc - test_acc) at the best-val epoch; known when gen_gap is", "min"
+    ),
     "throughput": MetricSpec("training images per second over the epoch, eval excluded", "max"),
     "epoch_time_s": MetricSpec("wall seconds of the epoch's training part", "min"),
     "train_time_s": MetricSpec("training seconds of all epochs so far, eval excluded", "min"),
@@ -141,8 +146,9 @@ OOM_CAUSE_CARD = "card"
 def generalization_gap(scores: EvalScores) -> float:
     """Only a positive gap counts against a trial: a model that scores lower on training
     images than on test images is not generalizing better, it is undertrained, and a
-    signed gap would reward it on the front."""
-    return max(0.0, scores.train_eval_acc - scores.test_acc)
+    signed gap would reward it on the front. NaN where either was not scored."""
+    gap = scores.train_eval_acc - scores.test_acc
+    return gap if math.isnan(gap) else max(0.0, gap)
 
 
 def throughput(images: int, seconds: float) -> float:
@@ -164,7 +170,9 @@ class Progress:
     """What a trial has achieved so far; updated once per epoch by `advance`.
 
     Kept as plain numbers so it goes into the checkpoint and a resumed trial reports the
-    same best/gap/time-to-target values as one that never stopped.
+    same best/gap/time-to-target values as one that never stopped. The gaps of a best epoch
+    whose training subset and test split were not scored then stay NaN until
+    `with_best_scored` fills them in from its weights, scored later.
     """
 
     best_val_acc: float = -math.inf
@@ -175,6 +183,21 @@ class Progress:
     time_to_target_s: float = math.inf
     train_steps: int = 0  # optimizer steps so far
     steps_to_target: float = math.inf  # a whole number once reached
+
+    @property
+    def gap_pending(self) -> bool:
+        """Whether the best epoch's training subset and test split are still to be scored."""
+        return self.best_epoch > 0 and math.isnan(self.val_test_gap)
+
+    def with_best_scored(self, train_eval_acc: float, test_acc: float) -> Progress:
+        """The gaps of the best epoch, from its weights' scores on the training subset and
+        the test split (its validation score is `best_val_acc`)."""
+        scores = EvalScores(train_eval_acc, self.best_val_acc, test_acc)
+        return replace(
+            self,
+            gen_gap=generalization_gap(scores),
+            val_test_gap=abs(self.best_val_acc - test_acc),
+        )
 
     def improved_by(self, val_acc: float) -> bool:
         """Whether an epoch scoring `val_acc` becomes the best-val epoch (strict: a tie

@@ -48,17 +48,19 @@ def save_run_state(
     optimizer: torch.optim.Optimizer,
     precision: Precision,
     state: RunState,
+    best_weights: dict[str, torch.Tensor] | None = None,
 ) -> Path:
+    """`best_weights`: the best-val epoch's, while its gaps wait to be scored."""
     path = directory / STATE_FILE
-    torch.save(
-        {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "precision": precision.state_dict(),  # the GradScaler's scale and growth tracker
-            "state": state.to_dict(),
-        },
-        path,
-    )
+    saved = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "precision": precision.state_dict(),  # the GradScaler's scale and growth tracker
+        "state": state.to_dict(),
+    }
+    if best_weights is not None:
+        saved["best_model"] = best_weights
+    torch.save(saved, path)
     return path
 
 

@@ -41,9 +41,14 @@ class TrainSettings(BaseModel):
     seed: int = Field(0, **_STRICT)  # model init and data order
     target_acc: float = Field(0.75, gt=0, le=1)  # val_acc that stops the time_to_target_s clock
     train_eval_size: int = Field(400, gt=0, **_STRICT)  # training images scored in eval mode
-    # images per eval forward pass; None: the epoch's physical batch, which never needs
-    # more memory than the training step at that batch
+    # images per eval forward pass; None: whichever of the epoch's physical batch, its half
+    # and its quarter scores fastest, timed on the trial's first evaluations (never more
+    # memory than the training step at that batch); the physical batch when deterministic
     eval_batch_size: int | None = Field(None, gt=0, **_STRICT)
+    # epochs whose report carries gen_gap and val_test_gap (an early-stopping scheduler's
+    # rungs; `search` fills them in); the last epoch always does, and between them the best
+    # epoch's weights wait in host memory to be scored on the training subset and test split
+    gap_epochs: tuple[int, ...] = ()
     # --- large-batch techniques, each a switch of the one training loop ---
     amp: bool = Field(False, **_STRICT)  # autocast: fp16 + GradScaler on CUDA, bf16 on CPU
     amp_dtype: AmpDtype = "float16"  # on CUDA; bfloat16 where the GPU supports it
@@ -92,6 +97,13 @@ class TrainSettings(BaseModel):
         if modules is not None and not modules:
             raise ValueError("names no module type; leave it out to find the blocks by type")
         return modules
+
+    @field_validator("gap_epochs")
+    @classmethod
+    def _epochs_from_one(cls, epochs: tuple[int, ...]) -> tuple[int, ...]:
+        if any(epoch < 1 for epoch in epochs):
+            raise ValueError(f"are epochs, counted from 1; got {list(epochs)}")
+        return tuple(sorted(set(epochs)))
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> TrainSettings:

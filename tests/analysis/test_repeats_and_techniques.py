@@ -24,6 +24,21 @@ def test_seeds_of_one_config_become_one_row_with_mean_and_spread():
     assert grouped.loc[32, "trial_id"] == "a+b" and grouped.loc[64, "seeds"] == 1
 
 
+def test_settings_that_are_lists_group_seeds_like_any_other_setting():
+    frame = pd.DataFrame({
+        "trial_id": ["a", "b", "c"],
+        "config.gap_epochs": [[2, 4], [2, 4], [2, 4]],
+        "config.checkpoint_modules": [["BasicBlock"], ["BasicBlock"], None],
+        "config.seed": [0, 1, 0],
+        "throughput": [100.0, 140.0, 300.0],
+        "best_val_acc": [0.7, 0.8, 0.6],
+        "status": ["ok", "ok", "ok"],
+    })  # fmt: skip
+    grouped = aggregate_repeats(frame, OBJECTIVES)
+    assert grouped["trial_id"].tolist() == ["a+b", "c"]
+    assert grouped["throughput"].tolist() == [120.0, 300.0]
+
+
 def test_a_config_with_one_failed_seed_is_not_feasible():
     frame = pd.DataFrame({
         "trial_id": ["a", "b"], "config.batch_size": [32, 32], "config.seed": [0, 1],

@@ -24,6 +24,13 @@ class Reports:
         self.states.append(load_run_state(checkpoint_dir))
 
 
+def same_results(metrics: dict, others: dict) -> bool:
+    """Equal in everything but the machine's timings and memory."""
+    keep = set(METRICS) - MACHINE_METRICS - {"node"}
+    results = {name: metrics[name] for name in keep}
+    return results == pytest.approx({name: others[name] for name in keep}, nan_ok=True)
+
+
 def settings(**changes) -> TrainSettings:
     base = {"epochs": 3, "batch_size": 8, "train_eval_size": 16, "optimizer": "sgd", "lr": 0.02}
     return TrainSettings(**{**base, **changes})
@@ -43,25 +50,70 @@ def test_every_epoch_reports_every_metric_of_the_schema(tiny_data: PreparedData)
     assert last["best_val_acc"] == max(m["val_acc"] for m in reports.metrics)
 
 
-def test_the_training_subset_and_test_split_are_scored_at_best_val_epochs_and_the_last(
+WANDERING = {"epochs": 6, "lr": 0.5}  # lr high: val wanders, the best epoch moves
+
+
+def test_an_epochs_own_test_and_training_subset_scores_come_at_best_val_gap_epochs_and_the_last(
     tiny_data: PreparedData,
 ):
     reports = Reports()
-    fit_classifier(settings(epochs=6, lr=0.5), tiny_data, reports)  # lr high: val wanders
+    fit_classifier(settings(**WANDERING, gap_epochs=(2, 4)), tiny_data, reports)
     best_so_far, scored = -math.inf, []
     for metrics in reports.metrics:
         improved = metrics["val_acc"] > best_so_far
         best_so_far = max(best_so_far, metrics["val_acc"])
-        expected = improved or metrics["epoch"] == 6
+        expected = (improved and metrics["epoch"] in (2, 4)) or metrics["epoch"] == 6
         assert math.isfinite(metrics["test_acc"]) == expected, metrics["epoch"]
         assert math.isfinite(metrics["train_eval_acc"]) == expected, metrics["epoch"]
         scored.append(expected)
-    assert not all(scored), "every epoch improved: the test shows nothing"
+    assert scored.count(True) < 6, "every epoch was scored: the test shows nothing"
+
+
+def test_the_gaps_at_gap_epochs_and_the_last_are_the_best_epochs_whose_scoring_waited(
+    tiny_data: PreparedData,
+):
+    every_epoch, deferred = Reports(), Reports()
+    fit_classifier(settings(**WANDERING, gap_epochs=range(1, 7)), tiny_data, every_epoch)
+    fit_classifier(settings(**WANDERING, gap_epochs=(3,)), tiny_data, deferred)
+
+    waited = 0
+    for scored, late in zip(every_epoch.metrics, deferred.metrics, strict=True):
+        assert late["val_acc"] == scored["val_acc"]  # the weights went back: same training
+        assert late["best_epoch"] == scored["best_epoch"]
+        if late["epoch"] in (3, 6):
+            assert late["gen_gap"] == scored["gen_gap"], late["epoch"]
+            assert late["val_test_gap"] == scored["val_test_gap"], late["epoch"]
+            waited += late["best_epoch"] != late["epoch"]
+        elif late["best_epoch"] > 3 or late["epoch"] < 3:  # a best epoch not yet scored
+            assert math.isnan(late["gen_gap"]) and math.isnan(late["val_test_gap"])
+    assert waited, "no best epoch waited for a gap epoch: the test shows nothing"
+    assert same_results(deferred.metrics[-1], every_epoch.metrics[-1])
+
+
+def test_every_epoch_is_a_gap_epoch_when_early_stopping_is_off_in_the_old_sense_of_scoring(
+    tiny_data: PreparedData,
+):
+    reports = Reports()
+    fit_classifier(settings(**WANDERING, gap_epochs=range(1, 7)), tiny_data, reports)
     best = reports.metrics[-1]["best_epoch"]
     at_best = reports.metrics[best - 1]
     assert reports.metrics[-1]["gen_gap"] == max(
         0.0, at_best["train_eval_acc"] - at_best["test_acc"]
     )
+
+
+def test_a_trial_resumed_while_its_best_epoch_waits_to_be_scored_ends_like_one_that_never_stopped(
+    tiny_data: PreparedData,
+):
+    straight = Reports()
+    fit_classifier(settings(gap_epochs=(2,)), tiny_data, straight)
+    waiting = straight.states[0]  # epoch 1, the first best epoch, scored at 2 at the earliest
+    assert "best_model" in waiting and math.isnan(waiting["state"]["progress"]["gen_gap"])
+
+    resumed = Reports()
+    fit_classifier(settings(gap_epochs=(2,)), tiny_data, resumed, resume_state=waiting)
+    for after, never_stopped in zip(resumed.metrics, straight.metrics[1:], strict=True):
+        assert same_results(after, never_stopped)
 
 
 def test_adabatch_growth_shows_in_the_reported_batch_and_learning_rate(tiny_data: PreparedData):
