@@ -230,6 +230,17 @@ def test_early_stopping_takes_its_defaults_and_can_be_turned_off(tmp_path):
     assert load_config(path, ["search.early_stopping=null"]).search.early_stopping is None
 
 
+def test_the_trials_score_their_gaps_at_the_early_stopping_rungs_and_at_epochs_asked_for(
+    tmp_path,
+):
+    path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
+    assert load_config(path).train_config()["gap_epochs"] == [2, 4]
+    asked = ["train.gap_epochs=[3, 4]"]
+    assert load_config(path, asked).train_config()["gap_epochs"] == [2, 3, 4]
+    off = load_config(path, ["search.early_stopping=null"]).train_config()
+    assert "gap_epochs" not in off
+
+
 def test_early_stopping_needs_objectives_scored_every_epoch_and_one_seed_per_config(tmp_path):
     path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
     problems = problems_of(path, ["search.objectives={test_acc: max}"])
