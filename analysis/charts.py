@@ -388,9 +388,14 @@ def _hover(frame: pd.DataFrame) -> list[str]:
         lines = [f"trial {row['trial_id']}: {row.get('status')}"]
         if isinstance(row.get("status_detail"), str) and row["status_detail"]:
             lines.append(row["status_detail"][:120])
-        lines += [f"{p.removeprefix(CONFIG_PREFIX)} = {row[p]}" for p in params if pd.notna(row[p])]
+        lines += [f"{p.removeprefix(CONFIG_PREFIX)} = {row[p]}" for p in params if _is_set(row[p])]
         texts.append("<br>".join(lines))
     return texts
+
+
+def _is_set(value: object) -> bool:
+    """A setting's value is there: not NaN/None (a list, e.g. gap_epochs, always is)."""
+    return not pd.api.types.is_scalar(value) or pd.notna(value)
 
 
 def _parcoords_axis(column: pd.Series) -> dict:
