@@ -50,9 +50,15 @@ from analysis.pareto import (
 from analysis.repeats import aggregate_repeats
 from analysis.tables import select, trend_table
 from analysis.techniques import technique_effects
-from trainables.metrics import DEFAULT_MIN_ACCURACY, DEFAULT_OBJECTIVES, STATUS_OK
+from trainables.metrics import (
+    DEFAULT_MIN_ACCURACY,
+    DEFAULT_OBJECTIVES,
+    STATUS_OK,
+    min_accuracy_for,
+)
 
 NOISE_CHART_CONFIGS = 8  # configs drawn in the noise-scale chart, best-ranked first
+NUM_CLASSES_TAG = "num_classes"  # the search run's classes, for its min accuracy
 
 
 @dataclass(frozen=True)
@@ -171,7 +177,7 @@ def _infeasible_table(report: Report) -> pd.DataFrame:
     if report.min_accuracy is not None and "best_val_acc" in bad:
         at_chance = (bad["status"] == STATUS_OK) & (bad["best_val_acc"] < report.min_accuracy)
         shown.loc[at_chance, "status_detail"] = (
-            f"best_val_acc below {report.min_accuracy}: learned nothing"
+            f"best_val_acc below {report.min_accuracy:.3g}: learned nothing"
         )
     return shown.rename(columns={c: c.removeprefix(CONFIG_PREFIX) for c in columns})
 
@@ -214,8 +220,8 @@ def _summary_lines(report: Report) -> list[str]:
     ]
     if report.min_accuracy is not None:
         lines.append(
-            f"Trials below best_val_acc {report.min_accuracy} are kept off the front: at "
-            "chance a model's gap is trivially small."
+            f"Trials below best_val_acc {report.min_accuracy:.3g} (chance + 0.05) are kept off "
+            "the front: at chance a model's gap is trivially small."
         )
     accuracy = memory_prediction_error(report.frame)
     if accuracy is not None:
@@ -335,6 +341,15 @@ def _params_under(params: Mapping[str, str], prefix: str) -> dict[str, str]:
     return {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
 
 
+def min_accuracy_from_parent(tags: Mapping[str, str]) -> float:
+    """Chance + 5 points for the search's classes (its `num_classes` tag); searches from
+    before the tag were of cats vs dogs."""
+    try:
+        return min_accuracy_for(int(tags[NUM_CLASSES_TAG]))
+    except (KeyError, ValueError):
+        return DEFAULT_MIN_ACCURACY
+
+
 def gpu_from_parent(params: Mapping[str, str]) -> bool | None:
     """Whether the search's trials had GPUs (its `resources.gpu` param); None: unknown."""
     try:
@@ -369,9 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--min-accuracy",
         type=float,
-        default=DEFAULT_MIN_ACCURACY,
-        help=f"trials with a lower best_val_acc stay off the front (default: "
-        f"{DEFAULT_MIN_ACCURACY})",
+        help="trials with a lower best_val_acc stay off the front (default: chance + 0.05 "
+        f"for the search's classes, {DEFAULT_MIN_ACCURACY} for two)",
     )
     parser.add_argument(
         "--trend",
@@ -415,7 +429,11 @@ def main(argv: list[str] | None = None) -> int:
         out,
         parent.info.run_name,
         bounds=bounds_from_parent(parent.data.params) or None,
-        min_accuracy=args.min_accuracy,
+        min_accuracy=(
+            args.min_accuracy
+            if args.min_accuracy is not None
+            else min_accuracy_from_parent(parent.data.tags)
+        ),
         histories=histories_from_mlflow(client, parent),
         on_gpu=gpu_from_parent(parent.data.params),
     )

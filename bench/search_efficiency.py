@@ -16,6 +16,10 @@ point for all three, the config's `search.hypervolume_bounds`); the share of sug
 after the sampler's start-up phase that were infeasible (out of memory, run or predicted),
 and of the trials started after it.
 
+Then a bound: how short (3) could be at best while keeping (2)'s front whole, were every
+trial off that front stopped at the first rung (`stopping_bound`). Early stopping cannot
+beat it: the trials that make the front train all their epochs.
+
     python bench/search_efficiency.py [--config configs/cats_dogs.yaml] [--budget-mb 40]
         [--num-samples 16] [--repeats 3] [key.path=value ...]
 """
@@ -41,6 +45,7 @@ from analysis.pareto import declared_bounds, hypervolume, mark_front
 from search.config import SearchConfig, load_config
 from search.searcher import STARTED_ATTR, STATUS_ATTR, build_sampler, startup_trials
 from trainables.metrics import DEFAULT_MIN_ACCURACY, METRICS
+from trainables.settings import DEFAULT_EPOCHS
 
 REPO = Path(__file__).resolve().parents[1]
 INFEASIBLE = ("oom", "oom_predicted")
@@ -56,6 +61,7 @@ class Outcome:
     oom_ran: float
     oom_not_started: float
     seconds_off_front: float
+    seconds_on_front: float
     hypervolume: float
     infeasible_after_startup: float  # of the sampler's suggestions
     infeasible_started_after_startup: float  # of the trials Tune started
@@ -199,9 +205,23 @@ def summarise(
         oom_ran=int((started["status"] == "oom").sum()),
         oom_not_started=int((trials["status"] == "oom_predicted").sum()),
         seconds_off_front=sum(durations.get(str(t), 0.0) for t in off_front["trial_id"]),
+        seconds_on_front=sum(durations.values())
+        - sum(durations.get(str(t), 0.0) for t in off_front["trial_id"]),
         hypervolume=hypervolume(trials, objectives, bounds, DEFAULT_MIN_ACCURACY),
         infeasible_after_startup=_share_infeasible(after),
         infeasible_started_after_startup=_share_infeasible([s for s in after if s[1]]),
+    )
+
+
+def stopping_bound(outcome: Outcome, first_rung_share: float, concurrency: int) -> float:
+    """The wall seconds of `outcome`'s search had every trial off its front stopped at the
+    first rung (`first_rung_share` of its epochs) and every front trial run whole: the
+    search's fixed part (start-up, report: wall minus trial seconds over the trials run at
+    a time) plus the trial seconds left, `concurrency` at a time."""
+    trials = outcome.seconds_on_front + outcome.seconds_off_front
+    fixed = outcome.seconds - trials / concurrency
+    return fixed + (outcome.seconds_on_front + first_rung_share * outcome.seconds_off_front) / (
+        concurrency
     )
 
 
@@ -264,6 +284,15 @@ def main() -> None:
     print()
     print(f"(3) / (2), medians: hypervolume {on.hypervolume / off.hypervolume:.3f}, "
           f"wall time {on.seconds / off.seconds:.3f}")  # fmt: skip
+    stopping = load_config(args.config, [*overrides, *early]).search.early_stopping
+    assert stopping is not None
+    share = stopping.rungs[0] / config.train.get("epochs", DEFAULT_EPOCHS)
+    per_node = max(1, int((os.cpu_count() or 1) // config.resources.cpu))
+    concurrency = config.search.max_concurrent_trials or per_node
+    bounds = [stopping_bound(o, share, concurrency) / o.seconds for o in runs["off"]]
+    print(f"at best, with (2)'s front kept whole and every other trial stopped at epoch "
+          f"{stopping.rungs[0]}: wall time {statistics.median(bounds):.3f} of (2)'s "
+          f"(median; runs {', '.join(f'{b:.2f}' for b in bounds)})")  # fmt: skip
     over_budget = sum(o.oom_ran + o.oom_not_started for o in runs["on"])
     if over_budget:
         never = sum(o.oom_not_started for o in runs["on"])

@@ -14,7 +14,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
 from analysis.flat import flatten
 from analysis.load import frame_from_tune, histories_from_tune, trial_row
-from analysis.report import build_report, publish
+from analysis.report import NUM_CLASSES_TAG, build_report, publish
 from search.cli import EXIT_INTERRUPTED, EXIT_STOPPED, EXIT_USAGE, RunOptions
 from search.cluster import is_server
 from search.config import ConfigError, SearchConfig
@@ -32,7 +32,7 @@ from search.tracking import (
 )
 from search.tuner import OPTUNA_STORAGE, build_tuner, restore_tuner
 from trainables.data import DataUnavailable, PreparedData, prepare_data
-from trainables.metrics import METRICS
+from trainables.metrics import METRICS, min_accuracy_for
 
 METRIC_NAMES = tuple(METRICS)
 
@@ -104,6 +104,7 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
         experiment_dir / "report",
         title=experiment_dir.name,
         bounds=config.search.hypervolume_bounds or None,
+        min_accuracy=min_accuracy_for(data.num_classes),
         histories=histories_from_tune(experiment_dir),
         on_gpu=config.resources.gpu > 0,
     )
@@ -187,7 +188,11 @@ def open_parent_run(
 ) -> ParentRun:
     previous = SearchState.load(experiment_dir) if resume else None
     commit = git_commit(Path(__file__).resolve().parent)
-    tags = {"data_source": data.source, "data": data.description[:5000]}
+    tags = {
+        "data_source": data.source,
+        "data": data.description[:5000],
+        NUM_CLASSES_TAG: str(data.num_classes),  # the report's min accuracy comes from it
+    }
     if commit:
         tags[MLFLOW_GIT_COMMIT] = commit
     parent = ParentRun.start(

@@ -39,9 +39,9 @@ class EvalBatch:
         self.fixed = fixed
         self.timed = timed and fixed is None
         self.clock = clock
-        # physical batch -> {eval batch: seconds per image}; a new physical batch (AdaBatch
-        # grew it) is timed anew: its candidates differ
-        self.seconds_per_image: dict[int, dict[int, float]] = {}
+        # eval batch -> seconds per image; when AdaBatch grows the physical batch, only its
+        # candidates not timed yet are tried
+        self.seconds_per_image: dict[int, float] = {}
 
     @staticmethod
     def candidates(physical_batch: int) -> list[int]:
@@ -55,19 +55,19 @@ class EvalBatch:
             return self.fixed
         if not self.timed:
             return physical_batch
-        timed = self.seconds_per_image.get(physical_batch, {})
-        untried = [size for size in self.candidates(physical_batch) if size not in timed]
-        return untried[0] if untried else min(timed, key=timed.__getitem__)
+        candidates = self.candidates(physical_batch)
+        timed = self.seconds_per_image
+        untried = [size for size in candidates if size not in timed]
+        return untried[0] if untried else min(candidates, key=timed.__getitem__)
 
     def score(self, physical_batch: int, images: int, scoring: Callable[[int], Scores]) -> Scores:
         """`scoring(batch)` of a split of `images` images, at `size(physical_batch)`, timed
         while the candidates are being tried. `scoring` must return only once the device has
         finished (reading its scores as Python numbers does)."""
         size = self.size(physical_batch)
-        timed = self.seconds_per_image.setdefault(physical_batch, {})
-        if not self.timed or size in timed or images == 0:
+        if not self.timed or size in self.seconds_per_image or images == 0:
             return scoring(size)
         started = self.clock()
         scores = scoring(size)
-        timed[size] = (self.clock() - started) / images
+        self.seconds_per_image[size] = (self.clock() - started) / images
         return scores

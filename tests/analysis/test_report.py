@@ -13,6 +13,7 @@ from analysis.report import (
     build_report,
     main,
     memory_prediction_error,
+    min_accuracy_from_parent,
     objectives_from_parent,
     parse_objectives,
 )
@@ -223,3 +224,9 @@ def test_the_memory_models_error_is_the_median_relative_gap_over_trials_it_predi
     grown = frame.assign(**{"config.batch_size": [16, 16, 16, 16],
                             "physical_batch_size": [16, 32, 16, 16]})  # fmt: skip
     assert memory_prediction_error(grown) == (2, pytest.approx(0.175))  # the grown one is out
+
+
+def test_the_min_accuracy_is_chance_plus_five_points_for_the_searchs_classes():
+    assert min_accuracy_from_parent({"num_classes": "10"}) == pytest.approx(0.15)
+    assert min_accuracy_from_parent({"num_classes": "2"}) == pytest.approx(0.55)
+    assert min_accuracy_from_parent({}) == pytest.approx(0.55)  # a search from before the tag

@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 import trainables.data.cache as cache_module
 from search.run import main
 from tests.conftest import CONFIGS
-from tests.image_folders import Quirks, write_pet_folder
+from tests.image_folders import NO_QUIRKS, Quirks, write_pet_folder
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 EVERY_QUIRK = Quirks(empty=2, truncated=2, non_image=3, grayscale=2, cmyk=2, transparent=3,
@@ -58,3 +58,25 @@ def test_a_messy_folder_of_2000_jpegs_runs_whole_searches_and_is_decoded_once(
         if "mlflow.parentRunId" not in run.data.tags
     ]
     assert {run.data.tags["data_source"] for run in parents} == {"image_folder"}
+
+
+def test_a_folder_of_three_classes_keeps_off_the_front_only_trials_near_its_own_chance(
+    ray_instance, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    folder = write_pet_folder(
+        tmp_path / "Animals", per_class=60, quirks=NO_QUIRKS, class_names=("Cat", "Dog", "Fox")
+    )
+    arguments = [
+        *search(tmp_path, "three", folder.root, tmp_path / "cache")[:-3],
+        "data.train_per_class=40", "data.val_per_class=10", "data.test_per_class=10",
+    ]  # fmt: skip
+    assert main(arguments) == 0
+    report = (tmp_path / "ray_results" / "three" / "report" / "report.md").read_text()
+    assert "below best_val_acc 0.383 (chance + 0.05)" in report  # 1/3 + 0.05, not 0.55
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (parent,) = client.search_runs(
+        [client.get_experiment_by_name("smoke").experiment_id],
+        filter_string="tags.num_classes = '3'",
+    )
+    assert parent.info.run_name == "three"

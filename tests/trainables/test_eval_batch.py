@@ -35,12 +35,20 @@ def test_a_trial_tries_its_physical_batch_its_half_and_its_quarter_then_keeps_th
     assert fake.batches == [64, 32, 16, 32, 32, 32]
 
 
-def test_a_grown_physical_batch_is_timed_anew():
+def test_a_grown_physical_batch_times_only_its_candidates_not_timed_yet():
     fake = SlowAbove({64: 3e-3, 32: 1e-3, 16: 2e-3, 128: 1e-4})
     chooser = EvalBatch(clock=fake.clock)
-    for physical in (64, 64, 64, 128, 128, 128, 128):
+    for physical in (64, 64, 64, 128, 128, 128):
         chooser.score(physical, 400, fake.scoring(400))
-    assert fake.batches == [64, 32, 16, 128, 64, 32, 128]
+    assert fake.batches == [64, 32, 16, 128, 128, 128]
+
+
+def test_the_choice_stays_among_the_candidates_of_the_physical_batch():
+    fake = SlowAbove({64: 3e-3, 32: 1e-3, 16: 2e-3, 8: 1e-5})
+    chooser = EvalBatch(clock=fake.clock)
+    for physical in (32, 32, 32, 64, 64, 64):  # 8 is fastest but below 64's quarter
+        chooser.score(physical, 400, fake.scoring(400))
+    assert fake.batches == [32, 16, 8, 64, 32, 32]
 
 
 def test_a_set_eval_batch_or_a_deterministic_trial_is_never_timed():
@@ -50,7 +58,7 @@ def test_a_set_eval_batch_or_a_deterministic_trial_is_never_timed():
         fixed.score(64, 400, fake.scoring(400))
         deterministic.score(64, 400, fake.scoring(400))
     assert fake.batches == [48, 64] * 3
-    assert fixed.seconds_per_image == deterministic.seconds_per_image == {64: {}}
+    assert fixed.seconds_per_image == deterministic.seconds_per_image == {}
 
 
 @pytest.mark.parametrize(("physical", "candidates"), [(64, [64, 32, 16]), (16, [16, 8]), (4, [4])])

@@ -8,6 +8,8 @@ from trainables.metrics import (
     OBJECTIVE_METRICS,
     EvalScores,
     Progress,
+    generalization_gap,
+    min_accuracy_for,
     throughput,
 )
 
@@ -72,3 +74,22 @@ def test_time_to_target_counts_training_seconds_up_to_the_first_epoch_that_reach
 def test_time_to_target_is_infinite_when_the_target_is_never_reached():
     progress = Progress().advance(1, scores(0.6, 0.6, 0.6), 2.0, target_acc=0.7)
     assert math.isinf(progress.time_to_target_s)
+
+
+@pytest.mark.parametrize(("classes", "floor"), [(2, 0.55), (3, 0.3833), (10, 0.15), (37, 0.077)])
+def test_a_model_learned_something_only_five_points_above_chance(classes, floor):
+    assert min_accuracy_for(classes) == pytest.approx(floor, abs=1e-3)
+
+
+def test_a_best_epoch_not_yet_scored_has_no_gaps_until_its_weights_are():
+    unscored = EvalScores(train_eval_acc=math.nan, val_acc=0.7, test_acc=math.nan)
+    waiting = Progress().advance(1, unscored, epoch_seconds=1.0, target_acc=0.9)
+    assert waiting.gap_pending and math.isnan(waiting.gen_gap)
+    scored = waiting.with_best_scored(train_eval_acc=0.8, test_acc=0.65)
+    assert not scored.gap_pending
+    assert scored.gen_gap == pytest.approx(0.15) and scored.val_test_gap == pytest.approx(0.05)
+
+
+def test_an_unscored_gap_is_nan_not_zero():
+    unscored = EvalScores(train_eval_acc=math.nan, val_acc=0.7, test_acc=math.nan)
+    assert math.isnan(generalization_gap(unscored))
