@@ -220,8 +220,8 @@ def _summary_lines(report: Report) -> list[str]:
     ]
     if report.min_accuracy is not None:
         lines.append(
-            f"Trials below best_val_acc {report.min_accuracy:.3g} (chance + 0.05) are kept off "
-            "the front: at chance a model's gap is trivially small."
+            f"Trials below best_val_acc {report.min_accuracy:.3g} are kept off the front: at "
+            "chance a model's gap is trivially small."
         )
     accuracy = memory_prediction_error(report.frame)
     if accuracy is not None:

@@ -55,7 +55,9 @@ def bare_epoch(settings: TrainSettings, data: PreparedData) -> float:
 
 def trainable_epoch(settings: TrainSettings, data: PreparedData) -> tuple[float, float, int]:
     """Per epoch: (training seconds as the trainable measures them, whole seconds), and
-    how many epochs scored the test split (on the epoch's weights or a waiting best's)."""
+    how many times the training subset and test split were scored: on an epoch's own
+    weights (its `test_acc` is there), or on a waiting best epoch's at a gap epoch or the
+    last (its gaps were NaN until then)."""
     reported: list[dict[str, Any]] = []
 
     def keep(metrics: dict[str, Any], checkpoint_dir: Path) -> None:
@@ -64,12 +66,13 @@ def trainable_epoch(settings: TrainSettings, data: PreparedData) -> tuple[float,
     started = time.perf_counter()
     fit_classifier(settings, data, keep)
     whole = time.perf_counter() - started
-    scored = sum(
-        math.isfinite(metrics["test_acc"])
-        or (metrics["epoch"] in settings.gap_epochs and metrics["best_epoch"] < metrics["epoch"])
-        for metrics in reported
-    )
-    return reported[-1]["train_time_s"] / settings.epochs, whole / settings.epochs, scored
+    scorings, waiting = 0, False
+    for metrics in reported:
+        scored_own = math.isfinite(metrics["test_acc"])
+        improved = metrics["best_epoch"] == metrics["epoch"]
+        scorings += scored_own + (waiting and not improved and math.isfinite(metrics["gen_gap"]))
+        waiting = math.isnan(metrics["gen_gap"])
+    return reported[-1]["train_time_s"] / settings.epochs, whole / settings.epochs, scorings
 
 
 def main() -> None:
@@ -119,7 +122,8 @@ def main() -> None:
     print(f"  ratio training part / bare:  {median(train_part) / median(bare):.2f}")
     print(f"  ratio whole epoch / bare:    {median(whole) / median(bare):.2f}")
     print(
-        f"  epochs scoring the training subset and test split, last run: {scored} of {args.epochs}"
+        f"  scorings of the training subset and test split, last run: {scored} in {args.epochs} "
+        "epochs"
     )
 
 

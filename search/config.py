@@ -165,11 +165,12 @@ class SearchConfig(BaseModel):
         fixed = {**self.train, "data": self.data.model_dump()}
         if self.resources.memory_budget_mb is not None:
             fixed["memory_budget_mb"] = self.resources.memory_budget_mb
-        if self.search.early_stopping is not None:
-            # the rungs compare gen_gap: the trials score the best epoch's gaps there
-            rungs = self.search.early_stopping.rungs
-            fixed["gap_epochs"] = sorted({*self.train.get("gap_epochs", ()), *rungs})
         return fixed
+
+    def rungs(self) -> tuple[int, ...]:
+        """The early-stopping rungs: epochs whose reports the scheduler compares."""
+        stopping = self.search.early_stopping
+        return stopping.rungs if stopping is not None else ()
 
     def as_yaml_dict(self) -> dict[str, Any]:
         """The resolved config, as it would be written in a file."""

@@ -80,6 +80,10 @@ class ParetoEarlyStopping(FIFOScheduler):
         if epoch not in self.rungs or result.get("status", STATUS_OK) != STATUS_OK:
             return TrialScheduler.CONTINUE
         values = tuple(minimised(result, self.objectives))
+        if any(math.isnan(value) for value in values):
+            # not comparable (an objective this trial does not report at the rung): it
+            # goes on, and is not a peer whose NaN would count as the worst value
+            return TrialScheduler.CONTINUE
         peers = self.seen.setdefault(int(epoch), {})
         dominating = rung_verdict(values, peers, self.keep, self.min_peers)
         peers[trial.trial_id] = values

@@ -23,9 +23,16 @@ def without_notes(config: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in config.items() if key not in SEARCH_NOTES}
 
 
-def classifier_trial(config: dict[str, Any], data: PreparedData | None = None) -> None:
+def classifier_trial(
+    config: dict[str, Any], data: PreparedData | None = None, rungs: tuple[int, ...] = ()
+) -> None:
+    """`rungs`: the early-stopping rungs, where the trial must report `gen_gap` (its
+    `gap_epochs`, besides any the config asks for)."""
     reason = config.get(PREDICTED_FROM)
     if reason:  # the searcher ran out of other suggestions to give
         tune.report(pruned_metrics(STATUS_OOM_PREDICTED, f"not trained: {reason}", epoch=0))
         return
-    train_classifier(without_notes(config), data)
+    settings = without_notes(config)
+    if rungs:
+        settings["gap_epochs"] = sorted({*settings.get("gap_epochs", ()), *rungs})
+    train_classifier(settings, data)

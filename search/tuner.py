@@ -27,9 +27,12 @@ def param_space(config: SearchConfig) -> dict[str, Any]:
 
 
 def trainable(config: SearchConfig, data: PreparedData) -> Any:
-    """The trial function with the prepared data (object store) and the trial's resources."""
+    """The trial function with the prepared data (object store), the epochs whose reports
+    early stopping compares, and the trial's resources. The rungs travel here, not in the
+    param space, which `Tuner.restore` requires unchanged from the search's start."""
     resources = {"cpu": config.resources.cpu, "gpu": config.resources.gpu}
-    return tune.with_resources(tune.with_parameters(classifier_trial, data=data), resources)
+    with_data = tune.with_parameters(classifier_trial, data=data, rungs=config.rungs())
+    return tune.with_resources(with_data, resources)
 
 
 OPTUNA_STORAGE = "optuna.db"  # the study, next to Tune's state: it survives a restart

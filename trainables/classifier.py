@@ -173,7 +173,11 @@ def start_trial(
         precision.load_state_dict(resume["precision"])
         state = RunState.from_dict(resume["state"])
         best_weights = resume.get("best_model")
-    eval_batch = EvalBatch(settings.eval_batch_size, timed=not settings.deterministic)
+    eval_batch = EvalBatch(
+        settings.eval_batch_size,
+        timed=not settings.deterministic,
+        seconds_per_image=state.eval_seconds_per_image,  # a resumed trial keeps its choice
+    )
     return TrainingRun(
         settings, model, optimizer, precision, state, budget, eval_batch, best_weights
     )
@@ -238,6 +242,7 @@ def fit_classifier(
                 last_metrics=metrics,
                 skipped_streak=result.skipped_streak,
                 growths=trial.growths_after(plan, result, len(splits.train)),
+                eval_seconds_per_image=dict(trial.eval_batch.seconds_per_image),
             )
             _save_and_report(trial, report)
         return trial.state.last_metrics
@@ -385,7 +390,8 @@ def evaluate_epoch(
     if improved:
         trial.best_weights = None if gaps_due else host_copy(trial.model)
     if gaps_due and progress.gap_pending:
-        assert trial.best_weights is not None, "a pending best epoch keeps its weights"
+        if trial.best_weights is None:
+            raise RuntimeError(f"epoch {progress.best_epoch}'s weights were not kept to score")
         with weights_of(trial.model, trial.best_weights):
             progress = progress.with_best_scored(*accuracies_beside_val())
         trial.best_weights = None
@@ -412,8 +418,8 @@ def weights_of(model: nn.Module, weights: dict[str, torch.Tensor]) -> Iterator[N
     """`model` with `weights` copied in, its own put back after; no second model on the
     device, and the optimizer keeps its references to the same parameters."""
     own = host_copy(model)
-    model.load_state_dict(weights)
     try:
+        model.load_state_dict(weights)
         yield
     finally:
         model.load_state_dict(own)

@@ -1,12 +1,14 @@
 """The batch a trial evaluates at, chosen by timing, as cuDNN's autotuner chooses kernels.
 
 Scoring forward-only at the training batch is not always fastest. On this project's CPU
-(`python bench/trainable_vs_bare_loop.py` and docs/RESULTS.md, section 4) the small CNN
-scores 400 images several times faster at batch 32 than at 64, where its activations no
-longer stay in cache, while ResNet-18 scores fastest at 64. So a trial scores its first
+(docs/RESULTS.md, section 4) the small CNN at 32 px scores 400 images in 0.036 s at batch
+32 and 0.087 s at 64, where its activations no longer stay in cache, while ResNet-18
+scores fastest at 64. So a trial scores its first
 splits at its physical batch, then half of it, then a quarter, one split each, and keeps the
 fastest per image for the rest of the trial. The timed scorings are the epoch's own: the
-choice costs nothing but the first scorings at the slower sizes.
+choice costs nothing but the first scorings at the slower sizes. A size's one timing
+includes its one-time set-up (kernel selection, cuDNN's autotuner when on), which favours
+the physical batch, already set up by training: the choice errs towards the old default.
 
 Eval-mode scores do not depend on how a split is cut into batches, except for float
 rounding in the loss; a trial that must repeat exactly (`deterministic`) keeps its physical
@@ -34,14 +36,15 @@ class EvalBatch:
         fixed: int | None = None,
         *,
         timed: bool = True,
+        seconds_per_image: dict[int, float] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.fixed = fixed
         self.timed = timed and fixed is None
         self.clock = clock
-        # eval batch -> seconds per image; when AdaBatch grows the physical batch, only its
-        # candidates not timed yet are tried
-        self.seconds_per_image: dict[int, float] = {}
+        # eval batch -> seconds per image (from a checkpoint, or timed here); when AdaBatch
+        # grows the physical batch, only its candidates not timed yet are tried
+        self.seconds_per_image: dict[int, float] = dict(seconds_per_image or {})
 
     @staticmethod
     def candidates(physical_batch: int) -> list[int]:

@@ -32,6 +32,9 @@ class RunState:
     batch_capacity: int | None = None  # largest physical batch known to fit, once one did not
     skipped_streak: int = 0  # steps the GradScaler skipped in a row, up to the last epoch
     growths: int = 0  # times the batch grew under the noise-scale rule (interval: by epoch)
+    # the evaluation batches timed so far (trainables.eval_batch), so that a resumed trial
+    # scores at the batch it chose
+    eval_seconds_per_image: dict[int, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "progress": asdict(self.progress)}

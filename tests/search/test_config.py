@@ -230,15 +230,29 @@ def test_early_stopping_takes_its_defaults_and_can_be_turned_off(tmp_path):
     assert load_config(path, ["search.early_stopping=null"]).search.early_stopping is None
 
 
-def test_the_trials_score_their_gaps_at_the_early_stopping_rungs_and_at_epochs_asked_for(
+def test_early_stopping_leaves_the_param_space_as_it_was_so_that_older_searches_restore(
     tmp_path,
 ):
+    from search.tuner import param_space
+
     path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
-    assert load_config(path).train_config()["gap_epochs"] == [2, 4]
-    asked = ["train.gap_epochs=[3, 4]"]
-    assert load_config(path, asked).train_config()["gap_epochs"] == [2, 3, 4]
-    off = load_config(path, ["search.early_stopping=null"]).train_config()
-    assert "gap_epochs" not in off
+    on, off = load_config(path), load_config(path, ["search.early_stopping=null"])
+    assert on.rungs() == (2, 4) and off.rungs() == ()
+    assert param_space(on).keys() == param_space(off).keys()  # Tuner.restore compares them
+
+
+def test_a_search_trial_scores_its_gaps_at_the_rungs_and_at_the_epochs_its_config_asks_for(
+    monkeypatch,
+):
+    import search.trainable as trainable
+
+    trained = {}
+    monkeypatch.setattr(trainable, "train_classifier", lambda config, data: trained.update(config))
+    trainable.classifier_trial({"lr": 0.1, "gap_epochs": [3, 4]}, None, rungs=(2, 4))
+    assert trained == {"lr": 0.1, "gap_epochs": [2, 3, 4]}
+    trained.clear()
+    trainable.classifier_trial({"lr": 0.1}, None)  # early stopping off: nothing added
+    assert trained == {"lr": 0.1}
 
 
 def test_early_stopping_needs_objectives_scored_every_epoch_and_one_seed_per_config(tmp_path):

@@ -55,6 +55,14 @@ def test_the_scheduler_stops_at_rungs_only_and_says_why():
     assert "(a, b)" in scheduler.stopped["slow"]
 
 
+def test_a_trial_missing_an_objective_at_a_rung_goes_on_and_is_nobodys_peer():
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2)
+    scheduler.on_trial_result(None, fake_trial("a"), result(2, 900, 0.9))
+    unscored = {**result(2, 10, 0.1), "gen_gap": float("nan")}
+    assert scheduler.on_trial_result(None, fake_trial("b"), unscored) == TrialScheduler.CONTINUE
+    assert set(scheduler.seen[2]) == {"a"}
+
+
 @pytest.mark.parametrize("status", ["oom", "diverged"])
 def test_a_pruned_result_is_left_to_its_own_status(status):
     scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2)

@@ -90,7 +90,7 @@ def test_the_gaps_at_gap_epochs_and_the_last_are_the_best_epochs_whose_scoring_w
     assert same_results(deferred.metrics[-1], every_epoch.metrics[-1])
 
 
-def test_every_epoch_is_a_gap_epoch_when_early_stopping_is_off_in_the_old_sense_of_scoring(
+def test_with_every_epoch_a_gap_epoch_the_gap_is_that_of_the_best_epochs_own_scores(
     tiny_data: PreparedData,
 ):
     reports = Reports()
@@ -283,3 +283,11 @@ def test_weights_saved_with_the_old_staged_keys_load_into_todays_models(model, o
     renamed = renamed_from_staged(saved_then, model)
     assert list(renamed) == list(today)
     assert renamed_from_staged(today, model) is today
+
+
+def test_the_evaluation_batches_timed_so_far_are_saved_with_every_checkpoint(tiny_data):
+    reports = Reports()
+    fit_classifier(settings(batch_size=16, epochs=2), tiny_data, reports)
+    first, second = (state["state"]["eval_seconds_per_image"] for state in reports.states)
+    assert set(first) == {16}  # epoch 1 scores validation only, at the physical batch
+    assert set(second) == {16, 8}  # epoch 2, the last, times its half on its next split

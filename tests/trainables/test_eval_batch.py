@@ -67,12 +67,23 @@ def test_no_candidate_is_larger_than_the_physical_batch_or_smaller_than_eight(ph
 
 
 def test_the_scores_do_not_depend_on_the_eval_batch(tiny_data: PreparedData):
+    torch.manual_seed(3)
     model = build_model("small_cnn", tiny_data.num_classes, tiny_data.image_size)
     split = HostSplit(
         torch.from_numpy(tiny_data.val.images), torch.from_numpy(tiny_data.val.labels)
     )
     normalise = Normaliser.from_stats(tiny_data.mean, tiny_data.std, torch.device("cpu"))
+    with torch.inference_mode():
+        predicted = model.eval()(normalise(split.images)).argmax(dim=1)
+    assert len(set(predicted.tolist())) > 1, "one class for every image: accuracy shows nothing"
     scores = [evaluate(model, split, normalise, batch_size=size) for size in (16, 8, 3)]
     accuracies, losses = zip(*scores, strict=True)
     assert len(set(accuracies)) == 1
     assert losses == pytest.approx([losses[0]] * 3, rel=1e-6)
+
+
+def test_a_resumed_trial_scores_at_the_batch_its_timings_chose_without_timing_again():
+    fake = SlowAbove({64: 3e-3, 32: 1e-3, 16: 2e-3})
+    chooser = EvalBatch(seconds_per_image={64: 3e-3, 32: 1e-3, 16: 2e-3}, clock=fake.clock)
+    chooser.score(64, 400, fake.scoring(400))
+    assert fake.batches == [32]
