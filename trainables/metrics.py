@@ -232,13 +232,8 @@ class Progress:
             steps_to_target=train_steps if reached_now else self.steps_to_target,
         )
         if self.improved_by(scores.val_acc):
-            progress = replace(
-                progress,
-                best_val_acc=scores.val_acc,
-                best_epoch=epoch,
-                gen_gap=generalization_gap(scores),
-                val_test_gap=abs(scores.val_acc - scores.test_acc),
-            )
+            best = replace(progress, best_val_acc=scores.val_acc, best_epoch=epoch)
+            progress = best.with_best_scored(scores.train_eval_acc, scores.test_acc)
         return progress
 
 
