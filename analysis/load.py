@@ -22,7 +22,12 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from analysis.flat import flatten
-from trainables.metrics import STATUS_ERROR, STATUS_OK, UNTIL_TARGET_METRICS
+from trainables.metrics import (
+    STATUS_ERROR,
+    STATUS_OK,
+    STATUS_STOPPED_EARLY,
+    UNTIL_TARGET_METRICS,
+)
 
 CONFIG_PREFIX = "config."
 # Config keys that are not settings of a trial: the repeat's seed and the search's notes.
@@ -119,6 +124,11 @@ def tick_values(numbers: pd.Series) -> list[float]:
 HISTORY_METRICS = ("effective_batch_size", "noise_scale")  # what the per-epoch charts draw
 
 
+# Statuses of a report that is an epoch trained: an early-stopped trial's last report is
+# its rung's epoch, marked when the scheduler stopped it.
+TRAINED_EPOCH = (STATUS_OK, STATUS_STOPPED_EARLY)
+
+
 def histories_from_tune(
     experiment_dir: Path, names: tuple[str, ...] = HISTORY_METRICS
 ) -> pd.DataFrame:
@@ -129,7 +139,7 @@ def histories_from_tune(
             if not line.strip():
                 continue
             values = json.loads(line)
-            if "epoch" not in values or values.get("status") != STATUS_OK:
+            if "epoch" not in values or values.get("status") not in TRAINED_EPOCH:
                 continue  # a pruned trial's last report repeats its last good epoch
             trial_id = str(values.get("trial_id") or result.parent.name.removeprefix("trial_"))
             row = {"trial_id": trial_id, "epoch": values["epoch"]}

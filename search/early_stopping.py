@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
@@ -76,27 +77,58 @@ class ParetoEarlyStopping(FIFOScheduler):
         self.seen: dict[int, dict[str, tuple[float, ...]]] = {}  # rung -> trial -> values
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        last_epoch = trial.config.get("epochs", DEFAULT_EPOCHS)
+        stop = self.verdict(trial.trial_id, result, last_epoch)
+        return TrialScheduler.STOP if stop else TrialScheduler.CONTINUE
+
+    def verdict(self, trial_id: str, result: Mapping[str, Any], last_epoch: int) -> bool:
+        """Whether the trial `trial_id` stops at `result`, of a run of `last_epoch` epochs;
+        a stop is recorded in `stopped` with why. Every result of every trial passes here,
+        in the order the results arrive: a trial is compared with those before it."""
         epoch = result.get("epoch")
         if epoch not in self.rungs or result.get("status", STATUS_OK) != STATUS_OK:
-            return TrialScheduler.CONTINUE
+            return False
         values = tuple(minimised(result, self.objectives))
         if any(math.isnan(value) for value in values):
             # not comparable (an objective this trial does not report at the rung): it
             # goes on, and is not a peer whose NaN would count as the worst value
-            return TrialScheduler.CONTINUE
+            return False
         peers = self.seen.setdefault(int(epoch), {})
         dominating = rung_verdict(values, peers, self.keep, self.min_peers)
-        peers[trial.trial_id] = values
-        last_epoch = trial.config.get("epochs", DEFAULT_EPOCHS)
+        peers[trial_id] = values
         if dominating is None or epoch == last_epoch:  # nothing left to save
-            return TrialScheduler.CONTINUE
+            return False
         rung = self.rungs.index(epoch) + 1
-        self.stopped[trial.trial_id] = (
+        self.stopped[trial_id] = (
             f"stopped at epoch {epoch} (rung {rung} of {len(self.rungs)}): dominated on "
             f"{', '.join(self.objectives)} by {len(dominating)} of the {len(peers) - 1} "
             f"trials that reached it before ({', '.join(sorted(dominating))})"
         )
-        return TrialScheduler.STOP
+        return True
+
+
+def replay(
+    scheduler: ParetoEarlyStopping, histories: pd.DataFrame, last_epochs: Mapping[str, int]
+) -> dict[str, int]:
+    """The epoch at which `scheduler` would have stopped each trial it stops, had it watched
+    the search whose epochs `histories` holds (columns `trial_id`, `epoch`, `timestamp`,
+    `time_total_s` and the objectives; `analysis.load.histories_from_tune`): what a
+    stopping rule would have saved and lost, read off a finished search.
+
+    Results are taken in the order they reached the driver: by `timestamp` (whole seconds),
+    then by how long their trial had run. A search run with `scheduler`'s own settings
+    replays to the trials it stopped; one run without early stopping must have scored
+    `gen_gap` at the rungs (`train.gap_epochs`).
+    """
+    stops: dict[str, int] = {}
+    ordered = histories.sort_values(["timestamp", "time_total_s"], kind="stable")
+    for result in ordered.to_dict("records"):
+        trial_id = str(result["trial_id"])
+        if trial_id in stops:
+            continue
+        if scheduler.verdict(trial_id, result, last_epochs[trial_id]):
+            stops[trial_id] = int(result["epoch"])
+    return stops
 
 
 class EarlyStoppedStatus(tune.Callback):

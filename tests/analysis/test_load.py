@@ -90,7 +90,7 @@ def test_a_metric_that_never_reached_its_target_reads_back_as_infinite_not_as_th
     assert (frame["time_to_target_s"] == math.inf).all()
 
 
-def test_every_ok_epoch_of_a_tune_folder_is_a_history_row(tmp_path):
+def test_every_trained_epoch_of_a_tune_folder_is_a_history_row_an_oom_report_is_not(tmp_path):
     write_trial(tmp_path, "trial_a", {"batch_size": 32}, [
         {"trial_id": "a", "epoch": 1, "effective_batch_size": 32, "noise_scale": 40.0,
          "status": "ok"},
@@ -99,10 +99,15 @@ def test_every_ok_epoch_of_a_tune_folder_is_a_history_row(tmp_path):
         {"trial_id": "a", "epoch": 3, "effective_batch_size": 128, "noise_scale": 90.0,
          "status": "oom"},  # the pruned report repeats the last good epoch's values
     ])  # fmt: skip
+    write_trial(tmp_path, "trial_b", {"batch_size": 16}, [
+        {"trial_id": "b", "epoch": 1, "effective_batch_size": 16, "noise_scale": 30.0,
+         "status": "stopped_early"},  # the rung's epoch, where the scheduler stopped it
+    ])  # fmt: skip
     history = histories_from_tune(tmp_path)
     assert history.to_dict("records") == [
         {"trial_id": "a", "epoch": 1, "effective_batch_size": 32, "noise_scale": 40.0},
         {"trial_id": "a", "epoch": 2, "effective_batch_size": 64, "noise_scale": 90.0},
+        {"trial_id": "b", "epoch": 1, "effective_batch_size": 16, "noise_scale": 30.0},
     ]
 
 

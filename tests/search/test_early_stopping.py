@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from ray.tune.schedulers import TrialScheduler
 
-from search.early_stopping import EarlyStoppedStatus, ParetoEarlyStopping, rung_verdict
+from search.early_stopping import EarlyStoppedStatus, ParetoEarlyStopping, replay, rung_verdict
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
 
@@ -103,6 +103,40 @@ def test_the_rungs_records_travel_with_the_callbacks_state_to_a_resumed_search()
     assert decision == TrialScheduler.STOP  # compared with a and b from before the resume
 
 
+def history(*rows: tuple[str, int, int, float, float, float]):
+    """Epochs of a finished search: (trial, epoch, timestamp, time_total_s, throughput,
+    accuracy)."""
+    import pandas as pd
+
+    columns = ["trial_id", "epoch", "timestamp", "time_total_s", "throughput", "best_val_acc"]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.assign(gen_gap=0.0)
+
+
+def test_a_replay_stops_the_trials_the_scheduler_would_have_stopped_where_it_would_have():
+    epochs = history(
+        ("a", 1, 100, 1.0, 900, 0.6), ("a", 2, 101, 2.0, 900, 0.8), ("a", 3, 102, 3.0, 900, 0.9),
+        ("b", 1, 100, 1.5, 800, 0.6), ("b", 2, 101, 2.5, 800, 0.9), ("b", 3, 102, 3.5, 800, 0.9),
+        ("slow", 1, 103, 0.5, 50, 0.5), ("slow", 2, 104, 1.0, 50, 0.5),
+        ("slow", 3, 105, 1.5, 50, 0.6),
+    )  # fmt: skip
+    last = {"a": 3, "b": 3, "slow": 3}
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], keep=0.5, min_peers=3)
+    assert replay(scheduler, epochs, last) == {"slow": 2}
+    assert scheduler.stopped["slow"].startswith("stopped at epoch 2 (rung 1 of 1)")
+
+
+def test_a_replay_takes_the_results_in_the_order_they_reached_the_driver():
+    # the slow trial reaches the rung first (an earlier timestamp), when it has no peers
+    epochs = history(
+        ("slow", 2, 99, 1.0, 50, 0.5),
+        ("a", 2, 101, 2.0, 900, 0.8), ("b", 2, 101, 2.5, 800, 0.9),
+    )  # fmt: skip
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], keep=0.5, min_peers=3)
+    assert replay(scheduler, epochs, {"a": 3, "b": 3, "slow": 3}) == {}
+    assert list(scheduler.seen[2]) == ["slow", "a", "b"]
+
+
 @pytest.fixture(scope="module")
 def stopped_search(tmp_path_factory):
     """Two trials in turn whose one objective is known before they run: the second needs
@@ -157,3 +191,20 @@ def test_a_stopped_trial_says_so_in_the_table_mlflow_and_optuna_and_is_off_the_f
     study = optuna.load_study(study_name="early", storage=storage)
     states = {t.params["batch_size"]: t.state for t in study.trials}
     assert states == {16: optuna.trial.TrialState.COMPLETE, 64: optuna.trial.TrialState.PRUNED}
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_replaying_a_search_with_its_own_settings_stops_the_trial_it_stopped(stopped_search):
+    import pandas as pd
+
+    from analysis.load import histories_from_tune
+
+    experiment = stopped_search / "ray_results" / "early"
+    names = ("peak_mem_mb", "timestamp", "time_total_s")
+    scheduler = ParetoEarlyStopping({"peak_mem_mb": "min"}, rungs=[1], min_peers=2)
+    histories = histories_from_tune(experiment, names)
+    stops = replay(scheduler, histories, dict.fromkeys(histories["trial_id"], 3))
+    trials = pd.read_csv(experiment / "report" / "trials.csv", dtype={"trial_id": str})
+    stopped = trials.loc[trials["status"] == "stopped_early", "trial_id"].tolist()
+    assert stops == dict.fromkeys(stopped, 1) and len(stopped) == 1

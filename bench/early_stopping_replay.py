@@ -1,0 +1,200 @@
+"""What early-stopping settings save and lose, read off the same searches: a paired replay.
+
+Two searches of the same config differ by more than their stopping: `throughput` is
+measured, its noise changes what the sampler suggests next, and the fronts of two runs
+of one config differ by 15% in hypervolume (docs/RESULTS.md, section 4). So each rule is
+judged here on the trials of finished searches: the early-stopping scheduler watches
+their results again, in the order they reached the driver (`search.early_stopping.replay`,
+the scheduler's own decisions), and the trials it would have stopped are taken off the
+front at the epoch they would have stopped.
+
+The searches run with early stopping off and every epoch's gaps scored
+(`train.gap_epochs`), so that any rung can be replayed; scoring every epoch makes their
+epochs longer than in a search that scores only its rungs, so the seconds kept are close,
+not exact. What the replay cannot show: the sampler's answer to the trials stopped
+(Optuna is told PRUNED and suggests from the rest). Columns, per rule and the mean over
+the searches: trials stopped, trial seconds kept (of the whole search's trial seconds),
+hypervolume kept, trials of the whole front stopped.
+
+    python bench/early_stopping_replay.py [--config configs/cats_dogs.yaml]
+        [--num-samples 48] [--seeds 0 1] [--rules 2,4:0.5 1,2,4:0.5 ...]
+        [--from RESULTS_DIR ...] [key.path=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.load import frame_from_tune, histories_from_tune, trial_seconds
+from analysis.pareto import declared_bounds, hypervolume, mark_front
+from search.config import SearchConfig, load_config
+from search.early_stopping import ParetoEarlyStopping, replay
+from trainables.metrics import DEFAULT_MIN_ACCURACY, METRICS, STATUS_STOPPED_EARLY
+from trainables.settings import DEFAULT_EPOCHS
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_RULES = ["2,4:0.5", "4:0.5", "1,2,4:0.5", "2,4:0.3", "1,2,4:0.3", "1,2,4,6:0.5"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    rungs: tuple[int, ...]
+    keep: float
+
+    @classmethod
+    def parse(cls, text: str) -> Rule:
+        rungs, _, keep = text.partition(":")
+        return cls(tuple(int(rung) for rung in rungs.split(",")), float(keep or 0.5))
+
+    def __str__(self) -> str:
+        return f"rungs {list(self.rungs)}, keep {self.keep:g}"
+
+
+@dataclass(frozen=True)
+class Search:
+    """One finished search, as the replay reads it."""
+
+    name: str
+    frame: pd.DataFrame  # a row per trial, its last result
+    histories: pd.DataFrame  # a row per trial and epoch
+    seconds: dict[str, float]  # each trial's wall seconds
+    front: set[str]  # the trials of its front, no trial stopped
+
+    @classmethod
+    def read(cls, experiment: Path, config: SearchConfig) -> Search:
+        objectives = dict(config.objectives)
+        frame = frame_from_tune(experiment, tuple(METRICS))
+        frame["trial_id"] = frame["trial_id"].astype(str)
+        names = (*objectives, "timestamp", "time_total_s")
+        marked = mark_front(frame, objectives, DEFAULT_MIN_ACCURACY)
+        return cls(
+            name=experiment.name,
+            frame=frame,
+            histories=histories_from_tune(experiment, names),
+            seconds=trial_seconds(experiment),
+            front=set(marked.loc[marked["is_pareto"], "trial_id"]),
+        )
+
+    def last_epochs(self) -> dict[str, int]:
+        default = pd.Series(DEFAULT_EPOCHS, index=self.frame.index)
+        epochs = self.frame.get("config.epochs", default)
+        return {
+            trial: int(value) if pd.notna(value) else DEFAULT_EPOCHS
+            for trial, value in zip(self.frame["trial_id"], epochs, strict=True)
+        }
+
+
+@dataclass(frozen=True)
+class Replayed:
+    stopped: int
+    seconds_kept: float  # share of the search's trial seconds
+    hypervolume_kept: float  # share of the search's hypervolume
+    front_stopped: int
+
+
+def replay_rule(search: Search, rule: Rule, config: SearchConfig) -> Replayed:
+    objectives = dict(config.objectives)
+    scheduler = ParetoEarlyStopping(objectives, rule.rungs, rule.keep)
+    stops = replay(scheduler, search.histories, search.last_epochs())
+    at_stop = search.histories.set_index(["trial_id", "epoch"])["time_total_s"]
+    kept = {
+        trial: float(at_stop[(trial, stops[trial])]) if trial in stops else seconds
+        for trial, seconds in search.seconds.items()
+    }
+    after = search.frame.copy()
+    after.loc[after["trial_id"].isin(stops), "status"] = STATUS_STOPPED_EARLY
+    bounds = declared_bounds(search.frame, objectives, dict(config.search.hypervolume_bounds))
+    whole = hypervolume(search.frame, objectives, bounds, DEFAULT_MIN_ACCURACY)
+    left = hypervolume(after, objectives, bounds, DEFAULT_MIN_ACCURACY)
+    return Replayed(
+        stopped=len(stops),
+        seconds_kept=sum(kept.values()) / sum(search.seconds.values()),
+        hypervolume_kept=left / whole if whole else 1.0,
+        front_stopped=len(search.front & set(stops)),
+    )
+
+
+def run_search(config_path: str, overrides: list[str], name: str, workdir: Path) -> Path:
+    """A search with early stopping off and the gaps scored at every epoch but the last."""
+    config = load_config(config_path, overrides)
+    epochs = config.train.get("epochs", DEFAULT_EPOCHS)
+    every_epoch = f"train.gap_epochs=[{', '.join(str(e) for e in range(1, epochs))}]"
+    command = [
+        sys.executable, "-m", "search.run", "--config", str(Path(config_path).resolve()),
+        "--name", name, *overrides, "search.early_stopping=null", "search.predict_oom=false",
+        every_epoch,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    print(f"running {name} ...", flush=True)
+    subprocess.run(command, cwd=workdir, env=env, check=True, capture_output=True, text=True)
+    return workdir / "ray_results" / name
+
+
+def render(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+             for row in rows]  # fmt: skip
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
+    parser.add_argument("--num-samples", type=int, default=48, help="trials per search")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1],
+                        help="search.seed of each search run")  # fmt: skip
+    parser.add_argument("--rules", nargs="+", default=DEFAULT_RULES,
+                        help="rungs:keep, e.g. 1,2,4:0.5")  # fmt: skip
+    parser.add_argument("--from", dest="replayed", type=Path, nargs="+", default=[],
+                        help="replay these finished searches' Tune folders instead of "
+                        "running new ones (run with gen_gap scored at the rungs)")  # fmt: skip
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value",
+                        help="config overrides for the searches run")  # fmt: skip
+    args = parser.parse_args()
+    overrides = [f"search.num_samples={args.num_samples}", *args.overrides]
+    config = load_config(args.config, overrides)
+    rules = [Rule.parse(text) for text in args.rules]
+    with tempfile.TemporaryDirectory(prefix="early-stopping-replay-") as directory:
+        experiments = args.replayed or [
+            run_search(args.config, [*overrides, f"search.seed={seed}"], f"seed{seed}",
+                       Path(directory))
+            for seed in args.seeds
+        ]  # fmt: skip
+        searches = [Search.read(experiment, config) for experiment in experiments]
+    print()
+    for search in searches:
+        print(f"{search.name}: {len(search.frame)} trials, {len(search.front)} on the front, "
+              f"{sum(search.seconds.values()):.0f} trial seconds")  # fmt: skip
+    header = ["rule", "search", "stopped", "seconds kept", "hypervolume kept", "front stopped"]
+    rows = [header]
+    for rule in rules:
+        outcomes = [replay_rule(search, rule, config) for search in searches]
+        for search, outcome in zip(searches, outcomes, strict=True):
+            rows.append([str(rule), search.name, f"{outcome.stopped}",
+                         f"{outcome.seconds_kept:.2f}", f"{outcome.hypervolume_kept:.3f}",
+                         f"{outcome.front_stopped} of {len(search.front)}"])  # fmt: skip
+        if len(outcomes) > 1:
+            rows.append([str(rule), "mean", "",
+                         f"{statistics.mean(o.seconds_kept for o in outcomes):.2f}",
+                         f"{statistics.mean(o.hypervolume_kept for o in outcomes):.3f}",
+                         ""])  # fmt: skip
+    print()
+    print(render(rows))
+
+
+if __name__ == "__main__":
+    main()
