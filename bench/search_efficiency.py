@@ -50,7 +50,7 @@ from trainables.settings import DEFAULT_EPOCHS
 
 REPO = Path(__file__).resolve().parents[1]
 INFEASIBLE = ("oom", "oom_predicted")
-DEFAULT_EARLY_STOPPING = "{rungs: [2, 4], keep: 0.5}"
+DEFAULT_EARLY_STOPPING = "{rungs: [1, 2, 4], keep: 0.5}"
 
 
 @dataclass

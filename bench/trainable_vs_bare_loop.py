@@ -5,11 +5,11 @@ drift in the machine's speed falls on both. Prints seconds per epoch and the rat
 trainable / bare: for the training part alone (what `throughput` measures) and for the
 whole run per epoch (training + evaluation + the checkpoint + the trial's start). As the
 default search (configs/cats_dogs.yaml) trains a trial: 8 epochs, validation scored every
-epoch, the training subset and the test split at the early-stopping rungs (gap epochs 2
-and 4) and the last.
+epoch, the training subset and the test split at the early-stopping rungs (gap epochs 1,
+2 and 4) and the last.
 
     python bench/trainable_vs_bare_loop.py [--model small_cnn] [--image-size 64]
-        [--batch-size 64] [--epochs 8] [--gap-epochs 2 4] [--threads 1] [--repeats 3]
+        [--batch-size 64] [--epochs 8] [--gap-epochs 1 2 4] [--threads 1] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="images per training step")
     parser.add_argument("--epochs", type=int, default=8, help="epochs per run")
     parser.add_argument(
-        "--gap-epochs", type=int, nargs="*", default=[2, 4],
+        "--gap-epochs", type=int, nargs="*", default=[1, 2, 4],
         help="epochs that score the best epoch's gaps (the search's early-stopping rungs)",
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1, help="torch threads")

@@ -35,7 +35,7 @@ class EarlyStoppingSection(BaseModel):
 
     model_config = _FROZEN
 
-    rungs: tuple[int, ...] = Field((2, 4), min_length=1)  # epochs at which trials are compared
+    rungs: tuple[int, ...] = Field((1, 2, 4), min_length=1)  # epochs at which trials are compared
     keep: float = Field(0.5, gt=0, le=1)  # share of the trials at a rung that may go on
     min_peers: int = Field(3, ge=2, **_STRICT_INT)  # trials at a rung before any is stopped
 

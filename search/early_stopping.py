@@ -3,7 +3,7 @@ peers at rungs.
 
 Optuna cannot prune multi-objective studies and Tune's ASHA ranks by one metric, so this
 follows the idea of multi-objective successive halving (MOASHA): at each rung (an epoch,
-e.g. 2 and 4) a trial's objectives so far are compared with those of every trial that
+e.g. 1, 2 and 4) a trial's objectives so far are compared with those of every trial that
 reached the same rung before it. Trials are ranked by how many peers dominate them; one
 that is dominated and ranks outside the best `keep` share is stopped. A trial no peer
 dominates is never stopped: it could still be on the front. The trial ends

@@ -226,7 +226,7 @@ def test_early_stopping_rungs_must_increase_and_come_before_the_last_epoch(tmp_p
 def test_early_stopping_takes_its_defaults_and_can_be_turned_off(tmp_path):
     path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
     stopping = load_config(path).search.early_stopping
-    assert stopping is not None and stopping.rungs == (2, 4) and stopping.keep == 0.5
+    assert stopping is not None and stopping.rungs == (1, 2, 4) and stopping.keep == 0.5
     assert load_config(path, ["search.early_stopping=null"]).search.early_stopping is None
 
 
@@ -237,7 +237,7 @@ def test_early_stopping_leaves_the_param_space_as_it_was_so_that_older_searches_
 
     path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
     on, off = load_config(path), load_config(path, ["search.early_stopping=null"])
-    assert on.rungs() == (2, 4) and off.rungs() == ()
+    assert on.rungs() == (1, 2, 4) and off.rungs() == ()
     assert param_space(on).keys() == param_space(off).keys()  # Tuner.restore compares them
 
 
