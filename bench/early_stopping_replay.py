@@ -101,6 +101,15 @@ class Replayed:
     front_stopped: int
 
 
+def unscored_rungs(search: Search, rules: list[Rule], objectives: list[str]) -> list[int]:
+    """The rungs at which no trial of `search` reported every objective: nothing to replay
+    there (a search run without early stopping scores `gen_gap` only at its gap epochs)."""
+    epochs = search.histories["epoch"]
+    values = search.histories[objectives]
+    rungs = sorted({rung for rule in rules for rung in rule.rungs})
+    return [rung for rung in rungs if values[epochs == rung].isna().any(axis=1).all()]
+
+
 def replay_rule(search: Search, rule: Rule, config: SearchConfig) -> Replayed:
     objectives = dict(config.objectives)
     scheduler = ParetoEarlyStopping(objectives, rule.rungs, rule.keep)
@@ -175,6 +184,15 @@ def main() -> None:
             for seed in args.seeds
         ]  # fmt: skip
         searches = [Search.read(experiment, config) for experiment in experiments]
+    for search in searches:
+        missing = unscored_rungs(search, rules, list(config.objectives))
+        if missing:
+            epochs = ", ".join(str(rung) for rung in missing)
+            print(f"{search.name}: no trial reported {', '.join(config.objectives)} at "
+                  f"epoch {epochs}, so those rungs cannot be replayed: run the search with "
+                  f'"train.gap_epochs=[{epochs}]", or replay other rungs',
+                  file=sys.stderr)  # fmt: skip
+            sys.exit(2)
     print()
     for search in searches:
         print(f"{search.name}: {len(search.frame)} trials, {len(search.front)} on the front, "
