@@ -1,6 +1,7 @@
 """What a whole search costs and finds, three ways, side by side on one machine.
 
-Same config (space, seed, sampler, data, memory budget), one after another:
+Same config (space, seed, sampler, data, memory budget), one after another (`--no-stock`:
+only 2 and 3, all that the ratios of 3 to 2 need):
 
 1. stock: Ray Tune with Ray's own `OptunaSearch`, as a user would write it by hand: the
    trainable raises on out of memory, so such a trial is an error (Optuna: FAIL).

@@ -115,13 +115,15 @@ def replay(
     `time_total_s` and the objectives; `analysis.load.histories_from_tune`): what a
     stopping rule would have saved and lost, read off a finished search.
 
-    Results are taken in the order they reached the driver: by `timestamp` (whole seconds),
-    then by how long their trial had run. A search run with `scheduler`'s own settings
-    replays to the trials it stopped; one run without early stopping must have scored
-    `gen_gap` at the rungs (`train.gap_epochs`).
+    Results are taken in the order they were reported (`arrival_times`), which is the order
+    they reached the driver unless two came within its event loop's turn. A search run
+    with `scheduler`'s own settings replays to the trials it stopped; one run without
+    early stopping must have scored `gen_gap` at the rungs (`train.gap_epochs`).
     """
     stops: dict[str, int] = {}
-    ordered = histories.sort_values(["timestamp", "time_total_s"], kind="stable")
+    ordered = histories.assign(arrival=arrival_times(histories)).sort_values(
+        "arrival", kind="stable"
+    )
     for result in ordered.to_dict("records"):
         trial_id = str(result["trial_id"])
         if trial_id in stops:
@@ -129,6 +131,20 @@ def replay(
         if scheduler.verdict(trial_id, result, last_epochs[trial_id]):
             stops[trial_id] = int(result["epoch"])
     return stops
+
+
+def arrival_times(histories: pd.DataFrame) -> pd.Series:
+    """When each result was reported, finer than Tune's whole-second `timestamp`: a trial
+    reports at its start plus `time_total_s`, so each of its results places the start in
+    [timestamp - time_total_s, that + 1 s); the middle of where they all agree, plus the
+    result's `time_total_s`, kept within the result's own second (a trial restored after a
+    failure, whose clock paused, keeps to its timestamps)."""
+    earliest = histories["timestamp"] - histories["time_total_s"]
+    by_trial = earliest.groupby(histories["trial_id"])
+    start = (by_trial.max() + by_trial.min() + 1) / 2
+    estimate = histories["trial_id"].map(start) + histories["time_total_s"]
+    seconds = histories["timestamp"]
+    return estimate.clip(lower=seconds, upper=seconds + 0.999)
 
 
 class EarlyStoppedStatus(tune.Callback):

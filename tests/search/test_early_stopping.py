@@ -126,15 +126,37 @@ def test_a_replay_stops_the_trials_the_scheduler_would_have_stopped_where_it_wou
     assert scheduler.stopped["slow"].startswith("stopped at epoch 2 (rung 1 of 1)")
 
 
-def test_a_replay_takes_the_results_in_the_order_they_reached_the_driver():
-    # the slow trial reaches the rung first (an earlier timestamp), when it has no peers
+def test_a_replay_takes_the_results_in_the_order_they_were_reported_not_as_listed():
+    # the slow trial reached the rung first (an earlier second), when it had no peers
     epochs = history(
-        ("slow", 2, 99, 1.0, 50, 0.5),
         ("a", 2, 101, 2.0, 900, 0.8), ("b", 2, 101, 2.5, 800, 0.9),
+        ("slow", 2, 99, 1.0, 50, 0.5),
     )  # fmt: skip
     scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], keep=0.5, min_peers=3)
     assert replay(scheduler, epochs, {"a": 3, "b": 3, "slow": 3}) == {}
     assert list(scheduler.seen[2]) == ["slow", "a", "b"]
+
+
+def test_within_one_second_a_replay_orders_results_by_when_their_trials_started():
+    # "slow" started at 0.0 s and reached the rung at 10.1 s; "fast" started at 3.0 s and
+    # reached it at 10.8 s: both in second 10, "slow" first, with no peer to stop it. Its
+    # first epoch (1.1 s: second 1) and fast's (1.3 s: second 4) pin their starts.
+    epochs = history(
+        ("slow", 1, 1, 1.1, 50, 0.5), ("slow", 2, 10, 10.1, 50, 0.5),
+        ("fast", 1, 4, 1.3, 900, 0.9), ("fast", 2, 10, 7.8, 900, 0.9),
+    )  # fmt: skip
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], keep=0.5, min_peers=2)
+    assert replay(scheduler, epochs, {"slow": 3, "fast": 3}) == {}
+    assert list(scheduler.seen[2]) == ["slow", "fast"]
+
+
+def test_arrival_times_stay_within_each_results_own_second():
+    from search.early_stopping import arrival_times
+
+    # restored after a failure: its clock paused for 30 s, so no one start fits both
+    epochs = history(("t", 1, 100, 1.5, 1, 0.5), ("t", 2, 132, 2.5, 1, 0.5))
+    arrivals = arrival_times(epochs).tolist()
+    assert 100 <= arrivals[0] < 101 and 132 <= arrivals[1] < 133
 
 
 @pytest.fixture(scope="module")
