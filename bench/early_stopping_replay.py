@@ -169,15 +169,6 @@ def run_search(config_path: str, overrides: list[str], name: str, workdir: Path)
     return workdir / "ray_results" / name
 
 
-def render(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w)
-                       for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
-             for row in rows]  # fmt: skip
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -230,7 +221,7 @@ def main() -> None:
             print(f"  {search.name} ran with early stopping: its stopped trials cannot go "
                   "further here, so a rule that stops fewer looks like its own")  # fmt: skip
     header = ["rule", "search", "stopped", "seconds kept", "hypervolume kept", "front stopped"]
-    rows = [header]
+    rows: list[list[str]] = []
     for rule in rules:
         outcomes = [replay_rule(search, rule, config) for search in searches]
         for search, outcome in zip(searches, outcomes, strict=True):
@@ -243,7 +234,7 @@ def main() -> None:
                          f"{statistics.mean(o.hypervolume_kept for o in outcomes):.3f}",
                          ""])  # fmt: skip
     print()
-    print(render(rows))
+    print(pd.DataFrame(rows, columns=header).to_string(index=False))
 
 
 if __name__ == "__main__":
