@@ -133,7 +133,9 @@ def unscored_rungs(search: Search, rules: list[Rule], objectives: list[str]) -> 
 
 def replay_rule(search: Search, rule: Rule, config: SearchConfig) -> Replayed:
     objectives = dict(config.objectives)
-    scheduler = ParetoEarlyStopping(objectives, rule.rungs, rule.keep, rule.min_peers)
+    scheduler = ParetoEarlyStopping(
+        objectives, rule.rungs, rule.keep, rule.min_peers, min_accuracy=search.min_accuracy
+    )
     stops = replay(scheduler, search.histories, search.last_epochs())
     at_stop = search.histories.set_index(["trial_id", "epoch"])["time_total_s"]
     kept = {

@@ -5,7 +5,13 @@ Optuna cannot prune multi-objective studies and Tune's ASHA ranks by one metric,
 follows the idea of multi-objective successive halving (MOASHA): at each rung (an epoch,
 e.g. 1, 2 and 4) a trial's objectives so far are compared with those of every trial that
 reached the same rung before it. Trials are ranked by how many peers dominate them; one
-that is dominated and ranks outside the best `keep` share is stopped. A trial no peer
+that is dominated and ranks outside the best `keep` share is stopped.
+
+Domination is the report's: a trial whose `best_val_acc` is below the min accuracy
+(chance + 5 points, where the report keeps trials off the front) is dominated by every
+peer above it, and by every peer below it that is less far below (Deb's constrained
+domination). A trial at chance with a gap of 0 is otherwise dominated by nobody, and such
+trials used to run all their epochs. Among trials above the min accuracy, one no peer
 dominates is never stopped: it could still be on the front. The trial ends
 `status=stopped_early`, with the rung and the trials that dominated it in its detail; the
 searcher tells Optuna PRUNED and the report keeps it off the front.
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -27,24 +33,34 @@ from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY
 from trainables.settings import DEFAULT_EPOCHS
 
 
+class RungRecord(NamedTuple):
+    """A trial's standing at a rung: its objectives ("lower is better") and how far its
+    `best_val_acc` falls short of the min accuracy (0 at or above it)."""
+
+    values: tuple[float, ...]
+    shortfall: float = 0.0
+
+
 def rung_verdict(
-    values: Sequence[float],
-    peers: Mapping[str, Sequence[float]],
+    record: RungRecord,
+    peers: Mapping[str, RungRecord],
     keep: float,
     min_peers: int,
 ) -> list[str] | None:
-    """The peers that dominate a trial arriving at a rung with `values`, when it is to be
-    stopped; None when it goes on. All values are "lower is better".
+    """The peers that dominate a trial arriving at a rung as `record`, when it is to be
+    stopped; None when it goes on.
 
     Stopped: at least `min_peers` trials (itself included) reached the rung, at least one
-    dominates it, and ceil(keep x trials) or more are dominated by fewer trials than it.
+    dominates it (constrained domination: see the module docstring), and ceil(keep x
+    trials) or more are dominated by fewer trials than it.
     """
     count = len(peers) + 1
     if count < min_peers:
         return None
     ids = list(peers)
-    matrix = np.array([*(peers[i] for i in ids), values], dtype=float)
-    dominated_by = dominators(matrix)
+    records = [*(peers[i] for i in ids), record]
+    matrix = np.array([r.values for r in records], dtype=float)
+    dominated_by = dominators(matrix, np.array([r.shortfall for r in records]))
     own = dominated_by[-1]
     if not own:
         return None
@@ -67,14 +83,18 @@ class ParetoEarlyStopping(FIFOScheduler):
         rungs: Sequence[int],
         keep: float = 0.5,
         min_peers: int = 3,
+        min_accuracy: float | None = None,
     ) -> None:
+        """`min_accuracy`: the `best_val_acc` below which the report keeps a trial off the
+        front (`trainables.metrics.min_accuracy_for` the data's classes); None: none."""
         super().__init__()
         self.objectives = dict(objectives)
         self.rungs = sorted(rungs)
         self.keep = keep
         self.min_peers = min_peers
+        self.min_accuracy = min_accuracy
         self.stopped: dict[str, str] = {}  # trial id -> why
-        self.seen: dict[int, dict[str, tuple[float, ...]]] = {}  # rung -> trial -> values
+        self.seen: dict[int, dict[str, RungRecord]] = {}  # rung -> trial -> its standing
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
         last_epoch = trial.config.get("epochs", DEFAULT_EPOCHS)
@@ -93,18 +113,33 @@ class ParetoEarlyStopping(FIFOScheduler):
             # not comparable (an objective this trial does not report at the rung): it
             # goes on, and is not a peer whose NaN would count as the worst value
             return False
+        record = RungRecord(values, self.shortfall(result))
         peers = self.seen.setdefault(int(epoch), {})
-        dominating = rung_verdict(values, peers, self.keep, self.min_peers)
-        peers[trial_id] = values
+        dominating = rung_verdict(record, peers, self.keep, self.min_peers)
+        peers[trial_id] = record
         if dominating is None or epoch == last_epoch:  # nothing left to save
             return False
         rung = self.rungs.index(epoch) + 1
+        how = f"dominated on {', '.join(self.objectives)} by"
+        if record.shortfall > 0:
+            how = (
+                f"best_val_acc {float(result['best_val_acc']):.3f} below the min accuracy "
+                f"{self.min_accuracy:.3f}, behind"
+            )
         self.stopped[trial_id] = (
-            f"stopped at epoch {epoch} (rung {rung} of {len(self.rungs)}): dominated on "
-            f"{', '.join(self.objectives)} by {len(dominating)} of the {len(peers) - 1} "
-            f"trials that reached it before ({', '.join(sorted(dominating))})"
+            f"stopped at epoch {epoch} (rung {rung} of {len(self.rungs)}): {how} "
+            f"{len(dominating)} of the {len(peers) - 1} trials that reached it before "
+            f"({', '.join(sorted(dominating))})"
         )
         return True
+
+    def shortfall(self, result: Mapping[str, Any]) -> float:
+        """How far the result's `best_val_acc` is below the min accuracy (0: not below, or
+        no min accuracy or accuracy to judge)."""
+        accuracy = float(result.get("best_val_acc", math.nan))
+        if self.min_accuracy is None or math.isnan(accuracy):
+            return 0.0
+        return max(0.0, self.min_accuracy - accuracy)
 
 
 def replay(
@@ -168,5 +203,15 @@ class EarlyStoppedStatus(tune.Callback):
         return {"seen": self.scheduler.seen, "stopped": self.scheduler.stopped}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self.scheduler.seen = state["seen"]
+        # a search saved before the min accuracy kept plain tuples of objectives
+        self.scheduler.seen = {
+            rung: {trial: RungRecord(*_as_record(kept)) for trial, kept in trials.items()}
+            for rung, trials in state["seen"].items()
+        }
         self.scheduler.stopped = state["stopped"]
+
+
+def _as_record(kept: Any) -> tuple[tuple[float, ...], float]:
+    if isinstance(kept, RungRecord):
+        return tuple(kept.values), kept.shortfall
+    return tuple(kept), 0.0

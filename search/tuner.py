@@ -16,6 +16,7 @@ from search.searcher import build_sampler, build_searcher
 from search.space import grid_points
 from search.trainable import classifier_trial
 from trainables import PreparedData
+from trainables.metrics import min_accuracy_for
 
 
 def param_space(config: SearchConfig) -> dict[str, Any]:
@@ -94,6 +95,7 @@ def build_tuner(
             rungs=search.early_stopping.rungs,
             keep=search.early_stopping.keep,
             min_peers=search.early_stopping.min_peers,
+            min_accuracy=min_accuracy_for(data.num_classes),  # the report's, so the front's
         )
         callbacks = [EarlyStoppedStatus(scheduler), *callbacks]  # first: it marks the result
     return tune.Tuner(

@@ -6,31 +6,74 @@ from types import SimpleNamespace
 import pytest
 from ray.tune.schedulers import TrialScheduler
 
-from search.early_stopping import EarlyStoppedStatus, ParetoEarlyStopping, replay, rung_verdict
+from search.early_stopping import (
+    EarlyStoppedStatus,
+    ParetoEarlyStopping,
+    RungRecord,
+    replay,
+    rung_verdict,
+)
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
 
 
+def standing(*values: float, shortfall: float = 0.0) -> RungRecord:
+    return RungRecord(tuple(values), shortfall)
+
+
 def test_a_trial_no_peer_dominates_goes_on_however_many_trials_are_ahead():
-    peers = {"fast": (-900.0, -0.6, 0.0), "accurate": (-100.0, -0.9, 0.0)}
-    assert rung_verdict((-500.0, -0.7, 0.0), peers, keep=0.5, min_peers=2) is None
+    peers = {"fast": standing(-900.0, -0.6, 0.0), "accurate": standing(-100.0, -0.9, 0.0)}
+    assert rung_verdict(standing(-500.0, -0.7, 0.0), peers, keep=0.5, min_peers=2) is None
 
 
 def test_a_dominated_trial_outside_the_kept_share_is_stopped_naming_who_dominated_it():
-    peers = {"a": (-900.0, -0.8, 0.0), "b": (-800.0, -0.9, 0.0), "c": (-50.0, -0.95, 0.0)}
-    assert rung_verdict((-100.0, -0.5, 0.1), peers, keep=0.5, min_peers=3) == ["a", "b"]
+    peers = {
+        "a": standing(-900.0, -0.8, 0.0),
+        "b": standing(-800.0, -0.9, 0.0),
+        "c": standing(-50.0, -0.95, 0.0),
+    }
+    verdict = rung_verdict(standing(-100.0, -0.5, 0.1), peers, keep=0.5, min_peers=3)
+    assert verdict == ["a", "b"]
 
 
 def test_too_few_trials_at_the_rung_stop_nothing():
-    peers = {"a": (-900.0, -0.8, 0.0)}
-    assert rung_verdict((-100.0, -0.5, 0.1), peers, keep=0.5, min_peers=3) is None
+    peers = {"a": standing(-900.0, -0.8, 0.0)}
+    assert rung_verdict(standing(-100.0, -0.5, 0.1), peers, keep=0.5, min_peers=3) is None
 
 
 def test_a_dominated_trial_within_the_kept_share_goes_on():
     # d is dominated by a only; b and c are dominated by a too: everyone but a ties with d.
-    peers = {"a": (-900.0, -0.9, 0.0), "b": (-800.0, -0.5, 0.0), "c": (-700.0, -0.6, 0.0)}
-    assert rung_verdict((-600.0, -0.7, 0.0), peers, keep=0.5, min_peers=3) is None
-    assert rung_verdict((-600.0, -0.7, 0.0), peers, keep=0.25, min_peers=3) == ["a"]
+    peers = {
+        "a": standing(-900.0, -0.9, 0.0),
+        "b": standing(-800.0, -0.5, 0.0),
+        "c": standing(-700.0, -0.6, 0.0),
+    }
+    assert rung_verdict(standing(-600.0, -0.7, 0.0), peers, keep=0.5, min_peers=3) is None
+    assert rung_verdict(standing(-600.0, -0.7, 0.0), peers, keep=0.25, min_peers=3) == ["a"]
+
+
+def test_a_trial_below_the_min_accuracy_trails_every_peer_above_it_whatever_its_gap():
+    # at chance with a gap of 0 and the fastest: no peer dominates it on the objectives,
+    # but the report would keep it off the front, and three peers are above the line
+    peers = {
+        "a": standing(-900.0, -0.80, 0.10),
+        "b": standing(-800.0, -0.70, 0.05),
+        "c": standing(-700.0, -0.60, 0.02),
+    }
+    at_chance = standing(-2000.0, -0.50, 0.0, shortfall=0.05)
+    assert rung_verdict(at_chance, peers, keep=0.5, min_peers=3) == ["a", "b", "c"]
+    assert rung_verdict(standing(-2000.0, -0.50, 0.0), peers, keep=0.5, min_peers=3) is None
+
+
+def test_below_the_min_accuracy_the_trial_less_far_below_is_ahead():
+    peers = {
+        "nearly": standing(-100.0, -0.54, 0.0, shortfall=0.01),
+        "above": standing(-100.0, -0.60, 0.0),
+    }
+    farther = standing(-900.0, -0.50, 0.0, shortfall=0.05)
+    assert rung_verdict(farther, peers, keep=0.5, min_peers=3) == ["nearly", "above"]
+    # and a trial below the line never stops one above it
+    assert rung_verdict(peers["above"], {"x": farther}, keep=0.5, min_peers=2) is None
 
 
 def fake_trial(trial_id: str, epochs: int = 8) -> SimpleNamespace:
@@ -53,6 +96,26 @@ def test_the_scheduler_stops_at_rungs_only_and_says_why():
     assert scheduler.stopped["slow"].startswith("stopped at epoch 2 (rung 1 of 2)")
     assert "by 2 of the 2 trials" in scheduler.stopped["slow"]
     assert "(a, b)" in scheduler.stopped["slow"]
+
+
+def test_the_scheduler_stops_a_trial_at_chance_with_no_gap_and_says_it_is_below_the_line():
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[1], min_peers=3, min_accuracy=0.55)
+    for name, speed, accuracy in (("a", 900, 0.8), ("b", 800, 0.7)):
+        scheduler.on_trial_result(None, fake_trial(name), {**result(1, speed, accuracy),
+                                                           "gen_gap": 0.1})  # fmt: skip
+    decision = scheduler.on_trial_result(None, fake_trial("chance"), result(1, 2000, 0.5))
+    assert decision == TrialScheduler.STOP
+    assert scheduler.stopped["chance"] == (
+        "stopped at epoch 1 (rung 1 of 1): best_val_acc 0.500 below the min accuracy 0.550, "
+        "behind 2 of the 2 trials that reached it before (a, b)"
+    )
+    # without a min accuracy nothing dominates it: it is the fastest and has no gap
+    blind = ParetoEarlyStopping(OBJECTIVES, rungs=[1], min_peers=3)
+    for name, speed, accuracy in (("a", 900, 0.8), ("b", 800, 0.7)):
+        blind.on_trial_result(None, fake_trial(name), {**result(1, speed, accuracy),
+                                                       "gen_gap": 0.1})  # fmt: skip
+    decision = blind.on_trial_result(None, fake_trial("chance"), result(1, 2000, 0.5))
+    assert decision == TrialScheduler.CONTINUE
 
 
 def test_a_trial_missing_an_objective_at_a_rung_goes_on_and_is_nobodys_peer():
@@ -101,6 +164,15 @@ def test_the_rungs_records_travel_with_the_callbacks_state_to_a_resumed_search()
     assert resumed.seen == scheduler.seen and set(resumed.stopped) == {"b"}
     decision = resumed.on_trial_result(None, fake_trial("c"), result(2, 5, 0.1))
     assert decision == TrialScheduler.STOP  # compared with a and b from before the resume
+
+
+def test_a_search_saved_before_the_min_accuracy_resumes_with_its_rungs_records():
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2, min_accuracy=0.55)
+    saved = {"seen": {2: {"a": (-900.0, -0.9, 0.0)}}, "stopped": {}}  # plain tuples then
+    EarlyStoppedStatus(scheduler).set_state(saved)
+    assert scheduler.seen == {2: {"a": RungRecord((-900.0, -0.9, 0.0), 0.0)}}
+    decision = scheduler.on_trial_result(None, fake_trial("c"), result(2, 5, 0.1))
+    assert decision == TrialScheduler.STOP
 
 
 def history(*rows: tuple[str, int, int, float, float, float]):
@@ -161,8 +233,10 @@ def test_arrival_times_stay_within_each_results_own_second():
 
 @pytest.fixture(scope="module")
 def stopped_search(tmp_path_factory):
-    """Two trials in turn whose one objective is known before they run: the second needs
-    more memory per step (batch 64 against 16), so at the rung after epoch 1 it is stopped."""
+    """Two trials in turn that differ only in gradient checkpointing: they learn exactly
+    alike (checkpointing recomputes the same numbers), so the one objective, memory, and
+    the min accuracy are all that part them: the second needs more memory per step, so at
+    the rung after epoch 1 it is stopped."""
     import os
 
     from search.run import main
@@ -177,7 +251,8 @@ def stopped_search(tmp_path_factory):
                 "--config", str(CONFIGS / "smoke.yaml"), "--name", "early", "--num-samples", "2",
                 "search.max_concurrent_trials=1", "search.objectives={peak_mem_mb: min}",
                 "search.early_stopping={rungs: [1], min_peers: 2}",
-                "space.batch_size={grid: [16, 64]}", "space.optimizer=null",
+                "space.grad_checkpointing={grid: [true, false]}", "space.batch_size=null",
+                "train.batch_size=64", "space.optimizer=null", "space.lr=null",
             ]
         )  # fmt: skip
     os.environ.clear()
@@ -196,9 +271,10 @@ def test_a_stopped_trial_says_so_in_the_table_mlflow_and_optuna_and_is_off_the_f
     from mlflow.tracking import MlflowClient
 
     trials = pd.read_csv(stopped_search / "ray_results" / "early" / "report" / "trials.csv")
-    by_batch = trials.set_index("config.batch_size")
-    assert by_batch.loc[16, "status"] == "ok" and by_batch.loc[16, "epoch"] == 3
-    stopped = by_batch.loc[64]
+    by_checkpointing = trials.set_index("config.grad_checkpointing")
+    kept = by_checkpointing.loc[True]
+    assert kept["status"] == "ok" and kept["epoch"] == 3
+    stopped = by_checkpointing.loc[False]
     assert stopped["status"] == "stopped_early" and stopped["epoch"] == 1
     assert stopped["status_detail"].startswith("stopped at epoch 1 (rung 1 of 1)")
     assert not stopped["is_pareto"] and pd.isna(stopped["pareto_rank"])
@@ -208,11 +284,13 @@ def test_a_stopped_trial_says_so_in_the_table_mlflow_and_optuna_and_is_off_the_f
     runs = client.search_runs([experiment.experiment_id], "tags.status = 'stopped_early'")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert runs[0].info.run_name.startswith("[stopped_early] bs64")
+    assert "ckpt" not in runs[0].info.run_name
 
     storage = f"sqlite:///{stopped_search / 'ray_results' / 'early' / 'optuna.db'}"
     study = optuna.load_study(study_name="early", storage=storage)
-    states = {t.params["batch_size"]: t.state for t in study.trials}
-    assert states == {16: optuna.trial.TrialState.COMPLETE, 64: optuna.trial.TrialState.PRUNED}
+    states = {t.params["grad_checkpointing"]: t.state for t in study.trials}
+    pruned, complete = optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE
+    assert states == {True: complete, False: pruned}
 
 
 @pytest.mark.ray
@@ -221,10 +299,14 @@ def test_replaying_a_search_with_its_own_settings_stops_the_trial_it_stopped(sto
     import pandas as pd
 
     from analysis.load import histories_from_tune
+    from trainables.metrics import min_accuracy_for
 
     experiment = stopped_search / "ray_results" / "early"
     names = ("peak_mem_mb", "timestamp", "time_total_s")
-    scheduler = ParetoEarlyStopping({"peak_mem_mb": "min"}, rungs=[1], min_peers=2)
+    scheduler = ParetoEarlyStopping(
+        {"peak_mem_mb": "min"}, rungs=[1], min_peers=2, min_accuracy=min_accuracy_for(2)
+    )
+    names = (*names, "best_val_acc")  # the min accuracy is judged on it
     histories = histories_from_tune(experiment, names)
     stops = replay(scheduler, histories, dict.fromkeys(histories["trial_id"], 3))
     trials = pd.read_csv(experiment / "report" / "trials.csv", dtype={"trial_id": str})
