@@ -149,21 +149,20 @@ def knee_point(frame: pd.DataFrame, objectives: Mapping[str, str]) -> object | N
     return front.index[int(np.argmin(distances))]
 
 
-def dominators(points: np.ndarray, shortfalls: np.ndarray | None = None) -> list[list[int]]:
+def dominators(points: np.ndarray, feasible: np.ndarray | None = None) -> list[list[int]]:
     """For each row of a "lower is better" matrix, the rows that dominate it (no worse in
     every column, better in one). NaN counts as worst.
 
-    With `shortfalls` (how far each row falls short of a constraint, 0 where it holds),
-    Deb's constrained domination: a row with a smaller shortfall dominates one with a
-    larger, whatever its objectives; rows with equal shortfalls (both meeting the
-    constraint, say) compare as above.
+    With `feasible` (a mask of the rows that meet a constraint), constrained domination:
+    a feasible row dominates every infeasible one, whatever their objectives, and rows on
+    the same side of the constraint compare as above.
     """
     values = np.nan_to_num(np.asarray(points, dtype=float), nan=np.inf)
     no_worse = (values[:, None, :] <= values[None, :, :]).all(axis=2)
     better = (values[:, None, :] < values[None, :, :]).any(axis=2)
     dominates = no_worse & better  # [i, j]: row i dominates row j
-    if shortfalls is not None:
-        short = np.asarray(shortfalls, dtype=float)
-        equal = short[:, None] == short[None, :]
-        dominates = (dominates & equal) | (short[:, None] < short[None, :])
+    if feasible is not None:
+        meets = np.asarray(feasible, dtype=bool)
+        same_side = meets[:, None] == meets[None, :]
+        dominates = (dominates & same_side) | (meets[:, None] & ~meets[None, :])
     return [np.flatnonzero(dominates[:, j]).tolist() for j in range(len(values))]

@@ -9,10 +9,12 @@ that is dominated and ranks outside the best `keep` share is stopped.
 
 Domination is the report's: a trial whose `best_val_acc` is below the min accuracy
 (chance + 5 points, where the report keeps trials off the front) is dominated by every
-peer above it, and by every peer below it that is less far below (Deb's constrained
-domination). A trial at chance with a gap of 0 is otherwise dominated by nobody, and such
-trials used to run all their epochs. Among trials above the min accuracy, one no peer
-dominates is never stopped: it could still be on the front. The trial ends
+peer above it, whatever their objectives; trials on the same side of that line compare
+on the objectives. A trial at chance with a gap of 0 is otherwise dominated by nobody,
+and such trials used to run all their epochs. Below the line trials are not ranked by how
+far below they are: at the first rungs most trials are near chance, and their accuracies
+differ by noise. A trial above the line that no peer dominates is never stopped: it could
+still be on the front. The trial ends
 `status=stopped_early`, with the rung and the trials that dominated it in its detail; the
 searcher tells Optuna PRUNED and the report keeps it off the front.
 """
@@ -34,11 +36,11 @@ from trainables.settings import DEFAULT_EPOCHS
 
 
 class RungRecord(NamedTuple):
-    """A trial's standing at a rung: its objectives ("lower is better") and how far its
-    `best_val_acc` falls short of the min accuracy (0 at or above it)."""
+    """A trial's standing at a rung: its objectives ("lower is better") and whether its
+    `best_val_acc` is at or above the min accuracy."""
 
     values: tuple[float, ...]
-    shortfall: float = 0.0
+    above_min_accuracy: bool = True
 
 
 def rung_verdict(
@@ -60,7 +62,7 @@ def rung_verdict(
     ids = list(peers)
     records = [*(peers[i] for i in ids), record]
     matrix = np.array([r.values for r in records], dtype=float)
-    dominated_by = dominators(matrix, np.array([r.shortfall for r in records]))
+    dominated_by = dominators(matrix, np.array([r.above_min_accuracy for r in records]))
     own = dominated_by[-1]
     if not own:
         return None
@@ -113,7 +115,7 @@ class ParetoEarlyStopping(FIFOScheduler):
             # not comparable (an objective this trial does not report at the rung): it
             # goes on, and is not a peer whose NaN would count as the worst value
             return False
-        record = RungRecord(values, self.shortfall(result))
+        record = RungRecord(values, self.above_min_accuracy(result))
         peers = self.seen.setdefault(int(epoch), {})
         dominating = rung_verdict(record, peers, self.keep, self.min_peers)
         peers[trial_id] = record
@@ -121,7 +123,7 @@ class ParetoEarlyStopping(FIFOScheduler):
             return False
         rung = self.rungs.index(epoch) + 1
         how = f"dominated on {', '.join(self.objectives)} by"
-        if record.shortfall > 0:
+        if not record.above_min_accuracy:
             how = (
                 f"best_val_acc {float(result['best_val_acc']):.3f} below the min accuracy "
                 f"{self.min_accuracy:.3f}, behind"
@@ -133,13 +135,11 @@ class ParetoEarlyStopping(FIFOScheduler):
         )
         return True
 
-    def shortfall(self, result: Mapping[str, Any]) -> float:
-        """How far the result's `best_val_acc` is below the min accuracy (0: not below, or
-        no min accuracy or accuracy to judge)."""
+    def above_min_accuracy(self, result: Mapping[str, Any]) -> bool:
+        """Whether the result's `best_val_acc` is at or above the min accuracy (True where
+        there is no min accuracy or no accuracy to judge)."""
         accuracy = float(result.get("best_val_acc", math.nan))
-        if self.min_accuracy is None or math.isnan(accuracy):
-            return 0.0
-        return max(0.0, self.min_accuracy - accuracy)
+        return self.min_accuracy is None or math.isnan(accuracy) or accuracy >= self.min_accuracy
 
 
 def replay(
@@ -211,7 +211,7 @@ class EarlyStoppedStatus(tune.Callback):
         self.scheduler.stopped = state["stopped"]
 
 
-def _as_record(kept: Any) -> tuple[tuple[float, ...], float]:
+def _as_record(kept: Any) -> tuple[tuple[float, ...], bool]:
     if isinstance(kept, RungRecord):
-        return tuple(kept.values), kept.shortfall
-    return tuple(kept), 0.0
+        return tuple(kept.values), kept.above_min_accuracy
+    return tuple(kept), True

@@ -148,15 +148,14 @@ def test_dominators_lists_for_each_point_the_points_better_in_one_and_no_worse_i
     assert dominators(points) == [[], [0], [0], [], [0]]  # equal points do not dominate
 
 
-def test_with_shortfalls_a_point_meeting_the_constraint_dominates_every_point_that_does_not():
+def test_a_point_meeting_a_constraint_dominates_every_point_that_does_not():
     points = np.array([[1.0, 1.0], [2.0, 2.0], [0.0, 0.0], [0.5, 0.5], [0.7, 0.7]])
-    shortfalls = np.array([0.0, 0.0, 0.05, 0.01, 0.05])
-    # the best objectives cannot save a point that misses the constraint; the one that
-    # misses it by less dominates the one that misses it by more, and of two that miss it
-    # by as much, the better objectives dominate
-    assert dominators(points, shortfalls) == [[], [0], [0, 1, 3], [0, 1], [0, 1, 2, 3]]
+    feasible = np.array([True, True, False, False, False])
+    # the best objectives cannot save a point that misses the constraint; among those
+    # that miss it, the objectives decide as they do among those that meet it
+    assert dominators(points, feasible) == [[], [0], [0, 1], [0, 1, 2], [0, 1, 2, 3]]
 
 
-def test_without_shortfalls_nothing_misses_a_constraint():
-    points = np.array([[1.0, 1.0], [0.0, 2.0]])
-    assert dominators(points, np.zeros(2)) == dominators(points) == [[], []]
+def test_when_every_point_meets_the_constraint_the_objectives_alone_decide():
+    points = np.array([[1.0, 1.0], [0.0, 2.0], [2.0, 2.0]])
+    assert dominators(points, np.ones(3, dtype=bool)) == dominators(points) == [[], [], [0, 1]]

@@ -17,8 +17,8 @@ from search.early_stopping import (
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
 
 
-def standing(*values: float, shortfall: float = 0.0) -> RungRecord:
-    return RungRecord(tuple(values), shortfall)
+def standing(*values: float, above_min_accuracy: bool = True) -> RungRecord:
+    return RungRecord(tuple(values), above_min_accuracy)
 
 
 def test_a_trial_no_peer_dominates_goes_on_however_many_trials_are_ahead():
@@ -60,20 +60,36 @@ def test_a_trial_below_the_min_accuracy_trails_every_peer_above_it_whatever_its_
         "b": standing(-800.0, -0.70, 0.05),
         "c": standing(-700.0, -0.60, 0.02),
     }
-    at_chance = standing(-2000.0, -0.50, 0.0, shortfall=0.05)
+    at_chance = standing(-2000.0, -0.50, 0.0, above_min_accuracy=False)
     assert rung_verdict(at_chance, peers, keep=0.5, min_peers=3) == ["a", "b", "c"]
     assert rung_verdict(standing(-2000.0, -0.50, 0.0), peers, keep=0.5, min_peers=3) is None
 
 
-def test_below_the_min_accuracy_the_trial_less_far_below_is_ahead():
+def test_below_the_min_accuracy_trials_compare_on_their_objectives_not_their_accuracy():
+    # at an early rung accuracies near chance differ by noise: the slower of two trials
+    # below the line trails, not the one that is 0.04 less accurate
+    below = {"nearly": standing(-100.0, -0.54, 0.0, above_min_accuracy=False)}
+    faster = standing(-900.0, -0.50, 0.0, above_min_accuracy=False)
+    assert rung_verdict(faster, below, keep=0.5, min_peers=2) is None
+    slower = standing(-50.0, -0.54, 0.0, above_min_accuracy=False)
+    assert rung_verdict(slower, below, keep=0.5, min_peers=2) == ["nearly"]
+
+
+def test_a_trial_below_the_min_accuracy_never_stops_one_above_it():
+    below = {"x": standing(-900.0, -0.50, 0.0, above_min_accuracy=False)}
+    assert rung_verdict(standing(-100.0, -0.60, 0.1), below, keep=0.5, min_peers=2) is None
+
+
+def test_below_the_line_a_trial_goes_on_while_most_of_its_peers_are_below_it_too():
+    # epoch 1: three of four trials are still near chance; one peer above the line is not
+    # a majority, so a trial below goes on unless its own kind outruns it
     peers = {
-        "nearly": standing(-100.0, -0.54, 0.0, shortfall=0.01),
-        "above": standing(-100.0, -0.60, 0.0),
+        "above": standing(-100.0, -0.60, 0.1),
+        "b": standing(-500.0, -0.50, 0.0, above_min_accuracy=False),
+        "c": standing(-400.0, -0.51, 0.0, above_min_accuracy=False),
     }
-    farther = standing(-900.0, -0.50, 0.0, shortfall=0.05)
-    assert rung_verdict(farther, peers, keep=0.5, min_peers=3) == ["nearly", "above"]
-    # and a trial below the line never stops one above it
-    assert rung_verdict(peers["above"], {"x": farther}, keep=0.5, min_peers=2) is None
+    fast = standing(-600.0, -0.50, 0.0, above_min_accuracy=False)
+    assert rung_verdict(fast, peers, keep=0.5, min_peers=3) is None
 
 
 def fake_trial(trial_id: str, epochs: int = 8) -> SimpleNamespace:
@@ -170,7 +186,7 @@ def test_a_search_saved_before_the_min_accuracy_resumes_with_its_rungs_records()
     scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2, min_accuracy=0.55)
     saved = {"seen": {2: {"a": (-900.0, -0.9, 0.0)}}, "stopped": {}}  # plain tuples then
     EarlyStoppedStatus(scheduler).set_state(saved)
-    assert scheduler.seen == {2: {"a": RungRecord((-900.0, -0.9, 0.0), 0.0)}}
+    assert scheduler.seen == {2: {"a": RungRecord((-900.0, -0.9, 0.0), True)}}
     decision = scheduler.on_trial_result(None, fake_trial("c"), result(2, 5, 0.1))
     assert decision == TrialScheduler.STOP
 
