@@ -88,13 +88,21 @@ def frame_from_tune(experiment_dir: Path, metric_names: tuple[str, ...]) -> pd.D
 
 def trial_seconds(experiment_dir: Path) -> dict[str, float]:
     """Wall seconds each trial of a Tune results folder ran (its last `time_total_s`)."""
-    seconds = {}
+    return {trial: end - start for trial, (start, end) in trial_spans(experiment_dir).items()}
+
+
+def trial_spans(experiment_dir: Path) -> dict[str, tuple[float, float]]:
+    """When each trial of a Tune results folder started and when it last reported, in
+    seconds since the epoch: its last result's `timestamp` less its `time_total_s`, and
+    that timestamp (whole seconds, as Tune writes it)."""
+    spans = {}
     for result in Path(experiment_dir).glob("*/result.json"):
         last = _last_result(result)
-        if "time_total_s" in last:
+        if "time_total_s" in last and "timestamp" in last:
             trial_id = str(last.get("trial_id") or result.parent.name.removeprefix("trial_"))
-            seconds[trial_id] = float(last["time_total_s"])
-    return seconds
+            end = float(last["timestamp"])
+            spans[trial_id] = (end - float(last["time_total_s"]), end)
+    return spans
 
 
 def as_numbers(column: pd.Series) -> pd.Series | None:

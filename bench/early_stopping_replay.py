@@ -18,7 +18,7 @@ stopped, trial seconds kept (of the whole search's trial seconds), hypervolume k
 trials of the whole front stopped.
 
     python bench/early_stopping_replay.py [--config configs/cats_dogs.yaml]
-        [--num-samples 48] [--seeds 0 1] [--rules 2,4:0.5 1,2,4:0.5 ...]
+        [--num-samples 48] [--seeds 0 1] [--rules 2,4:0.5 1,2,4:0.5:3:blind ...]
         [--from RESULTS_DIR ...] [--workdir DIR] [--classes 2] [key.path=value ...]
 """
 
@@ -43,7 +43,9 @@ from trainables.metrics import METRICS, STATUS_STOPPED_EARLY, min_accuracy_for
 from trainables.settings import DEFAULT_EPOCHS
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_RULES = ["2,4:0.5", "4:0.5", "1,2,4:0.5", "2,4:0.3", "1,2,4:0.3", "1,2,4,6:0.5"]
+DEFAULT_RULES = [
+    "1,2,4:0.5:3:blind", "1,2,4:0.5", "2,4:0.5", "1,2,4:0.4", "1,2,4:0.3", "1,2,4,6:0.5",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,22 +53,29 @@ class Rule:
     rungs: tuple[int, ...]
     keep: float
     min_peers: int
+    sees_min_accuracy: bool = True  # False: the rule before 2026-11-25 (objectives alone)
 
     @classmethod
     def parse(cls, text: str) -> Rule:
-        """`rungs:keep[:min_peers]`, e.g. `1,2,4:0.5` or `2,4:0.3:4`."""
-        rungs, keep, min_peers, *_ = [*text.split(":"), "", ""]
+        """`rungs:keep[:min_peers[:blind]]`, e.g. `1,2,4:0.5`, `2,4:0.3:4` or
+        `1,2,4:0.5:3:blind` (trials below the min accuracy compared on the objectives
+        alone, as the scheduler did before 2026-11-25)."""
+        rungs, keep, min_peers, blind, *_ = [*text.split(":"), "", "", ""]
+        if blind not in ("", "blind"):
+            raise ValueError(f"the fourth field of a rule is 'blind' or nothing, got {blind!r}")
         default = EarlyStoppingSection()
         return cls(
             tuple(int(rung) for rung in rungs.split(",")),
             float(keep or default.keep),
             int(min_peers or default.min_peers),
+            sees_min_accuracy=not blind,
         )
 
     def __str__(self) -> str:
         default = EarlyStoppingSection().min_peers
         peers = "" if self.min_peers == default else f", min {self.min_peers} peers"
-        return f"rungs {list(self.rungs)}, keep {self.keep:g}{peers}"
+        blind = "" if self.sees_min_accuracy else ", blind to the min accuracy"
+        return f"rungs {list(self.rungs)}, keep {self.keep:g}{peers}{blind}"
 
 
 @dataclass(frozen=True)
@@ -133,8 +142,9 @@ def unscored_rungs(search: Search, rules: list[Rule], objectives: list[str]) -> 
 
 def replay_rule(search: Search, rule: Rule, config: SearchConfig) -> Replayed:
     objectives = dict(config.objectives)
+    min_accuracy = search.min_accuracy if rule.sees_min_accuracy else None
     scheduler = ParetoEarlyStopping(
-        objectives, rule.rungs, rule.keep, rule.min_peers, min_accuracy=search.min_accuracy
+        objectives, rule.rungs, rule.keep, rule.min_peers, min_accuracy=min_accuracy
     )
     stops = replay(scheduler, search.histories, search.last_epochs())
     at_stop = search.histories.set_index(["trial_id", "epoch"])["time_total_s"]
@@ -181,7 +191,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1],
                         help="search.seed of each search run")  # fmt: skip
     parser.add_argument("--rules", nargs="+", default=DEFAULT_RULES,
-                        help="rungs:keep[:min_peers], e.g. 1,2,4:0.5")  # fmt: skip
+                        help="rungs:keep[:min_peers[:blind]], e.g. 1,2,4:0.5 or "
+                        "1,2,4:0.5:3:blind (the rule before 2026-11-25)")  # fmt: skip
     parser.add_argument("--workdir", type=Path,
                         help="run the searches here and keep them (ray_results/seed<N>), "
                         "to replay again with --from; default: a temporary folder")  # fmt: skip
@@ -196,7 +207,10 @@ def main() -> None:
     args = parser.parse_args()
     overrides = [f"search.num_samples={args.num_samples}", *args.overrides]
     config = load_config(args.config, overrides)
-    rules = [Rule.parse(text) for text in args.rules]
+    try:
+        rules = [Rule.parse(text) for text in args.rules]
+    except ValueError as error:  # exit 2 with the usage line, not a traceback
+        parser.error(f"--rules: {error}")
     with tempfile.TemporaryDirectory(prefix="early-stopping-replay-") as directory:
         workdir = args.workdir or Path(directory)
         workdir.mkdir(parents=True, exist_ok=True)

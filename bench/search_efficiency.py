@@ -21,28 +21,34 @@ Then a bound: how short (3) could be at best while keeping (2)'s front whole, we
 trial off that front stopped at the first rung (`stopping_bound`). Early stopping cannot
 beat it: the trials that make the front train all their epochs.
 
+With `--seeds`, each run of the three uses the next seed (`search.seed`), so that the
+medians and the mean of the paired ratios of (3) to (2) are over the sampler's paths, not
+only over the noise of one path; without it every run uses the config's seed.
+
     python bench/search_efficiency.py [--config configs/cats_dogs.yaml] [--budget-mb 40]
-        [--num-samples 16] [--repeats 3] [--no-stock] [key.path=value ...]
+        [--num-samples 16] [--repeats 3 | --seeds 0 1 2 ...] [--no-stock]
+        [key.path=value ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pandas as pd
 
-from analysis.load import frame_from_tune, trial_seconds
+from analysis.load import frame_from_tune, trial_spans
 from analysis.pareto import declared_bounds, hypervolume, mark_front
 from search.config import SearchConfig, load_config
 from search.searcher import STARTED_ATTR, STATUS_ATTR, build_sampler, startup_trials
@@ -67,6 +73,18 @@ class Outcome:
     hypervolume: float
     infeasible_after_startup: float  # of the sampler's suggestions
     infeasible_started_after_startup: float  # of the trials Tune started
+    # (wall seconds since the search's command started, hypervolume of the trials ended by
+    # then), after each trial's end: how the front grew; not part of the medians
+    curve: tuple[tuple[float, float], ...] = field(default=(), repr=False)
+
+    def hypervolume_by(self, seconds: float) -> float:
+        """The hypervolume of the trials that had ended `seconds` after the command started."""
+        reached = [volume for at, volume in self.curve if at <= seconds]
+        return reached[-1] if reached else 0.0
+
+    def seconds_to_reach(self, volume: float) -> float:
+        """When the front first had `volume`: wall seconds since the command started."""
+        return next((at for at, reached in self.curve if reached >= volume), math.inf)
 
     def cells(self) -> list[str]:
         return [
@@ -97,7 +115,7 @@ HEADINGS = [
 
 def run_pipeline(name: str, arguments: list[str], config: SearchConfig, workdir: Path) -> Outcome:
     command = [sys.executable, "-m", "search.run", "--name", name, *arguments]
-    started = time.perf_counter()
+    launched, started = time.time(), time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run(command, cwd=workdir, env=env, check=True, capture_output=True, text=True)
     seconds = time.perf_counter() - started
@@ -108,7 +126,8 @@ def run_pipeline(name: str, arguments: list[str], config: SearchConfig, workdir:
         (t.user_attrs.get(STATUS_ATTR, "failed"), t.user_attrs.get(STARTED_ATTR, True))
         for t in study.trials
     ]
-    return summarise(name, seconds, trials, trial_seconds(experiment), statuses, config)
+    spans = trial_spans(experiment)
+    return summarise(name, seconds, trials, spans, statuses, config, launched)
 
 
 def stock_trial(config: dict[str, Any], data: Any) -> None:
@@ -149,7 +168,7 @@ def run_stock(config: SearchConfig, workdir: Path, name: str) -> Outcome:
     space = {key: param.to_tune() for key, param in config.space.items()}
     data = prepare_data(config.data)
     resources = {"cpu": config.resources.cpu, "gpu": config.resources.gpu}
-    started = time.perf_counter()
+    launched, started = time.time(), time.perf_counter()
     # Tune's default TensorBoard logger warns for every NaN it is given; the trainable
     # reports NaN gaps between scorings on purpose
     logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
@@ -185,16 +204,17 @@ def run_stock(config: SearchConfig, workdir: Path, name: str) -> Outcome:
     statuses = [
         ("oom" if t.state == optuna.trial.TrialState.FAIL else "ok", True) for t in study.trials
     ]
-    return summarise(name, seconds, frame, trial_seconds(experiment), statuses, config)
+    return summarise(name, seconds, frame, trial_spans(experiment), statuses, config, launched)
 
 
 def summarise(
     name: str,
     seconds: float,
     trials: pd.DataFrame,
-    durations: dict[str, float],
+    spans: dict[str, tuple[float, float]],  # trial -> (start, end), seconds since the epoch
     suggestion_statuses: list[tuple[str, bool]],  # (status, started) in the order suggested
     config: SearchConfig,
+    launched: float,  # when the search's command started, seconds since the epoch
 ) -> Outcome:
     objectives = dict(config.objectives)
     bounds = declared_bounds(trials, objectives, dict(config.search.hypervolume_bounds) or None)
@@ -202,6 +222,12 @@ def summarise(
     started = marked[~marked["trial_id"].astype(str).str.startswith("skipped-")]
     off_front = started[~started["is_pareto"].fillna(False).astype(bool)]
     after = suggestion_statuses[startup_trials(config.search.sampler, config.search.num_samples) :]
+    durations = {trial: end - start for trial, (start, end) in spans.items()}
+    ended = trials["trial_id"].astype(str).map({t: end for t, (_, end) in spans.items()})
+    curve = tuple(
+        (at - launched, hypervolume(trials[ended <= at], objectives, bounds, DEFAULT_MIN_ACCURACY))
+        for at in sorted(set(ended.dropna()))
+    )
     return Outcome(
         name=name,
         seconds=seconds,
@@ -215,6 +241,7 @@ def summarise(
         hypervolume=hypervolume(trials, objectives, bounds, DEFAULT_MIN_ACCURACY),
         infeasible_after_startup=_share_infeasible(after),
         infeasible_started_after_startup=_share_infeasible([s for s in after if s[1]]),
+        curve=curve,
     )
 
 
@@ -254,6 +281,9 @@ def main() -> None:
                         help="resources.memory_budget_mb: MiB per trial")  # fmt: skip
     parser.add_argument("--num-samples", type=int, default=16, help="trials per search")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each search")
+    parser.add_argument("--seeds", type=int, nargs="+",
+                        help="one run of each search per seed (search.seed), instead of "
+                        "--repeats runs with the config's seed")  # fmt: skip
     parser.add_argument("--no-stock", action="store_true",
                         help="run only (2) and (3), all the ratios of (3) to (2) need")  # fmt: skip
     parser.add_argument("overrides", nargs="*", metavar="key.path=value",
@@ -272,18 +302,23 @@ def main() -> None:
     runs: dict[str, list[Outcome]] = (
         {"off": [], "on": []} if args.no_stock else {"stock": [], "off": [], "on": []}
     )
+    seeds: list[int | None] = list(args.seeds) if args.seeds else [None] * args.repeats
     print(f"{config.name}: {args.num_samples} trials, {args.budget_mb:g} MiB per trial, "
-          f"{args.repeats} run(s) of each, interleaved")  # fmt: skip
-    for repeat in range(1, args.repeats + 1):
+          f"{len(seeds)} run(s) of each, interleaved"
+          + (f", seeds {', '.join(map(str, args.seeds))}" if args.seeds else ""))  # fmt: skip
+    for repeat, seed in enumerate(seeds, start=1):
+        seeded = [] if seed is None else [f"search.seed={seed}"]
+        run_config = load_config(args.config, [*overrides, *seeded])
         with tempfile.TemporaryDirectory(prefix="search-efficiency-") as directory:
             workdir = Path(directory)
             if "stock" in runs:
                 runs["stock"].append(
-                    run_stock(config, workdir, f"1 stock Tune + OptunaSearch #{repeat}")
+                    run_stock(run_config, workdir, f"1 stock Tune + OptunaSearch #{repeat}")
                 )
-            off = [*base, "search.early_stopping=null", "search.predict_oom=false"]
+            off = [*base, *seeded, "search.early_stopping=null", "search.predict_oom=false"]
+            on = [*base, *seeded, *early]
             runs["off"].append(run_pipeline("2-pipeline-off", off, config, workdir))
-            runs["on"].append(run_pipeline("3-pipeline-on", [*base, *early], config, workdir))
+            runs["on"].append(run_pipeline("3-pipeline-on", on, config, workdir))
         for key in runs:
             runs[key][-1].name = f"{runs[key][-1].name.split(' #')[0]} #{repeat}"
         print(render([outcome for group in zip(*runs.values(), strict=True) for outcome in group]),
@@ -295,6 +330,19 @@ def main() -> None:
     print()
     print(f"(3) / (2), medians: hypervolume {on.hypervolume / off.hypervolume:.3f}, "
           f"wall time {on.seconds / off.seconds:.3f}")  # fmt: skip
+    pairs = list(zip(runs["off"], runs["on"], strict=True))
+    print(f"(3) / (2), mean of the {len(pairs)} runs' own ratios: hypervolume "
+          f"{statistics.mean(b.hypervolume / a.hypervolume for a, b in pairs):.3f}, wall time "
+          f"{statistics.mean(b.seconds / a.seconds for a, b in pairs):.3f}")  # fmt: skip
+    # the same searches as anytime searches: what each front held at a given wall time
+    equal = [b.hypervolume / a.hypervolume_by(b.seconds) for a, b in pairs]
+    reach = [b.seconds_to_reach(0.95 * a.hypervolume) / a.seconds for a, b in pairs]
+    print(
+        f"(3)'s hypervolume / (2)'s at the wall time (3) ended (equal time), per run: "
+        f"{', '.join(f'{r:.2f}' for r in equal)}; median {statistics.median(equal):.3f}"
+    )
+    print(f"when (3)'s front first held 95% of (2)'s final hypervolume, in (2)'s wall times, "
+          f"per run: {', '.join(f'{r:.2f}' for r in reach)} (inf: never)")  # fmt: skip
     stopping = load_config(args.config, [*overrides, *early]).search.early_stopping
     assert stopping is not None
     share = stopping.rungs[0] / config.train.get("epochs", DEFAULT_EPOCHS)
@@ -318,7 +366,7 @@ def main() -> None:
 
 def median_outcome(outcomes: list[Outcome]) -> Outcome:
     """Each column's median over the runs of one kind of search."""
-    fields = [name for name in Outcome.__dataclass_fields__ if name != "name"]
+    fields = [name for name in Outcome.__dataclass_fields__ if name not in ("name", "curve")]
     values = {name: statistics.median(getattr(o, name) for o in outcomes) for name in fields}
     label = outcomes[0].name.split(" #")[0]
     return Outcome(name=f"{label} (median of {len(outcomes)})", **values)

@@ -6,7 +6,11 @@ run left FINISHED or FAILED. `search.run` checks the command line before coming 
 from __future__ import annotations
 
 import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 import ray
@@ -28,6 +32,7 @@ from search.tracking import (
     ParentRun,
     git_commit,
     log_skipped,
+    open_store,
     save_review_view,
 )
 from search.tuner import OPTUNA_STORAGE, build_tuner, restore_tuner
@@ -36,18 +41,23 @@ from trainables.metrics import METRICS, min_accuracy_for
 
 METRIC_NAMES = tuple(METRICS)
 
+T = TypeVar("T")
+
 AUTOMATIC_RESUMES = 2  # after Ray's memory monitor aborts a fit; then the user decides
 
 
 def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> int:
     say(plan(config, experiment_dir, options.resume))
+    # Ray's start is mostly waiting for its own processes: meanwhile, on a thread of their
+    # own, the images are drawn or decoded and MLflow's store is opened.
+    preparing = in_background(lambda: prepare(config), name="prepare")
+    start_ray(options.address)
     try:
-        data = prepare_data(config.data)
+        data = preparing.result()
     except DataUnavailable as error:
         print(ConfigError(config.source, [Problem("data", str(error))]).render(), file=sys.stderr)
         return EXIT_USAGE
     say(f"Data: {data.description}")
-    start_ray(options.address)
     try:
         check_cluster_devices(config)
     except ConfigError as error:
@@ -126,6 +136,27 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
     )
     say(f"Runs:    {runs_link(uri, parent.experiment_id, view)}")
     return 0
+
+
+def prepare(config: SearchConfig) -> PreparedData:
+    data = prepare_data(config.data)
+    open_store(config.tracking.uri or "")
+    return data
+
+
+def in_background(work: Callable[[], T], name: str) -> Future[T]:
+    """`work()` started on a daemon thread: an interrupted search does not wait for it."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(work())
+            except BaseException as error:  # handed to whoever asks for the result
+                future.set_exception(error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
 
 
 def resume_command(config: SearchConfig, experiment_dir: Path) -> str:

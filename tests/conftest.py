@@ -13,6 +13,13 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_of_this_run(tmp_path_factory):
+    """Synthetic images and decoded folders are cached for this run, not in the user's
+    ~/.cache: what a test finds in the cache is what this run put there."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+
+
 @pytest.fixture(autouse=True)
 def _environment_restored():
     """`search.run.main` sets Ray's variables for its process; tests that call it in-process

@@ -11,6 +11,8 @@ from analysis.load import (
     frame_from_tune,
     histories_from_mlflow,
     histories_from_tune,
+    trial_seconds,
+    trial_spans,
 )
 
 METRICS = ("epoch", "val_acc", "throughput", "status", "status_detail")
@@ -27,6 +29,21 @@ def write_trial(folder, name, config, results, error=None):
     (trial / "result.json").write_text("\n".join(json.dumps(r) for r in results) + "\n")
     if error:
         (trial / "error.txt").write_text(f"Traceback...\n{error}\n")
+
+
+def test_each_trial_spans_from_its_start_to_its_last_report_and_ran_that_long(tmp_path):
+    write_trial(
+        tmp_path,
+        "trial_a",
+        {},
+        [
+            {"trial_id": "a", "timestamp": 100, "time_total_s": 1.5},
+            {"trial_id": "a", "timestamp": 103, "time_total_s": 4.5},
+        ],
+    )
+    write_trial(tmp_path, "trial_b", {}, [{"trial_id": "b", "timestamp": 110, "time_total_s": 2.0}])
+    assert trial_spans(tmp_path) == {"a": (98.5, 103.0), "b": (108.0, 110.0)}
+    assert trial_seconds(tmp_path) == {"a": 4.5, "b": 2.0}
 
 
 def test_a_tune_folder_becomes_one_row_per_trial_with_its_last_result(tmp_path):

@@ -82,6 +82,19 @@ def test_resume_with_nothing_to_resume_says_so(tmp_path, capsys, monkeypatch):
     assert "nothing to resume" in capsys.readouterr().err
 
 
+@pytest.mark.ray
+def test_images_that_cannot_be_had_are_one_message_and_no_mlflow_run(
+    tmp_path, capsys, monkeypatch, ray_instance
+):
+    # the images are prepared while Ray starts: their error still ends the search at once
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "photos" / "only_one_class").mkdir(parents=True)
+    code = main(["--config", str(SMOKE), "data.source=image_folder", "data.root=photos"])
+    err = capsys.readouterr().err
+    assert code == 2 and "data:" in err and "only_one_class" in err and "Traceback" not in err
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
+
+
 @pytest.mark.slow
 def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_trials(tmp_path):
     # Each sampled config twice, with seeds 0 and 1: the report averages them.

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 from PIL import Image
 from pydantic import ValidationError
 
+from tests.conftest import REPO
 from tests.image_folders import write_pet_folder
 from trainables.data import DataSettings, DataUnavailable, prepare_data
 from trainables.data import oxford as oxford_module
@@ -143,3 +146,19 @@ def test_oxford_pets_found_on_disk_is_decoded_as_cats_versus_dogs(tmp_path):
     assert data.class_names == ("Cat", "Dog")
     assert np.bincount(data.train.labels).tolist() == [4, 4]
     assert data.description.startswith(f"oxford_pets {tmp_path / 'pets' / 'oxford-iiit-pet'}")
+
+
+def test_a_trial_of_the_seed_studys_model_loads_neither_torchvision_nor_meta_kernels():
+    # torchvision's import loads torch._dynamo, and the meta device's first forward loads
+    # sympy and hundreds of modules more: each over a second, in the search and in every
+    # worker. The small CNN needs neither (only Oxford-IIIT Pet and large models do).
+    probe = (
+        "import sys, trainables.classifier, trainables.data.preparation\n"
+        "from trainables.models import build_model, check_model\n"
+        "check_model('small_cnn', 2, 32)\n"
+        "build_model('small_cnn', 2, 32)\n"
+        "print([name for name in ('torchvision', 'sympy') if name in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr

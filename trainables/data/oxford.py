@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from filelock import FileLock
-from torchvision.datasets import OxfordIIITPet
 
 from trainables.data.catalogue import Catalogue, ImageFile, stat_file
 from trainables.data.errors import DataUnavailable
+
+if TYPE_CHECKING:
+    from torchvision.datasets import OxfordIIITPet
 
 DOWNLOAD_HOST = ("www.robots.ox.ac.uk", 443)  # where torchvision downloads the set from
 PROBE_TIMEOUT_S = 3.0  # a network that cannot connect in this long cannot download 800 MB
@@ -53,6 +56,10 @@ def list_oxford_pets(root: Path) -> Catalogue:
 
 
 def _open(root: Path) -> list[OxfordIIITPet]:
+    # here, not at the top: importing torchvision costs every search and trial over a
+    # second (it loads torch._dynamo), and only this source needs it
+    from torchvision.datasets import OxfordIIITPet
+
     return [OxfordIIITPet(root, split=split, target_types="binary-category") for split in _SPLITS]
 
 

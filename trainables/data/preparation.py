@@ -14,7 +14,8 @@ from trainables.data.oxford import list_oxford_pets
 from trainables.data.prepared import PreparedData, Split, channel_stats
 from trainables.data.settings import DataSettings
 from trainables.data.splits import split_rows
-from trainables.data.synthetic import CLASS_NAMES, make_synthetic_split
+from trainables.data.synthetic import CLASS_NAMES
+from trainables.data.synthetic_cache import synthetic_split
 
 # Each split draws from its own range of image indices, so growing the training set never
 # changes which images are in validation or test.
@@ -70,9 +71,14 @@ def _prepare_synthetic(settings: DataSettings) -> PreparedData:
     splits = {}
     for split, per_class in sizes.items():
         images = [
-            make_synthetic_split(
-                label, _SPLIT_OFFSETS[split], per_class, settings.image_size, settings.seed
-            ).numpy()
+            synthetic_split(
+                label,
+                _SPLIT_OFFSETS[split],
+                per_class,
+                settings.image_size,
+                settings.seed,
+                settings.cache_path(),
+            )
             for label in range(len(CLASS_NAMES))
         ]
         labels = [np.full(per_class, label, dtype=np.int64) for label in range(len(CLASS_NAMES))]
