@@ -88,7 +88,12 @@ def frame_from_tune(experiment_dir: Path, metric_names: tuple[str, ...]) -> pd.D
 
 def trial_seconds(experiment_dir: Path) -> dict[str, float]:
     """Wall seconds each trial of a Tune results folder ran (its last `time_total_s`)."""
-    return {trial: end - start for trial, (start, end) in trial_spans(experiment_dir).items()}
+    seconds = {}
+    for result in Path(experiment_dir).glob("*/result.json"):
+        last = _last_result(result)
+        if "time_total_s" in last:
+            seconds[_trial_id(last, result)] = float(last["time_total_s"])
+    return seconds
 
 
 def trial_spans(experiment_dir: Path) -> dict[str, tuple[float, float]]:
@@ -99,10 +104,13 @@ def trial_spans(experiment_dir: Path) -> dict[str, tuple[float, float]]:
     for result in Path(experiment_dir).glob("*/result.json"):
         last = _last_result(result)
         if "time_total_s" in last and "timestamp" in last:
-            trial_id = str(last.get("trial_id") or result.parent.name.removeprefix("trial_"))
             end = float(last["timestamp"])
-            spans[trial_id] = (end - float(last["time_total_s"]), end)
+            spans[_trial_id(last, result)] = (end - float(last["time_total_s"]), end)
     return spans
+
+
+def _trial_id(last: dict[str, Any], result: Path) -> str:
+    return str(last.get("trial_id") or result.parent.name.removeprefix("trial_"))
 
 
 def as_numbers(column: pd.Series) -> pd.Series | None:

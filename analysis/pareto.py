@@ -163,6 +163,11 @@ def dominators(points: np.ndarray, feasible: np.ndarray | None = None) -> list[l
     dominates = no_worse & better  # [i, j]: row i dominates row j
     if feasible is not None:
         meets = np.asarray(feasible, dtype=bool)
+        if meets.shape != (len(values),):
+            raise ValueError(
+                f"`feasible` must have one entry per row, but got shape {meets.shape} for "
+                f"{len(values)} rows."
+            )
         same_side = meets[:, None] == meets[None, :]
         dominates = (dominates & same_side) | (meets[:, None] & ~meets[None, :])
     return [np.flatnonzero(dominates[:, j]).tolist() for j in range(len(values))]

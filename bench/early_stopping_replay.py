@@ -94,7 +94,8 @@ class Search:
         objectives = dict(config.objectives)
         frame = frame_from_tune(experiment, tuple(METRICS))
         frame["trial_id"] = frame["trial_id"].astype(str)
-        names = (*objectives, "timestamp", "time_total_s")
+        # best_val_acc: the min accuracy is judged on it, whatever the objectives
+        names = tuple(dict.fromkeys((*objectives, "best_val_acc", "timestamp", "time_total_s")))
         # a trial restored from its checkpoint reports its epochs since then again
         histories = histories_from_tune(experiment, names).drop_duplicates(
             ["trial_id", "epoch"], keep="last"

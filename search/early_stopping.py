@@ -79,6 +79,10 @@ class ParetoEarlyStopping(FIFOScheduler):
     trial's last result, which everything after the trial reads.
     """
 
+    # `Tuner.restore` unpickles the scheduler a search started with: one saved before the
+    # min accuracy was kept has no such attribute, and goes on with the rule it began with
+    min_accuracy: float | None = None
+
     def __init__(
         self,
         objectives: Mapping[str, str],
@@ -126,7 +130,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         if not record.above_min_accuracy:
             how = (
                 f"best_val_acc {float(result['best_val_acc']):.3f} below the min accuracy "
-                f"{self.min_accuracy:.3f}, behind"
+                f"{self.min_accuracy:.3f} (so behind every trial above it), dominated by"
             )
         self.stopped[trial_id] = (
             f"stopped at epoch {epoch} (rung {rung} of {len(self.rungs)}): {how} "
@@ -136,10 +140,12 @@ class ParetoEarlyStopping(FIFOScheduler):
         return True
 
     def above_min_accuracy(self, result: Mapping[str, Any]) -> bool:
-        """Whether the result's `best_val_acc` is at or above the min accuracy (True where
-        there is no min accuracy or no accuracy to judge)."""
-        accuracy = float(result.get("best_val_acc", math.nan))
-        return self.min_accuracy is None or math.isnan(accuracy) or accuracy >= self.min_accuracy
+        """Whether the result's `best_val_acc` is at or above the min accuracy: as the
+        report judges it, NaN is not; True where there is no min accuracy, or no
+        `best_val_acc` in the result to judge."""
+        if self.min_accuracy is None or "best_val_acc" not in result:
+            return True
+        return float(result["best_val_acc"]) >= self.min_accuracy
 
 
 def replay(
@@ -153,8 +159,14 @@ def replay(
     Results are taken in the order they were reported (`arrival_times`), which is the order
     they reached the driver unless two came within its event loop's turn. A search run
     with `scheduler`'s own settings replays to the trials it stopped; one run without
-    early stopping must have scored `gen_gap` at the rungs (`train.gap_epochs`).
+    early stopping must have scored `gen_gap` at the rungs (`train.gap_epochs`). A
+    scheduler with a min accuracy needs `best_val_acc` in `histories` too.
     """
+    if scheduler.min_accuracy is not None and "best_val_acc" not in histories:
+        raise ValueError(
+            "the scheduler keeps a min accuracy: `histories` must hold `best_val_acc`, but "
+            f"has only {list(histories.columns)}"
+        )
     stops: dict[str, int] = {}
     ordered = histories.assign(arrival=arrival_times(histories)).sort_values(
         "arrival", kind="stable"
@@ -205,13 +217,15 @@ class EarlyStoppedStatus(tune.Callback):
     def set_state(self, state: dict[str, Any]) -> None:
         # a search saved before the min accuracy kept plain tuples of objectives
         self.scheduler.seen = {
-            rung: {trial: RungRecord(*_as_record(kept)) for trial, kept in trials.items()}
+            rung: {trial: _as_record(kept) for trial, kept in trials.items()}
             for rung, trials in state["seen"].items()
         }
         self.scheduler.stopped = state["stopped"]
 
 
-def _as_record(kept: Any) -> tuple[tuple[float, ...], bool]:
+def _as_record(kept: Any) -> RungRecord:
+    """A peer's record as saved: a `RungRecord`, or before the min accuracy was kept, its
+    objectives alone (counted above the line, as the rule then had it)."""
     if isinstance(kept, RungRecord):
-        return tuple(kept.values), kept.above_min_accuracy
-    return tuple(kept), True
+        return kept
+    return RungRecord(tuple(kept), True)

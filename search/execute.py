@@ -50,11 +50,12 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
     say(plan(config, experiment_dir, options.resume))
     # Ray's start is mostly waiting for its own processes: meanwhile, on a thread of their
     # own, the images are drawn or decoded and MLflow's store is opened.
-    preparing = in_background(lambda: prepare(config), name="prepare")
+    preparing = in_background(lambda: prepare_data_and_store(config), name="prepare")
     start_ray(options.address)
     try:
         data = preparing.result()
     except DataUnavailable as error:
+        ray.shutdown()  # started meanwhile: the search ends as if nothing had started
         print(ConfigError(config.source, [Problem("data", str(error))]).render(), file=sys.stderr)
         return EXIT_USAGE
     say(f"Data: {data.description}")
@@ -138,7 +139,7 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
     return 0
 
 
-def prepare(config: SearchConfig) -> PreparedData:
+def prepare_data_and_store(config: SearchConfig) -> PreparedData:
     data = prepare_data(config.data)
     open_store(config.tracking.uri or "")
     return data

@@ -258,7 +258,8 @@ def check_model(name: str, num_classes: int, image_size: int) -> None:
     `num_classes` logits; where another size works, the error names one.
 
     Runs on the meta device (shapes only): a second for any torchvision model, and nothing
-    downloaded or allocated."""
+    downloaded or allocated; a model of at most `SMALL_MODEL_PARAMETERS` runs its forward
+    on the CPU instead, in milliseconds."""
     problem = _forward_problem(name, num_classes, image_size)
     if problem is None:
         return

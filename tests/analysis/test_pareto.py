@@ -159,3 +159,8 @@ def test_a_point_meeting_a_constraint_dominates_every_point_that_does_not():
 def test_when_every_point_meets_the_constraint_the_objectives_alone_decide():
     points = np.array([[1.0, 1.0], [0.0, 2.0], [2.0, 2.0]])
     assert dominators(points, np.ones(3, dtype=bool)) == dominators(points) == [[], [], [0, 1]]
+
+
+def test_a_constraint_mask_of_another_length_than_the_points_is_refused():
+    with pytest.raises(ValueError, match="one entry per row"):
+        dominators(np.zeros((3, 2)), np.ones(1, dtype=bool))

@@ -65,7 +65,7 @@ def test_a_trial_below_the_min_accuracy_trails_every_peer_above_it_whatever_its_
     assert rung_verdict(standing(-2000.0, -0.50, 0.0), peers, keep=0.5, min_peers=3) is None
 
 
-def test_below_the_min_accuracy_trials_compare_on_their_objectives_not_their_accuracy():
+def test_below_the_min_accuracy_trials_are_not_ranked_by_how_far_below_they_are():
     # at an early rung accuracies near chance differ by noise: the slower of two trials
     # below the line trails, not the one that is 0.04 less accurate
     below = {"nearly": standing(-100.0, -0.54, 0.0, above_min_accuracy=False)}
@@ -122,8 +122,9 @@ def test_the_scheduler_stops_a_trial_at_chance_with_no_gap_and_says_it_is_below_
     decision = scheduler.on_trial_result(None, fake_trial("chance"), result(1, 2000, 0.5))
     assert decision == TrialScheduler.STOP
     assert scheduler.stopped["chance"] == (
-        "stopped at epoch 1 (rung 1 of 1): best_val_acc 0.500 below the min accuracy 0.550, "
-        "behind 2 of the 2 trials that reached it before (a, b)"
+        "stopped at epoch 1 (rung 1 of 1): best_val_acc 0.500 below the min accuracy 0.550 "
+        "(so behind every trial above it), dominated by 2 of the 2 trials that reached it "
+        "before (a, b)"
     )
     # without a min accuracy nothing dominates it: it is the fastest and has no gap
     blind = ParetoEarlyStopping(OBJECTIVES, rungs=[1], min_peers=3)
@@ -180,6 +181,33 @@ def test_the_rungs_records_travel_with_the_callbacks_state_to_a_resumed_search()
     assert resumed.seen == scheduler.seen and set(resumed.stopped) == {"b"}
     decision = resumed.on_trial_result(None, fake_trial("c"), result(2, 5, 0.1))
     assert decision == TrialScheduler.STOP  # compared with a and b from before the resume
+
+
+def test_a_scheduler_pickled_before_the_min_accuracy_unpickles_to_the_rule_it_began_with():
+    import pickle
+
+    # Tuner.restore unpickles the scheduler the search started with
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2)
+    del scheduler.__dict__["min_accuracy"]  # as one saved before it existed
+    restored = pickle.loads(pickle.dumps(scheduler))
+    restored.on_trial_result(None, fake_trial("a"), result(2, 900, 0.9))
+    at_chance = {**result(2, 2000, 0.5), "gen_gap": 0.0}
+    assert restored.on_trial_result(None, fake_trial("b"), at_chance) == TrialScheduler.CONTINUE
+
+
+def test_a_nan_accuracy_is_below_the_line_as_the_report_counts_it():
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_accuracy=0.55)
+    assert not scheduler.above_min_accuracy({"best_val_acc": float("nan")})
+    assert not scheduler.above_min_accuracy({"best_val_acc": 0.5})
+    assert scheduler.above_min_accuracy({"best_val_acc": 0.55})
+    assert scheduler.above_min_accuracy({})  # nothing to judge
+
+
+def test_a_replay_with_a_min_accuracy_needs_the_accuracies():
+    epochs = history(("a", 2, 101, 2.0, 900, 0.8)).drop(columns="best_val_acc")
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_accuracy=0.55)
+    with pytest.raises(ValueError, match="must hold `best_val_acc`"):
+        replay(scheduler, epochs, {"a": 3})
 
 
 def test_a_search_saved_before_the_min_accuracy_resumes_with_its_rungs_records():

@@ -69,7 +69,8 @@ class DataSettings(BaseModel):
         return train
 
     def cache_path(self) -> Path:
-        """Where decoded images are cached: `cache_dir`, or the user's cache folder.
+        """Where decoded and synthetic images are cached: `cache_dir`, or the user's cache
+        folder.
 
         Not next to the images: dataset folders are often read-only or shared.
         """

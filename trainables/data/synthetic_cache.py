@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 from functools import cache
 from pathlib import Path
 
@@ -45,13 +46,18 @@ def synthetic_split(
     except (OSError, ValueError, EOFError):  # not there yet, or cut short by a crash
         pass
     images = synthetic.make_synthetic_split(label, start, count, image_size, seed).numpy()
+    partial: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.stem}.{os.getpid()}.partial")
-        with open(partial, "wb") as file:
+        with tempfile.NamedTemporaryFile(
+            dir=path.parent, prefix=f"{path.stem}.", suffix=".partial", delete=False
+        ) as file:
+            partial = Path(file.name)
             np.save(file, images)
         os.replace(partial, path)
     except OSError as error:
+        if partial is not None:
+            partial.unlink(missing_ok=True)
         log.warning("synthetic images not cached at %s: %s", path.parent, error)
     return images
 
