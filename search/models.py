@@ -2,9 +2,10 @@
 image size and, where checkpointing may be on, can be checkpointed as asked.
 
 Each model is built on PyTorch's meta device (shapes only: nothing allocated, nothing
-downloaded), so a typo in `train.model`, a factory that returns the wrong thing or an
-image size the model cannot take is one config error naming the key, not a crashed
-trial minutes later. The seed study's `small_cnn` alone needs no check (and no torch).
+downloaded; a small one then runs its forward on the CPU, in milliseconds), so a typo in
+`train.model`, a factory that returns the wrong thing or an image size the model cannot
+take is one config error naming the key, not a crashed trial minutes later. The seed
+study's `small_cnn` alone needs no check (and no torch).
 """
 
 from __future__ import annotations

@@ -317,7 +317,7 @@ def _forward_problem(name: str, num_classes: int, image_size: int) -> str | None
 
 # Parameters below which a model's check runs on the CPU: such a forward of two images
 # takes milliseconds, while the meta device's first forward in a process loads PyTorch's
-# meta kernels (1.8 s on the project's 2-core machine).
+# meta kernels (1.0 s on the project's 2-core machine).
 SMALL_MODEL_PARAMETERS = 2_000_000
 
 
