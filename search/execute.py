@@ -1,16 +1,13 @@
-"""One whole search once its config is valid: the data prepared once, Ray started, the
-Tuner fitted (and resumed after Ray's memory monitor), the report written, and every MLflow
-run left FINISHED or FAILED. `search.run` checks the command line before coming here.
+"""One whole search once its config is valid and Ray and the data are ready
+(`search.startup`): the Tuner fitted (and resumed after Ray's memory monitor), the report
+written, and every MLflow run left FINISHED or FAILED. `search.run` checks the command line
+before any of it.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
-from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
-from typing import TypeVar
 
 import pandas as pd
 import ray
@@ -19,51 +16,40 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 from analysis.flat import flatten
 from analysis.load import frame_from_tune, histories_from_tune, trial_row
 from analysis.report import NUM_CLASSES_TAG, build_report, publish
-from search.cli import EXIT_INTERRUPTED, EXIT_STOPPED, EXIT_USAGE, RunOptions
+from search.cli import EXIT_INTERRUPTED, EXIT_STOPPED, RunOptions
 from search.cluster import is_server
-from search.config import ConfigError, SearchConfig
-from search.console import mlflow_ui_command, plan, runs_link, say, summary_table
-from search.errors import Problem
+from search.config import SearchConfig
+from search.console import mlflow_ui_command, runs_link, say, summary_table
 from search.experiment import SearchState
 from search.recovery import Outcome, fit_with_recovery
 from search.skipped import skipped_suggestions
+from search.startup import in_background
 from search.tracking import (
     MlflowTrialCallback,
     ParentRun,
     git_commit,
     log_skipped,
-    open_store,
     save_review_view,
 )
 from search.tuner import OPTUNA_STORAGE, build_tuner, restore_tuner
-from trainables.data import DataUnavailable, PreparedData, prepare_data
+from trainables.data import PreparedData
 from trainables.metrics import METRICS, min_accuracy_for
 
 METRIC_NAMES = tuple(METRICS)
 
-T = TypeVar("T")
-
 AUTOMATIC_RESUMES = 2  # after Ray's memory monitor aborts a fit; then the user decides
 
 
-def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> int:
-    say(plan(config, experiment_dir, options.resume))
-    # Ray's start is mostly waiting for its own processes: meanwhile, on a thread of their
-    # own, the images are drawn or decoded and MLflow's store is opened.
-    preparing = in_background(lambda: prepare_data_and_store(config), name="prepare")
-    start_ray(options.address)
-    try:
-        data = preparing.result()
-    except DataUnavailable as error:
-        ray.shutdown()  # started meanwhile: the search ends as if nothing had started
-        print(ConfigError(config.source, [Problem("data", str(error))]).render(), file=sys.stderr)
-        return EXIT_USAGE
+def run_search(
+    config: SearchConfig,
+    experiment_dir: Path,
+    options: RunOptions,
+    data: PreparedData,
+    owns_ray: bool = False,
+) -> int:
+    """The search, once Ray is up and the data ready (`search.startup.start`). `owns_ray`:
+    this search started Ray, and shuts it down once the trials are done."""
     say(f"Data: {data.description}")
-    try:
-        check_cluster_devices(config)
-    except ConfigError as error:
-        print(error.render(), file=sys.stderr)
-        return EXIT_USAGE
     parent = open_parent_run(config, experiment_dir, options.resume, data)
     callback = MlflowTrialCallback(
         config.tracking.uri or "",
@@ -97,6 +83,26 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
         }[result.outcome]
         stop_early(parent, config, experiment_dir, reason)
         return EXIT_INTERRUPTED if result.outcome is Outcome.INTERRUPTED else EXIT_STOPPED
+    # The report needs no Ray: its processes end meanwhile (a second or more, else paid
+    # at exit).
+    stopping = in_background(ray.shutdown, name="ray-shutdown") if owns_ray else None
+    try:
+        report_and_finish(config, experiment_dir, parent, callback, data)
+    finally:
+        if stopping is not None:
+            stopping.exception()  # waited for; a failure to stop is no failed search
+    return 0
+
+
+def report_and_finish(
+    config: SearchConfig,
+    experiment_dir: Path,
+    parent: ParentRun,
+    callback: MlflowTrialCallback,
+    data: PreparedData,
+) -> None:
+    """The finished search's report, written and published to its MLflow run, the run
+    FINISHED, and the summary and where to review it printed."""
     frame = frame_from_tune(experiment_dir, METRIC_NAMES)
     skipped = skipped_suggestions(
         f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
@@ -136,28 +142,6 @@ def run_search(config: SearchConfig, experiment_dir: Path, options: RunOptions) 
         parent.client, parent.experiment_id, experiment_dir.name, list(config.objectives)
     )
     say(f"Runs:    {runs_link(uri, parent.experiment_id, view)}")
-    return 0
-
-
-def prepare_data_and_store(config: SearchConfig) -> PreparedData:
-    data = prepare_data(config.data)
-    open_store(config.tracking.uri or "")
-    return data
-
-
-def in_background(work: Callable[[], T], name: str) -> Future[T]:
-    """`work()` started on a daemon thread: an interrupted search does not wait for it."""
-    future: Future[T] = Future()
-
-    def run() -> None:
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(work())
-            except BaseException as error:  # handed to whoever asks for the result
-                future.set_exception(error)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return future
 
 
 def resume_command(config: SearchConfig, experiment_dir: Path) -> str:
@@ -172,47 +156,6 @@ def stop_early(parent: ParentRun, config: SearchConfig, experiment_dir: Path, re
     print(
         f"To continue where it stopped: {resume_command(config, experiment_dir)}", file=sys.stderr
     )
-
-
-def start_ray(address: str | None) -> None:
-    if address is None:
-        # Ray's own services listen on the machine's address (Ray turns a loopback node
-        # address into a reachable one); its token authentication, on by default since
-        # 2.59, guards them and is never turned off here. No dashboard is started.
-        ray.init(
-            include_dashboard=False,
-            log_to_driver=False,  # trial errors still reach the terminal through Tune
-            ignore_reinit_error=True,
-        )
-    else:
-        ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
-
-
-def check_cluster_devices(config: SearchConfig) -> None:
-    gpus = ray.cluster_resources().get("GPU", 0)
-    if config.resources.gpu > 0 and gpus == 0:
-        raise ConfigError(
-            config.source,
-            [
-                Problem(
-                    "resources.gpu",
-                    f"asks for {config.resources.gpu:g} GPU per trial, but the "
-                    "Ray cluster has no GPUs",
-                )
-            ],
-        )
-    cpus = ray.cluster_resources().get("CPU", 0)
-    if config.resources.cpu > cpus:
-        raise ConfigError(
-            config.source,
-            [
-                Problem(
-                    "resources.cpu",
-                    f"asks for {config.resources.cpu:g} CPUs per trial, but the "
-                    f"Ray cluster has {cpus:g}",
-                )
-            ],
-        )
 
 
 def open_parent_run(

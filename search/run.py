@@ -2,8 +2,8 @@
 
 Parses and validates (a user mistake is one message and exit code 2, before anything
 starts, and before torch, Ray or MLflow load: within about a second), then hands over to
-`search.execute`: the data prepared once, the Tuner, the fit, the report, and every MLflow
-run left FINISHED or FAILED.
+`search.startup` (Ray started while the data is prepared) and `search.execute`: the Tuner,
+the fit, the report, and every MLflow run left FINISHED or FAILED.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TrackingUnavailable, ClusterUnavailable, ExperimentNotFound, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    from search.execute import run_search  # the heavy part: torch, Ray, MLflow load here
+    from search.startup import start  # Ray, and on a thread MLflow, Optuna and Tune, load here
 
-    return run_search(config, experiment_dir, options)
+    return start(config, experiment_dir, options)
 
 
 def check_local_devices(config: SearchConfig, options: RunOptions) -> None:

@@ -40,7 +40,7 @@ def test_a_checkpoint_loads_weights_only_so_a_pickled_object_runs_nothing(tmp_pa
 
 PROBE = """
 import os, ray
-from search.execute import start_ray
+from search.startup import start_ray
 start_ray(None)
 print("AUTH", os.environ.get("RAY_AUTH_MODE"))
 ray.shutdown()

@@ -93,6 +93,7 @@ def test_images_that_cannot_be_had_are_one_message_and_no_mlflow_run(
     err = capsys.readouterr().err
     assert code == 2 and "data:" in err and "only_one_class" in err and "Traceback" not in err
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
+    assert ray_instance.is_initialized()  # not this search's to shut down
 
 
 @pytest.mark.slow

@@ -1,5 +1,8 @@
 """Synthetic images are drawn once per (class, range, size, seed) and read back after."""
 
+import os
+import time
+
 import numpy as np
 import pytest
 
@@ -60,3 +63,16 @@ def test_a_cache_that_cannot_be_written_costs_only_the_drawing(tmp_path, caplog)
     images = synthetic_split(0, 0, 2, 16, 0, not_a_folder)
     assert np.array_equal(images, synthetic.make_synthetic_split(0, 0, 2, 16, 0).numpy())
     assert "not cached" in caplog.text
+
+
+def test_a_partial_file_an_hour_old_is_removed_and_a_young_one_kept(tmp_path):
+    synthetic_split(0, 0, 2, 16, 0, tmp_path)
+    (path,) = entries(tmp_path)
+    stale, young = (path.with_name(f"{path.stem}.{name}.partial") for name in ("a", "b"))
+    for partial in (stale, young):
+        partial.write_bytes(b"cut short when its writer died")
+    hours_ago = time.time() - synthetic_cache.STALE_AFTER_S - 60
+    os.utime(stale, (hours_ago, hours_ago))
+    path.unlink()  # drawn and written again
+    synthetic_split(0, 0, 2, 16, 0, tmp_path)
+    assert not stale.exists() and young.exists()  # a young one may be another's, writing

@@ -10,7 +10,9 @@ cache folder the first time and read back after:
 The key hashes the arguments, the generator's own source and numpy's version: a change
 to the drawing gives new files. A file is written beside its name and renamed into
 place, so a reader sees a whole file or none; a cache that cannot be written (a
-read-only folder, a full disk) costs only the drawing, never the search.
+read-only folder, a full disk) costs only the drawing, never the search. A temporary
+file an hour old was left by a process that died writing it, and is removed by the next
+one to write that entry (no lock is held: a younger one may be another's, still writing).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from functools import cache
 from pathlib import Path
 
@@ -28,6 +31,8 @@ import numpy as np
 from trainables.data import synthetic
 
 log = logging.getLogger("trainables.data")
+
+STALE_AFTER_S = 3600.0  # a write takes well under a second
 
 
 def synthetic_split(
@@ -49,6 +54,7 @@ def synthetic_split(
     partial: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_partials(path)
         with tempfile.NamedTemporaryFile(
             dir=path.parent, prefix=f"{path.stem}.", suffix=".partial", delete=False
         ) as file:
@@ -60,6 +66,16 @@ def synthetic_split(
             partial.unlink(missing_ok=True)
         log.warning("synthetic images not cached at %s: %s", path.parent, error)
     return images
+
+
+def remove_stale_partials(path: Path) -> None:
+    """Remove the temporary files of `path` older than `STALE_AFTER_S`."""
+    for partial in path.parent.glob(f"{path.stem}.*.partial"):
+        try:
+            if time.time() - partial.stat().st_mtime > STALE_AFTER_S:
+                partial.unlink()
+        except FileNotFoundError:  # removed meanwhile, by its writer or another sweep
+            pass
 
 
 def _key(label: int, start: int, count: int, image_size: int, seed: int) -> str:

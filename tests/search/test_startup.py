@@ -1,0 +1,80 @@
+"""A search overlaps its start and its end: Ray starts while the search's modules load and
+the data is prepared; a Ray instance the search started is shut down while the report is
+written, and one it found running is left running."""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from search import execute
+from search.cli import RunOptions
+from search.config import load_config
+from search.run import main
+from tests.conftest import CONFIGS
+from trainables.data import prepare_data
+
+SMOKE = str(CONFIGS / "smoke.yaml")
+SHORT = ["search.num_samples=2", "train.epochs=1"]
+
+
+@pytest.mark.ray
+def test_a_search_leaves_a_ray_instance_it_found_running(tmp_path, monkeypatch, ray_instance):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--config", SMOKE, "--name", "found", *SHORT]) == 0
+    assert ray.is_initialized()
+
+
+@pytest.mark.ray
+def test_a_search_that_started_ray_shuts_it_down_while_its_report_is_written(
+    tmp_path, monkeypatch, ray_instance
+):
+    monkeypatch.chdir(tmp_path)
+    config = load_config(SMOKE, SHORT)
+    experiment_dir = Path(config.run.storage_path) / "owned"
+    report = experiment_dir / "report" / "report.html"
+    calls = []
+
+    def shutdown() -> None:  # recorded instead: the session's instance serves other tests
+        # the report is written meanwhile, or never: then this gives up after a minute
+        deadline = time.monotonic() + 60
+        while not report.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        calls.append((threading.current_thread().name, report.exists()))
+
+    monkeypatch.setattr(ray, "shutdown", shutdown)
+    code = execute.run_search(
+        config,
+        experiment_dir,
+        RunOptions(run_name="owned"),
+        prepare_data(config.data),
+        owns_ray=True,
+    )
+    assert code == 0
+    assert calls == [("ray-shutdown", True)]  # on its own thread, done before returning
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize(
+    ("share", "message"),
+    [
+        ("resources.cpu=4", "resources.cpu: asks for 4 CPUs per trial, but the Ray cluster has 2"),
+        ("resources.gpu=0.5", "resources.gpu: asks for 0.5 GPU per trial, but the Ray cluster"),
+    ],
+)
+def test_a_share_the_cluster_cannot_give_is_refused_and_leaves_nothing_behind(
+    share, message, tmp_path, monkeypatch, capsys, ray_instance
+):
+    # joined by address, so that the machine's own devices are not what refuses the GPU
+    monkeypatch.chdir(tmp_path)
+    address = ray_instance.get_runtime_context().gcs_address
+    code = main(["--config", SMOKE, "--address", address, share])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+    assert ray.is_initialized()  # the session's instance, not this search's to end
+    for thread in threading.enumerate():  # what was prepared meanwhile has finished
+        if thread.name == "prepare":
+            thread.join(timeout=120)
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
