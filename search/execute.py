@@ -88,6 +88,9 @@ def run_search(
     stopping = in_background(ray.shutdown, name="ray-shutdown") if owns_ray else None
     try:
         report_and_finish(config, experiment_dir, parent, callback, data)
+    except BaseException:
+        parent.finish("FAILED")  # the trials' runs are finished; the report is not
+        raise
     finally:
         if stopping is not None:
             stopping.exception()  # waited for; a failure to stop is no failed search

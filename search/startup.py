@@ -8,6 +8,7 @@ in): done one after the other they were a tenth of the default search.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Callable
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+REFUSED_WAIT_S = 30.0  # for the thread to end after a refusal, so it is not cut mid-write
+
 
 def start(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> int:
     """Run the search of a valid config: Ray started (or joined) and its resources checked,
@@ -38,19 +41,25 @@ def start(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> in
     accepted: Future[bool] = Future()  # whether the cluster can run the trials
     preparing = in_background(lambda: load_and_prepare(config, accepted), name="prepare")
     owns_ray = not ray.is_initialized()
-    start_ray(options.address)
     try:
+        start_ray(options.address)
         check_cluster_resources(config)
+        accepted.set_result(True)
     except ConfigError as error:
         accepted.set_result(False)
+        with contextlib.suppress(TimeoutError):  # the thread stops at its next step
+            preparing.exception(timeout=REFUSED_WAIT_S)
         return refuse(error, owns_ray)
-    accepted.set_result(True)
+    finally:
+        if not accepted.done():  # Ray failed to start or was interrupted: no store either
+            accepted.set_result(False)
     from trainables.data import DataUnavailable  # loaded by now, on the thread or here
 
     try:
         data = preparing.result()
     except DataUnavailable as error:
         return refuse(ConfigError(config.source, [Problem("data", str(error))]), owns_ray)
+    assert data is not None, "the thread prepares the data once the cluster is accepted"
     from search.execute import run_search
 
     return run_search(config, experiment_dir, options, data, owns_ray=owns_ray)
@@ -64,14 +73,16 @@ def refuse(error: ConfigError, owns_ray: bool) -> int:
     return EXIT_USAGE
 
 
-def load_and_prepare(config: SearchConfig, accepted: Future[bool]) -> PreparedData:
+def load_and_prepare(config: SearchConfig, accepted: Future[bool]) -> PreparedData | None:
     """On the thread: the modules of the search itself (MLflow, Optuna, Tune, the
     report), the images drawn or decoded, then MLflow's store opened (a new one makes its
-    tables: 1-2 s) once the cluster has been `accepted`."""
+    tables: 1-2 s) once the cluster has been `accepted`. None: refused before the images."""
     import search.execute  # noqa: F401  (what the search needs next: seconds of imports)
     from search.tracking import open_store
     from trainables.data import prepare_data
 
+    if accepted.done() and not accepted.result():
+        return None
     data = prepare_data(config.data)
     if accepted.result():
         open_store(config.tracking.uri or "")

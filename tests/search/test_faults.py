@@ -234,3 +234,22 @@ def test_a_search_the_memory_monitor_keeps_killing_stops_with_the_exact_resume_c
     client = mlflow_client(tmp_path)
     runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
     assert runs and all(run.info.status == "FAILED" for run in runs)
+
+
+@pytest.mark.ray
+def test_a_report_that_fails_leaves_the_search_run_failed_not_running(
+    ray_instance, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+
+    def report_fails(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(execute, "report_and_finish", report_fails)
+    with pytest.raises(OSError, match="No space left"):
+        main(["--config", SMOKE, "--name", "reportless", "--num-samples", "2", "train.epochs=1"])
+    client = mlflow_client(tmp_path)
+    runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
+    (parent,) = [run for run in runs if "mlflow.parentRunId" not in run.data.tags]
+    assert parent.info.status == "FAILED"
+    assert {run.info.status for run in runs if run is not parent} == {"FINISHED"}

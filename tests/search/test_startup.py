@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from search import execute
+from search import execute, startup
 from search.cli import RunOptions
 from search.config import load_config
 from search.run import main
@@ -68,6 +68,8 @@ def test_a_share_the_cluster_cannot_give_is_refused_and_leaves_nothing_behind(
     share, message, tmp_path, monkeypatch, capsys, ray_instance
 ):
     # joined by address, so that the machine's own devices are not what refuses the GPU
+    if "gpu" in share and ray.cluster_resources().get("GPU"):
+        pytest.skip("the session's Ray instance has a GPU to give")
     monkeypatch.chdir(tmp_path)
     address = ray_instance.get_runtime_context().gcs_address
     code = main(["--config", SMOKE, "--address", address, share])
@@ -78,3 +80,20 @@ def test_a_share_the_cluster_cannot_give_is_refused_and_leaves_nothing_behind(
         if thread.name == "prepare":
             thread.join(timeout=120)
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
+
+
+def test_a_ray_that_fails_to_start_leaves_no_thread_waiting_and_no_store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def cannot_start(address):
+        raise ConnectionError("the raylet died")
+
+    monkeypatch.setattr(startup, "start_ray", cannot_start)
+    config = load_config(SMOKE)
+    with pytest.raises(ConnectionError):
+        startup.start(config, tmp_path / "ray_results" / "x", RunOptions())
+    preparing = [thread for thread in threading.enumerate() if thread.name == "prepare"]
+    for thread in preparing:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in preparing)
+    assert not (tmp_path / "mlflow.db").exists()
