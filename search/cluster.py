@@ -3,11 +3,23 @@ in seconds with a clear message, not after minutes of the libraries' connection 
 
 from __future__ import annotations
 
+import os
 import socket
 import urllib.error
+import urllib.parse
 import urllib.request
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from search.errors import ConfigError, Problem
 
 LOCAL_ADDRESSES = ("auto", "local")  # Ray finds or starts the cluster itself
+# The schemes MLflow 3 keeps runs in (`mlflow.tracking._tracking_service.utils`); a
+# database's may name its driver (`postgresql+psycopg2`). Plugins add theirs through the
+# `mlflow.tracking_store` entry points.
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+STORE_SCHEMES = (*DATABASE_SCHEMES, "http", "https", "file", "databricks", "databricks-uc", "uc")
+STORE_PLUGINS = "mlflow.tracking_store"
 
 
 class ClusterUnavailable(Exception):
@@ -59,3 +71,49 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
             f"cannot reach the MLflow server at {uri} ({reason}); start it "
             f"(`mlflow server --host 127.0.0.1 --port PORT`) or pass another --tracking-uri"
         ) from None
+
+
+def check_tracking_store(uri: str, source: str) -> None:
+    """Refuse, before anything starts, a tracking URI MLflow keeps no runs in, or a SQLite
+    store that cannot be made where it points: MLflow would fail after Ray had started, or
+    retry an unopenable database for minutes. `uri` is the resolved one (`sqlite:////abs`)."""
+    scheme = urllib.parse.urlparse(uri).scheme.lower().partition("+")[0]
+    known = {*STORE_SCHEMES, *(plugin.name for plugin in entry_points(group=STORE_PLUGINS))}
+    if scheme not in known:
+        raise ConfigError(
+            source,
+            [
+                Problem(
+                    "tracking.uri",
+                    f"MLflow keeps no runs at {scheme}:// URIs; use one of "
+                    f"{', '.join(f'{name}://' for name in sorted(known))}, got {uri!r}",
+                )
+            ],
+        )
+    if scheme == "sqlite" and uri.startswith("sqlite:///"):
+        problem = sqlite_problem(Path(uri.split(":///", 1)[1]))
+        if problem:
+            raise ConfigError(source, [Problem("tracking.uri", f"{problem}; got {uri!r}")])
+
+
+def sqlite_problem(database: Path) -> str | None:
+    """Why a SQLite database cannot be opened or made at `database`; None: it can."""
+    if database.exists():
+        if database.is_dir():
+            return f"must be a SQLite database file, but {database} is a folder"
+        # SQLite writes its journal beside the database
+        if not os.access(database, os.R_OK | os.W_OK) or not writable(database.parent):
+            return f"cannot write the SQLite database {database} (no permission)"
+        return None
+    existing = database.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"cannot make the SQLite database {database}: {existing} is a file"
+    if not writable(existing):
+        return f"cannot make the SQLite database {database} in {existing} (no permission)"
+    return None
+
+
+def writable(folder: Path) -> bool:
+    return os.access(folder, os.W_OK | os.X_OK)

@@ -13,7 +13,13 @@ import sys
 from pathlib import Path
 
 from search.cli import EXIT_USAGE, RAY_ENVIRONMENT, RunOptions, parse_args
-from search.cluster import ClusterUnavailable, TrackingUnavailable, check_address, check_reachable
+from search.cluster import (
+    ClusterUnavailable,
+    TrackingUnavailable,
+    check_address,
+    check_reachable,
+    check_tracking_store,
+)
 from search.config import ConfigError, SearchConfig, load_config
 from search.errors import Problem
 from search.experiment import (
@@ -46,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         check_local_devices(config, options)
         check_models(config, [item.partition("=")[0].strip() for item in args.overrides])
         check_storage(Path(config.run.storage_path), config.source)
+        check_tracking_store(config.tracking.uri or "", config.source)
         check_reachable(config.tracking.uri or "")
         check_address(options.address)
         experiment_dir = locate_experiment(config, options)

@@ -53,12 +53,15 @@ def start(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> in
     finally:
         if not accepted.done():  # Ray failed to start or was interrupted: no store either
             accepted.set_result(False)
-    from trainables.data import DataUnavailable  # loaded by now, on the thread or here
+    from search.tracking import StoreUnavailable  # loaded by now, on the thread or here
+    from trainables.data import DataUnavailable
 
     try:
         data = preparing.result()
     except DataUnavailable as error:
         return refuse(ConfigError(config.source, [Problem("data", str(error))]), owns_ray)
+    except StoreUnavailable as error:
+        return refuse(ConfigError(config.source, [Problem("tracking.uri", str(error))]), owns_ray)
     assert data is not None, "the thread prepares the data once the cluster is accepted"
     from search.execute import run_search
 

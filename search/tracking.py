@@ -53,11 +53,22 @@ def git_commit(directory: Path) -> str | None:
     return out.stdout.strip() or None
 
 
+class StoreUnavailable(Exception):
+    """MLflow could not open the tracking store; raised before any trial runs."""
+
+
 def open_store(tracking_uri: str) -> None:
     """Open the tracking store once: a new SQLite store makes its tables here (1-2 s on
     the project's 2-core machine), which a search does while Ray starts; MLflow keeps the
-    opened store for every later client of the same URI."""
-    MlflowClient(tracking_uri).search_experiments(max_results=1)
+    opened store for every later client of the same URI. `StoreUnavailable` says why it
+    cannot be opened (what `search.cluster.check_tracking_store` could not see ahead)."""
+    try:
+        MlflowClient(tracking_uri).search_experiments(max_results=1)
+    except Exception as error:  # MLflow's, SQLAlchemy's or a missing database driver's
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        raise StoreUnavailable(
+            f"MLflow cannot open the store at {tracking_uri} ({type(error).__name__}: {first_line})"
+        ) from error
 
 
 def trial_run_name(config: Mapping[str, Any], trial_id: str) -> str:

@@ -60,6 +60,23 @@ def test_a_storage_path_that_cannot_hold_folders_is_refused_before_anything_star
     assert not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("mlflwo://127.0.0.1:5000", "tracking.uri: MLflow keeps no runs at mlflwo:// URIs"),
+        ("sqlite:///a_file/mlflow.db", "tracking.uri: cannot make the SQLite database"),
+    ],
+)
+def test_a_tracking_store_that_cannot_be_had_is_refused_before_anything_starts(
+    uri, message, nothing_runs, tmp_path, capsys
+):
+    (tmp_path / "a_file").write_text("not a folder")
+    assert main(["--config", str(SMOKE), "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(SMOKE) in err and "Traceback" not in err
+    assert not nothing_runs and sorted(tmp_path.iterdir()) == [tmp_path / "a_file"]
+
+
 def test_an_unreachable_cluster_is_refused_within_seconds_before_anything_starts(
     tmp_path, capsys, monkeypatch
 ):

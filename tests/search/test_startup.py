@@ -82,6 +82,24 @@ def test_a_share_the_cluster_cannot_give_is_refused_and_leaves_nothing_behind(
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
 
 
+@pytest.mark.ray
+def test_a_store_mlflow_cannot_open_is_refused_naming_the_key_and_is_left_as_it_was(
+    tmp_path, monkeypatch, capsys, ray_instance
+):
+    # what the check before the start cannot see: a file there that is not a database
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "notes.db"
+    store.write_text("not a database")
+    code = main(["--config", SMOKE, "--tracking-uri", f"sqlite:///{store}", *SHORT])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "tracking.uri: MLflow cannot open the store at" in err
+    assert "file is not a database" in err
+    assert store.read_text() == "not a database"
+    assert not (tmp_path / "ray_results").exists()
+    assert ray.is_initialized()  # the session's instance, not this search's to end
+
+
 def test_a_ray_that_fails_to_start_leaves_no_thread_waiting_and_no_store(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
