@@ -368,6 +368,18 @@ def parse_objectives(text: str) -> dict[str, str]:
     return objectives
 
 
+def check_store_exists(tracking_uri: str) -> None:
+    """Refuse a SQLite store that is not there: MLflow would make an empty one, and the
+    report would then say the experiment is missing."""
+    if tracking_uri.startswith("sqlite:///"):
+        database = Path(tracking_uri.split(":///", 1)[1])
+        if not database.is_file():
+            raise LookupError(
+                f"no MLflow store at {database}: run the report where the search ran (it "
+                "writes mlflow.db there), or pass --tracking-uri"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m analysis.report", description=__doc__.splitlines()[0]
@@ -407,8 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         help="--trend tables over the trials with this setting only, e.g. augment=false",
     )
     args = parser.parse_args(argv)
-    client = MlflowClient(args.tracking_uri)
     try:
+        check_store_exists(args.tracking_uri)
+        client = MlflowClient(args.tracking_uri)
         parent = find_parent_run(client, args.experiment, args.run_name)
         objectives = (
             parse_objectives(args.objectives)
@@ -417,6 +430,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (LookupError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # the store's: MLflow's, SQLAlchemy's, a database driver's
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        print(
+            f"error: cannot read the MLflow store at {args.tracking_uri} "
+            f"({type(error).__name__}: {first_line})",
+            file=sys.stderr,
+        )
         return 2
     frame = frame_from_mlflow(client, parent)
     if frame.empty:

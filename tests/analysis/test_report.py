@@ -134,8 +134,32 @@ def test_the_command_prints_trend_tables_over_selected_trials(search_in_mlflow, 
 
 def test_the_command_names_a_missing_experiment(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowClient(uri).search_experiments()  # the store, with no such experiment
     assert main(["--experiment", "nope", "--tracking-uri", uri]) == 2
     assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
+
+
+def test_the_command_names_a_missing_store_and_makes_none(tmp_path, capsys):
+    database = tmp_path / "mlflow.db"
+    assert main(["--experiment", "cats", "--tracking-uri", f"sqlite:///{database}"]) == 2
+    assert f"no MLflow store at {database}" in capsys.readouterr().err
+    assert not database.exists()
+
+
+@pytest.mark.parametrize(
+    ("uri", "why"),
+    [
+        ("mlflwo://127.0.0.1:5000", "unsupported URI"),
+        ("sqlite:///{tmp}/notes.db", "not a database"),
+    ],
+)
+def test_a_store_that_cannot_be_read_is_one_message_naming_it(uri, why, tmp_path, capsys):
+    (tmp_path / "notes.db").write_text("not a database")
+    uri = uri.format(tmp=tmp_path)
+    assert main(["--experiment", "cats", "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot read the MLflow store at {uri}" in err and why in err
+    assert "Traceback" not in err
 
 
 def test_declared_hypervolume_bounds_are_read_back_from_the_search_and_used(tmp_path):
