@@ -18,7 +18,8 @@ stopped, trial seconds kept (of the whole search's trial seconds), hypervolume k
 trials of the whole front stopped.
 
     python bench/early_stopping_replay.py [--config configs/cats_dogs.yaml]
-        [--num-samples 48] [--seeds 0 1] [--rules 2,4:0.5 1,2,4:0.5:3:blind ...]
+        [--num-samples 48] [--seeds 0 1]
+        [--rules 2,4:0.5 1,2,4:0.5:3:blind 1,2,4:0.5:3::throughput,best_val_acc ...]
         [--from RESULTS_DIR ...] [--workdir DIR] [--classes 2] [key.path=value ...]
 """
 
@@ -30,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,13 +56,15 @@ class Rule:
     keep: float
     min_peers: int
     sees_min_accuracy: bool = True  # False: the rule before 2026-11-25 (objectives alone)
+    compared_on: tuple[str, ...] = ()  # the objectives compared at a rung; (): all
 
     @classmethod
     def parse(cls, text: str) -> Rule:
-        """`rungs:keep[:min_peers[:blind]]`, e.g. `1,2,4:0.5`, `2,4:0.3:4` or
+        """`rungs:keep[:min_peers[:blind[:objectives]]]`, e.g. `1,2,4:0.5`, `2,4:0.3:4`,
         `1,2,4:0.5:3:blind` (trials below the min accuracy compared on the objectives
-        alone, as the scheduler did before 2026-11-25)."""
-        rungs, keep, min_peers, blind, *_ = [*text.split(":"), "", "", ""]
+        alone, as the scheduler did before 2026-11-25) or `1,2,4:0.5:3::throughput,
+        best_val_acc` (trials compared at the rungs on those objectives only)."""
+        rungs, keep, min_peers, blind, compared_on, *_ = [*text.split(":"), "", "", "", ""]
         if blind not in ("", "blind"):
             raise ValueError(f"the fourth field of a rule is 'blind' or nothing, got {blind!r}")
         default = EarlyStoppingSection()
@@ -69,13 +73,25 @@ class Rule:
             float(keep or default.keep),
             int(min_peers or default.min_peers),
             sees_min_accuracy=not blind,
+            compared_on=tuple(name.strip() for name in compared_on.split(",") if name.strip()),
         )
+
+    def objectives(self, searched: Mapping[str, str]) -> dict[str, str]:
+        """The search's objectives this rule compares trials on at a rung."""
+        unknown = [name for name in self.compared_on if name not in searched]
+        if unknown:
+            raise ValueError(
+                f"rule {self}: {', '.join(unknown)} not among the search's objectives "
+                f"({', '.join(searched)})"
+            )
+        return {name: searched[name] for name in self.compared_on or searched}
 
     def __str__(self) -> str:
         default = EarlyStoppingSection().min_peers
         peers = "" if self.min_peers == default else f", min {self.min_peers} peers"
         blind = "" if self.sees_min_accuracy else ", blind to the min accuracy"
-        return f"rungs {list(self.rungs)}, keep {self.keep:g}{peers}{blind}"
+        compared = f", on {' and '.join(self.compared_on)} only" if self.compared_on else ""
+        return f"rungs {list(self.rungs)}, keep {self.keep:g}{peers}{blind}{compared}"
 
 
 @dataclass(frozen=True)
@@ -145,7 +161,7 @@ def replay_rule(search: Search, rule: Rule, config: SearchConfig) -> Replayed:
     objectives = dict(config.objectives)
     min_accuracy = search.min_accuracy if rule.sees_min_accuracy else None
     scheduler = ParetoEarlyStopping(
-        objectives, rule.rungs, rule.keep, rule.min_peers, min_accuracy=min_accuracy
+        rule.objectives(objectives), rule.rungs, rule.keep, rule.min_peers, min_accuracy
     )
     stops = replay(scheduler, search.histories, search.last_epochs())
     at_stop = search.histories.set_index(["trial_id", "epoch"])["time_total_s"]
@@ -192,8 +208,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1],
                         help="search.seed of each search run")  # fmt: skip
     parser.add_argument("--rules", nargs="+", default=DEFAULT_RULES,
-                        help="rungs:keep[:min_peers[:blind]], e.g. 1,2,4:0.5 or "
-                        "1,2,4:0.5:3:blind (the rule before 2026-11-25)")  # fmt: skip
+                        help="rungs:keep[:min_peers[:blind[:objectives]]], e.g. 1,2,4:0.5, "
+                        "1,2,4:0.5:3:blind (the rule before 2026-11-25) or "
+                        "1,2,4:0.5:3::throughput,best_val_acc (compared on those at the "
+                        "rungs)")  # fmt: skip
     parser.add_argument("--workdir", type=Path,
                         help="run the searches here and keep them (ray_results/seed<N>), "
                         "to replay again with --from; default: a temporary folder")  # fmt: skip
@@ -210,6 +228,8 @@ def main() -> None:
     config = load_config(args.config, overrides)
     try:
         rules = [Rule.parse(text) for text in args.rules]
+        for rule in rules:
+            rule.objectives(dict(config.objectives))
     except ValueError as error:  # exit 2 with the usage line, not a traceback
         parser.error(f"--rules: {error}")
     with tempfile.TemporaryDirectory(prefix="early-stopping-replay-") as directory:
