@@ -180,6 +180,7 @@ class SearchConfig(BaseModel):
 
 
 BAD_OVERRIDE = "a command-line override must look like key.path=value"
+SET_ON_COMMAND_LINE = " (set on the command line)"
 
 
 def load_config(
@@ -210,13 +211,13 @@ def load_config(
 
 def say_where_set(problem: Problem, set_on_command_line: Sequence[str]) -> Problem:
     """Point at the command line for a key the user set there, not at the file."""
-    if problem.message == BAD_OVERRIDE:  # says where it is already
-        return problem
+    if problem.message == BAD_OVERRIDE or problem.message.endswith(SET_ON_COMMAND_LINE):
+        return problem  # says where it is already
     for key_path in set_on_command_line:
         inside = problem.path.startswith((f"{key_path}.", f"{key_path}["))
         above = key_path.startswith(f"{problem.path}.")  # e.g. `serch` of `serch.seed=1`
         if problem.path == key_path or inside or above:
-            return Problem(problem.path, f"{problem.message} (set on the command line)")
+            return Problem(problem.path, f"{problem.message}{SET_ON_COMMAND_LINE}")
     return problem
 
 

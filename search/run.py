@@ -20,7 +20,7 @@ from search.cluster import (
     check_reachable,
     check_tracking_store,
 )
-from search.config import ConfigError, SearchConfig, load_config
+from search.config import ConfigError, SearchConfig, load_config, say_where_set
 from search.errors import Problem
 from search.experiment import (
     ExperimentNotFound,
@@ -47,17 +47,22 @@ def main(argv: list[str] | None = None) -> int:
         address=args.address or os.environ.get("RAY_ADDRESS"),
         resume=args.resume,
     )
+    set_on_command_line = [
+        *(item.partition("=")[0].strip() for item in args.overrides),
+        *(key for key, value in flags.items() if value is not None),
+    ]
     try:
         config = load_config(args.config, args.overrides, flags=flags)
         check_local_devices(config, options)
-        check_models(config, [item.partition("=")[0].strip() for item in args.overrides])
+        check_models(config, set_on_command_line)
         check_storage(Path(config.run.storage_path), config.source)
         check_tracking_store(config.tracking.uri or "", config.source)
         check_reachable(config.tracking.uri or "")
         check_address(options.address)
         experiment_dir = locate_experiment(config, options)
     except ConfigError as error:
-        print(error.render(), file=sys.stderr)
+        where = [say_where_set(problem, set_on_command_line) for problem in error.problems]
+        print(ConfigError(error.source, where).render(), file=sys.stderr)
         return EXIT_USAGE
     except (TrackingUnavailable, ClusterUnavailable, ExperimentNotFound, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -74,6 +74,7 @@ def test_a_tracking_store_that_cannot_be_had_is_refused_before_anything_starts(
     assert main(["--config", str(SMOKE), "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err
     assert message in err and str(SMOKE) in err and "Traceback" not in err
+    assert err.rstrip().endswith("(set on the command line)")  # not in the file: the flag
     assert not nothing_runs and sorted(tmp_path.iterdir()) == [tmp_path / "a_file"]
 
 
