@@ -219,3 +219,24 @@ class _InMiB:
 
     def __call__(self, batch: int) -> float:
         return self.peak_bytes(batch) / MIB
+
+
+class OomForecast:
+    """Whether a config will run out of memory, both ways: like a trial that did
+    (`failures`, the monotone rule) or over its budget by the memory model. One judgement
+    for the suggestion at the driver and the sampler's candidates before it."""
+
+    def __init__(self, memory: MemoryModel | None = None) -> None:
+        self.failures: dict[str, MemoryFootprint] = {}  # trial id -> what ran out
+        self.memory = memory  # None: the monotone rule only
+
+    def verdict(self, settings: TrainSettings) -> tuple[str | None, Prediction | None]:
+        """The trial that ran out needing no more than `settings` (or None), and the memory
+        model's prediction for them (None where it has none)."""
+        failed_like = predicted_oom(MemoryFootprint.of(settings), self.failures)
+        prediction = self.memory.predict(settings) if self.memory is not None else None
+        return failed_like, prediction
+
+    def runs_out(self, settings: TrainSettings) -> bool:
+        failed_like, prediction = self.verdict(settings)
+        return failed_like is not None or bool(prediction and prediction.over)

@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 from ray.tune.search import Searcher
 
-from search.feasibility import MemoryFootprint, MemoryModel, Prediction, predicted_oom
+from search.feasibility import MemoryFootprint, MemoryModel, OomForecast, Prediction
 from search.space import SpaceParam
 from search.trainable import PREDICTED_FROM, PREDICTED_PEAK, REPEAT_OF, without_notes
 from trainables.metrics import (
@@ -36,6 +36,9 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)  # Tune's table shows the p
 # Suggestions predicted to run out of memory that one `suggest` skips before it gives up
 # and hands Tune one that ends at once (a space that is nearly all over budget).
 MAX_SKIPS_PER_SUGGESTION = 50
+# Samples a learning sampler is asked for, per suggestion, while its sample would run out
+# of memory (`FeasibleCandidates`); the last is kept, and the driver's check still applies.
+CANDIDATES_PER_SUGGESTION = 10
 # User attributes of the Optuna trials; `started` is False for a suggestion skipped at the
 # driver (no Tune trial, no actor).
 STATUS_ATTR, DETAIL_ATTR, STARTED_ATTR = "status", "status_detail", "started"
@@ -109,22 +112,23 @@ class FeasibilityAwareOptunaSearch(Searcher):
         super().__init__(metric=list(objectives), mode=list(objectives.values()))
         self._distributions = {key: param.to_optuna() for key, param in space.items()}
         self._objectives = dict(objectives)
+        self._fixed_config = dict(fixed_config or {})
+        self._forecast = OomForecast(memory)  # what ran out, and the memory model
         self._study = optuna.create_study(
             storage=storage,
             study_name=study_name,
-            sampler=sampler,
+            sampler=FeasibleCandidates(
+                sampler, self._forecast, self._fixed_config, self._distributions
+            ),
             directions=["maximize" if d == "max" else "minimize" for d in objectives.values()],
             load_if_exists=True,
         )
         self._grid = list(grid)
-        self._fixed_config = dict(fixed_config or {})
         self._base_seed = TrainSettings.from_config(self._fixed_config).seed  # of repeats
         self._repeats = repeats
         self._pending_repeats: list[_Repeat] = []
         # Tune trial id -> its Optuna trial and settings, until it is told
         self._live: dict[str, tuple[optuna.Trial, TrainSettings]] = {}
-        self._failures: dict[str, MemoryFootprint] = {}  # trials that ran out of memory
-        self._memory = memory  # None: no predictions, only the monotone rule
 
     def set_search_properties(
         self, metric: str | None, mode: str | None, config: dict, **spec: Any
@@ -139,9 +143,7 @@ class FeasibilityAwareOptunaSearch(Searcher):
             settings = TrainSettings.from_config(
                 {**self._fixed_config, **without_notes(suggestion)}
             )
-            footprint = MemoryFootprint.of(settings)
-            failed_like = predicted_oom(footprint, self._failures)
-            prediction = self._memory.predict(settings) if self._memory else None
+            failed_like, prediction = self._forecast.verdict(settings)
             if failed_like is None and not (prediction and prediction.over):
                 break
             reason = _oom_reason(failed_like, prediction)
@@ -213,10 +215,11 @@ class FeasibilityAwareOptunaSearch(Searcher):
         """What the trial measured goes into the memory model; an OOM of its own share
         becomes a failure that later suggestions are compared with."""
         ran_with = _whole(result.get("physical_batch_size"))
-        if ran_with is not None and self._memory is not None:
-            self._memory.observe(settings, ran_with, float(result.get("peak_mem_mb", math.nan)))
+        memory = self._forecast.memory
+        if ran_with is not None and memory is not None:
+            memory.observe(settings, ran_with, float(result.get("peak_mem_mb", math.nan)))
         if status == STATUS_OOM and result.get("oom_cause") != OOM_CAUSE_CARD:
-            self._failures[trial_id] = MemoryFootprint.of(settings, batch_size=ran_with)
+            self._forecast.failures[trial_id] = MemoryFootprint.of(settings, batch_size=ran_with)
 
     def _tell_pruned(self, trial: optuna.Trial, status: str, detail: str, infeasible: bool):
         trial.set_user_attr(STATUS_ATTR, status)
@@ -235,7 +238,11 @@ class FeasibilityAwareOptunaSearch(Searcher):
         """After a driver was killed, trials the study started after the last saved state
         belong to no Tune trial; they are told FAIL so that none stays RUNNING."""
         with open(checkpoint_path, "rb") as handle:
-            self.__dict__.update(pickle.load(handle))
+            saved = pickle.load(handle)
+        if "_forecast" not in saved:  # saved before `OomForecast`: its sampler is unwrapped
+            saved["_forecast"] = OomForecast(saved.pop("_memory", None))
+            saved["_forecast"].failures.update(saved.pop("_failures", {}))
+        self.__dict__.update(saved)
         running = {
             trial.number
             for trial in self._study.get_trials(
@@ -259,7 +266,86 @@ class FeasibilityAwareOptunaSearch(Searcher):
 
     @property
     def failures(self) -> dict[str, MemoryFootprint]:
-        return dict(self._failures)
+        return dict(self._forecast.failures)
+
+    @property
+    def forecast(self) -> OomForecast:
+        return self._forecast
+
+
+class FeasibleCandidates(optuna.samplers.BaseSampler):
+    """The study's sampler, asked again while its sample is a config that will run out of
+    memory (`OomForecast`: like a trial that did, or over budget by the memory model).
+
+    A learning sampler (TPE, NSGA-II) proposes from what it has seen, and told an
+    infeasible point only as a bad one, TPE kept proposing the same over-budget region
+    (docs/RESULTS.md, section 4). Here each of up to `CANDIDATES_PER_SUGGESTION` samples
+    is its own best proposal, so the first that fits is the sampler's best among those
+    that fit. Only whole relative samples are judged: the random start-up (and random
+    search) are left as they are, and a suggestion that still runs out is caught at the
+    driver. Optuna's public `BaseSampler` interface, delegating every call.
+    """
+
+    def __init__(
+        self,
+        inner: optuna.samplers.BaseSampler,
+        forecast: OomForecast,
+        fixed_config: Mapping[str, Any],
+        distributions: Mapping[str, optuna.distributions.BaseDistribution],
+    ) -> None:
+        self.inner = inner
+        self.forecast = forecast  # the searcher's own: what it learns, this judges by
+        # a one-value entry of the space is never sampled: it joins the fixed settings
+        self._fixed_config = {
+            **fixed_config,
+            **{name: _only_value(d) for name, d in distributions.items() if d.single()},
+        }
+        self._sampled = frozenset(name for name, d in distributions.items() if not d.single())
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial
+    ) -> dict[str, optuna.distributions.BaseDistribution]:
+        return self.inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self,
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        search_space: dict[str, optuna.distributions.BaseDistribution],
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        for _ in range(CANDIDATES_PER_SUGGESTION):
+            params = self.inner.sample_relative(study, trial, search_space)
+            if not self._sampled <= params.keys():  # not a whole config: nothing to judge
+                return params
+            settings = TrainSettings.from_config({**self._fixed_config, **params})
+            if not self.forecast.runs_out(settings):
+                return params
+        return params
+
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        param_name: str,
+        param_distribution: optuna.distributions.BaseDistribution,
+    ) -> Any:
+        return self.inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.inner.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        state: optuna.trial.TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self.inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
 
 
 def _oom_reason(failed_like: str | None, prediction: Prediction | None) -> str:
@@ -268,6 +354,13 @@ def _oom_reason(failed_like: str | None, prediction: Prediction | None) -> str:
         return f"trial {failed_like} ran out of memory and this config needs at least as much"
     assert prediction is not None
     return prediction.reason()
+
+
+def _only_value(distribution: optuna.distributions.BaseDistribution) -> Any:
+    """The one value a `single()` distribution takes."""
+    if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+        return distribution.choices[0]
+    return distribution.low  # type: ignore[attr-defined]  (Float- or IntDistribution)
 
 
 def _whole(value: Any) -> int | None:

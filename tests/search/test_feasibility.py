@@ -2,7 +2,13 @@ from dataclasses import replace
 
 import pytest
 
-from search.feasibility import MemoryFootprint, needs_at_least, predicted_oom
+from search.feasibility import (
+    MemoryFootprint,
+    MemoryModel,
+    OomForecast,
+    needs_at_least,
+    predicted_oom,
+)
 from trainables.settings import TrainSettings
 
 
@@ -82,3 +88,13 @@ def test_the_prediction_names_the_trial_it_was_inferred_from():
     failures = {"a": replace(FAILED, batch_size=512), "b": FAILED}
     assert predicted_oom(footprint(**{**BASE, "batch_size": 200}), failures) == "b"
     assert predicted_oom(footprint(**{**BASE, "batch_size": 100}), failures) is None
+
+
+def test_the_forecast_says_a_config_runs_out_like_a_failure_or_over_its_predicted_budget():
+    forecast = OomForecast(MemoryModel(probe=lambda settings: lambda batch: 10 + 0.5 * batch))
+    fits = TrainSettings.from_config({"batch_size": 32, "memory_budget_mb": 40})
+    over = TrainSettings.from_config({"batch_size": 64, "memory_budget_mb": 40})
+    assert not forecast.runs_out(fits) and forecast.runs_out(over)
+    assert forecast.verdict(over)[1].predicted_mb == 42
+    forecast.failures["a"] = MemoryFootprint.of(fits)
+    assert forecast.verdict(fits)[0] == "a" and forecast.runs_out(fits)

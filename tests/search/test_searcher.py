@@ -1,6 +1,9 @@
+import pickle
+
 import optuna
 import pytest
 
+import search.searcher as searcher_module
 from search.feasibility import MemoryModel
 from search.searcher import FeasibilityAwareOptunaSearch, build_sampler, build_searcher
 from search.space import SpaceParam
@@ -246,3 +249,77 @@ def test_a_trial_told_after_the_last_save_is_not_told_twice_when_tune_runs_it_ag
     second.on_trial_complete("a", result(best_val_acc=0.9))  # Tune's rerun: nothing raises
     (trial,) = second.study.trials
     assert trial.state == optuna.trial.TrialState.COMPLETE and trial.values[1] == 0.7
+
+
+def learning_search(memory_budget_mb: float = 40) -> FeasibilityAwareOptunaSearch:
+    """TPE after 4 random start-up trials, over batches whose steps need 10 + 0.5 MiB an
+    image (`LineProbe`): 64 and 128 are over 40 MiB. Larger batches report more throughput,
+    so what the sampler learns pulls it toward them."""
+    space = {"batch_size": SpaceParam("choice", (16, 32, 64, 128)),
+             "lr": SpaceParam.parse({"loguniform": [1e-3, 1e-1]})}  # fmt: skip
+    searcher = searcher_over(
+        space=space,
+        sampler=optuna.samplers.TPESampler(n_startup_trials=4, seed=0, multivariate=True),
+        fixed={**FIXED, "optimizer": "sgd", "memory_budget_mb": memory_budget_mb},
+        memory=MemoryModel(probe=LineProbe(base=10, per_image=0.5)),
+    )
+    for index in range(24):
+        config = searcher.suggest(f"t{index}")
+        searcher.on_trial_complete(f"t{index}", result(throughput=10.0 * config["batch_size"]))
+    return searcher
+
+
+def suggested_over_budget_after_start_up(searcher) -> int:
+    return sum(trial.user_attrs.get("started") is False for trial in searcher.study.trials[4:])
+
+
+def test_a_learning_sampler_asked_again_suggests_half_as_many_configs_that_run_out(
+    monkeypatch,
+):
+    asked_again = learning_search()
+    monkeypatch.setattr(searcher_module, "CANDIDATES_PER_SUGGESTION", 1)  # asked once
+    asked_once = learning_search()
+    assert suggested_over_budget_after_start_up(asked_once) >= 6
+    assert suggested_over_budget_after_start_up(asked_again) * 2 <= (
+        suggested_over_budget_after_start_up(asked_once)
+    )
+    assert len(started(asked_again)) == 24  # every trial it started fits
+
+
+def test_the_sampler_judges_by_what_the_searcher_learns_also_after_a_restore(tmp_path):
+    first = persistent_searcher(tmp_path)
+    first.suggest("a")
+    first.on_trial_complete("a", result(status="oom", physical_batch_size=64))
+    first.save(str(tmp_path / "searcher.pkl"))
+    second = persistent_searcher(tmp_path)
+    second.restore(str(tmp_path / "searcher.pkl"))
+    assert second.study.sampler.forecast is second.forecast
+    assert list(second.forecast.failures) == ["a"]
+
+
+def test_a_searcher_saved_before_the_forecast_restores_what_ran_out(tmp_path):
+    first = persistent_searcher(tmp_path)
+    first.suggest("a")
+    first.on_trial_complete("a", result(status="oom", physical_batch_size=64))
+    first.save(str(tmp_path / "searcher.pkl"))
+    with open(tmp_path / "searcher.pkl", "rb") as handle:
+        saved = pickle.load(handle)
+    forecast = saved.pop("_forecast")  # the layout before: two attributes of the searcher
+    saved |= {"_failures": forecast.failures, "_memory": forecast.memory}
+    with open(tmp_path / "old.pkl", "wb") as handle:
+        pickle.dump(saved, handle)
+    second = persistent_searcher(tmp_path)
+    second.restore(str(tmp_path / "old.pkl"))
+    assert list(second.failures) == ["a"]
+    config = second.suggest("b")
+    assert config["batch_size"] < 64 or "oom_predicted_from" in config
+
+
+@pytest.mark.parametrize("kind", ["nsga2", "tpe"])
+def test_each_learning_sampler_runs_whole_searches_through_the_wrapper(kind):
+    searcher = searcher_over(sampler=build_sampler(kind, 8, seed=0))
+    assert isinstance(searcher.study.sampler, searcher_module.FeasibleCandidates)
+    for index in range(10):  # past NSGA-II's first generation and TPE's start-up
+        config = searcher.suggest(f"t{index}")
+        searcher.on_trial_complete(f"t{index}", result(throughput=float(config["batch_size"])))
+    assert len(started(searcher)) == 10
