@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from search.errors import ConfigError, Problem
+from search.experiment import nearest_existing
 
 LOCAL_ADDRESSES = ("auto", "local")  # Ray finds or starts the cluster itself
 # The schemes MLflow 3 keeps runs in (`mlflow.tracking._tracking_service.utils`); a
@@ -105,9 +106,7 @@ def sqlite_problem(database: Path) -> str | None:
         if not os.access(database, os.R_OK | os.W_OK) or not writable(database.parent):
             return f"cannot write the SQLite database {database} (no permission)"
         return None
-    existing = database.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = nearest_existing(database.parent)
     if not existing.is_dir():
         return f"cannot make the SQLite database {database}: {existing} is a file"
     if not writable(existing):

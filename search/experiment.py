@@ -47,9 +47,7 @@ class ExperimentNotFound(Exception):
 def check_storage(storage: Path, source: str) -> None:
     """Refuse, before anything starts, a storage path that cannot hold a search's folder:
     a file, or a place this user cannot create folders in."""
-    existing = storage
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = nearest_existing(storage)
     if not existing.is_dir():
         why = f"{existing} is a file" if existing != storage else "it is a file"
         problem = f"must be a folder for the search's results, but {why}: {storage}"
@@ -58,6 +56,14 @@ def check_storage(storage: Path, source: str) -> None:
     else:
         return
     raise ConfigError(source, [Problem("run.storage_path", problem)])
+
+
+def nearest_existing(path: Path) -> Path:
+    """`path` itself if it exists, else its nearest ancestor that does: where the folders
+    to make it would be made."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def new_run_name(config_name: str) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from trainables.memory import MIB
 from trainables.optimizers import OPTIMIZERS
@@ -221,6 +222,15 @@ class _InMiB:
         return self.peak_bytes(batch) / MIB
 
 
+class OomVerdict(NamedTuple):
+    failed_like: str | None  # a trial that ran out needing no more memory, if any
+    prediction: Prediction | None  # the memory model's, where it has one
+
+    @property
+    def runs_out(self) -> bool:
+        return self.failed_like is not None or bool(self.prediction and self.prediction.over)
+
+
 class OomForecast:
     """Whether a config will run out of memory, both ways: like a trial that did
     (`failures`, the monotone rule) or over its budget by the memory model. One judgement
@@ -230,13 +240,11 @@ class OomForecast:
         self.failures: dict[str, MemoryFootprint] = {}  # trial id -> what ran out
         self.memory = memory  # None: the monotone rule only
 
-    def verdict(self, settings: TrainSettings) -> tuple[str | None, Prediction | None]:
-        """The trial that ran out needing no more than `settings` (or None), and the memory
-        model's prediction for them (None where it has none)."""
-        failed_like = predicted_oom(MemoryFootprint.of(settings), self.failures)
-        prediction = self.memory.predict(settings) if self.memory is not None else None
-        return failed_like, prediction
+    def verdict(self, settings: TrainSettings) -> OomVerdict:
+        return OomVerdict(
+            predicted_oom(MemoryFootprint.of(settings), self.failures),
+            self.memory.predict(settings) if self.memory is not None else None,
+        )
 
     def runs_out(self, settings: TrainSettings) -> bool:
-        failed_like, prediction = self.verdict(settings)
-        return failed_like is not None or bool(prediction and prediction.over)
+        return self.verdict(settings).runs_out

@@ -10,19 +10,18 @@ study's `small_cnn` alone needs no check (and no torch).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from search.config import ConfigError, SearchConfig, say_where_set
+from search.config import ConfigError, SearchConfig
 from search.errors import Problem
 
 CHECK_CLASSES = 2  # a factory builds for the classes it is given: any number shows the shape
 
 
-def check_models(config: SearchConfig, set_on_command_line: Sequence[str] = ()) -> None:
+def check_models(config: SearchConfig) -> None:
     """Raise `ConfigError` naming `train.model` (or `space.model`) and the checkpointing
-    keys for every model of `config` that cannot train as configured (`set_on_command_line`:
-    the keys the user overrode there, which the message points at)."""
+    keys for every model of `config` that cannot train as configured (`search.run` says
+    which of them were set on the command line)."""
     models = _values(config, "model", "small_cnn")
     checkpointing = True in _values(config, "grad_checkpointing", False)
     pretrained = True in _values(config, "pretrained", False)
@@ -67,8 +66,7 @@ def check_models(config: SearchConfig, set_on_command_line: Sequence[str] = ()) 
         except CheckpointingError as error:
             problems.append(Problem(_checkpointing_key(modules, segments), f"{model}: {error}"))
     if problems:
-        where = [say_where_set(problem, set_on_command_line) for problem in problems]
-        raise ConfigError(config.source, where)
+        raise ConfigError(config.source, problems)
 
 
 def _values(config: SearchConfig, key: str, default: Any) -> list[Any]:

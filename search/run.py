@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides, flags=flags)
         check_local_devices(config, options)
-        check_models(config, set_on_command_line)
+        check_models(config)
         check_storage(Path(config.run.storage_path), config.source)
         check_tracking_store(config.tracking.uri or "", config.source)
         check_reachable(config.tracking.uri or "")

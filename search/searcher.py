@@ -143,10 +143,11 @@ class FeasibilityAwareOptunaSearch(Searcher):
             settings = TrainSettings.from_config(
                 {**self._fixed_config, **without_notes(suggestion)}
             )
-            failed_like, prediction = self._forecast.verdict(settings)
-            if failed_like is None and not (prediction and prediction.over):
+            verdict = self._forecast.verdict(settings)
+            prediction = verdict.prediction
+            if not verdict.runs_out:
                 break
-            reason = _oom_reason(failed_like, prediction)
+            reason = _oom_reason(verdict.failed_like, prediction)
             if skipped == MAX_SKIPS_PER_SUGGESTION:  # hand it over; it ends at once
                 suggestion[PREDICTED_FROM] = reason
                 break
