@@ -5,26 +5,36 @@
    AMP): images/s of the training part and of the whole epoch (evaluation, checkpoint and
    the trial's start included), a tuned bare loop (channels_last + AMP) as the headroom
    anchor, and NVIDIA's published ResNet-50 figures for reference.
-2. capacity: `python -m search.capacity` for configs/deelvin_resnet50.yaml on the card,
-   each technique's largest batch under an 11 GB share.
-3. packing: four 0.25-GPU trials of one config together against one trial alone: the
+2. memory: the memory model against the card: for ResNet-50 at 224 px, AMP x
+   checkpointing, the reserved peak of a full-size step predicted from the two probe
+   batches' line (`trainables.memory.StepLine`) against the one measured at batches 16 to
+   512, each from an empty cache as a trial starts: the mean absolute percentage error
+   (goal: 5% or less), over all batches and over those the line was not fitted to.
+3. capacity: `python -m search.capacity` for configs/deelvin_resnet50.yaml on the card,
+   each technique's largest batch under an 11 GB share, and the table's wall time (goal:
+   60 s or less on an H100-class card).
+4. packing: four 0.25-GPU trials of one config together against one trial alone: the
    summed training throughput as a ratio, and the card's peak memory use (nvidia-smi).
-4. oom: a trial whose first step is over its share, from start to pruned report, in
-   training steps of the same model; and a shrunk configs/cats_dogs_gpu.yaml search with a
-   budget the larger batches exceed: trials ended ok / oom / oom_predicted / ERROR.
+5. oom: a trial whose first step is over its share, from start to pruned report, in
+   training steps of the same model (goal: 1 or less); and a shrunk
+   configs/cats_dogs_gpu.yaml search with a budget the larger batches exceed: trials ended
+   ok / oom / oom_predicted / ERROR (goal: no ERROR).
 
-Without a GPU the loop part runs a small stand-in (the small CNN at 32 px) so that every
-code path is exercised, and each GPU-only figure is printed as not measured, with why. The
-test suite itself runs on the GPU machine with `python -m pytest` (`device: auto` picks
-CUDA there).
+Each part runs in a process of its own, under its own time limit (`--part-timeout`).
+Without a GPU the loop and memory parts run a small stand-in (the small CNN at 32 px; its
+memory is the CPU meter's) so that every code path is exercised, and each GPU-only figure is
+printed as not measured, with why. `bench/on_device.py` runs this and the test suite on the
+GPU machine in one call.
 
-    python bench/gpu.py [--parts loop capacity packing oom] [--out gpu.csv] [--epochs 2]
+    python bench/gpu.py [--parts loop memory capacity packing oom] [--out gpu.csv]
+                        [--epochs 2] [--part-timeout 150]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import math
 import statistics
 import subprocess
 import sys
@@ -41,14 +51,17 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from analysis.load import PREDICTED_PEAK_COLUMN
 from trainables.classifier import build_optimizer, fit_classifier
+from trainables.cuda import available, synchronize
 from trainables.data import DataSettings, PreparedData, prepare_data
+from trainables.memory import CARD_PROBE_BATCHES, StepLine
 from trainables.metrics import STATUS_OOM, STATUS_ORDER
 from trainables.models import build_model
 from trainables.settings import TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]
-PARTS = ("loop", "capacity", "packing", "oom")
+PARTS = ("loop", "memory", "capacity", "packing", "oom")
 # NVIDIA DeepLearningExamples, ResNet-50 v1.5 training on one A100 80GB, batch 256.
 NVIDIA_A100_IMAGES_PER_S = {"TF32": 938, "AMP": 2470}
 
@@ -77,7 +90,7 @@ CPU_CASE = Case("small_cnn", 32, 32, 128)
 
 
 def on_gpu() -> bool:
-    return torch.cuda.is_available()
+    return available()
 
 
 def device_name() -> str:
@@ -90,9 +103,8 @@ def device_name() -> str:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 else "a CUDA GPU"
 
 
-def synchronize() -> None:
-    if on_gpu():
-        torch.cuda.synchronize()
+def here() -> torch.device:
+    return torch.device("cuda", 0) if on_gpu() else torch.device("cpu")
 
 
 # --- 1. the trainable against a bare loop ----------------------------------------------------
@@ -101,7 +113,7 @@ def synchronize() -> None:
 def bare_loop(settings: TrainSettings, data: PreparedData, tuned: bool = False) -> float:
     """Images/s of the last of `settings.epochs` epochs of the loop anyone would write:
     normalised float images on the device, shuffle, step; `tuned` adds channels_last."""
-    device = torch.device("cuda" if on_gpu() else "cpu")
+    device = here()
     torch.manual_seed(settings.seed)
     model = build_model(settings.model, data.num_classes, data.image_size).to(device)
     layout = torch.channels_last if tuned else torch.contiguous_format
@@ -118,7 +130,7 @@ def bare_loop(settings: TrainSettings, data: PreparedData, tuned: bool = False) 
     model.train()
     seconds = 0.0
     for _ in range(settings.epochs):
-        synchronize()
+        synchronize(device)
         started = time.perf_counter()
         order = torch.randperm(len(labels), device=device)
         for start in range(0, len(labels), settings.batch_size):
@@ -129,7 +141,7 @@ def bare_loop(settings: TrainSettings, data: PreparedData, tuned: bool = False) 
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
-        synchronize()
+        synchronize(device)
         seconds = time.perf_counter() - started
     return len(labels) / seconds
 
@@ -178,7 +190,74 @@ def loop_part(epochs: int) -> list[Row]:
     return rows
 
 
-# --- 2. capacity on the card ------------------------------------------------------------------
+# --- 2. the memory model against the card -----------------------------------------------------
+
+MEMORY_BATCHES = (16, 32, 64, 128, 256, 512)
+
+
+@dataclass(frozen=True)
+class LineError:
+    """The memory model's line for one technique combination against what was measured."""
+
+    label: str
+    errors: dict[int, float]  # batch -> |predicted - measured| / measured
+    out_of_memory: tuple[int, ...]  # batches the card could not hold (not scored)
+
+    def mape(self, batches: tuple[int, ...]) -> float:
+        scored = [self.errors[b] for b in batches if b in self.errors]
+        return 100 * statistics.fmean(scored) if scored else math.nan
+
+
+def line_errors(model: str, image_size: int) -> list[LineError]:
+    """For AMP x checkpointing: the reserved peak of a step at each of `MEMORY_BATCHES`
+    (from an empty cache, as a trial's first step), and the line through the two probe
+    batches' peaks (`CARD_PROBE_BATCHES`) against it."""
+    from search.capacity import Prober
+
+    results = []
+    for amp in (False, True):
+        for checkpointing in (False, True):
+            label = " + ".join(
+                [name for name, on in (("AMP", amp), ("checkpointing", checkpointing)) if on]
+                or ["fp32"]
+            )
+            settings = TrainSettings(model=model, amp=amp, grad_checkpointing=checkpointing,
+                                     device="cuda" if on_gpu() else "cpu")  # fmt: skip
+            prober = Prober(settings, image_size, budget_mb=None)
+            measured = {}
+            for batch in MEMORY_BATCHES:
+                peak = prober.peak(batch, fresh=True)
+                if peak is None:  # the card itself is full: larger batches are too
+                    break
+                measured[batch] = peak.reserved_bytes
+            small, large = CARD_PROBE_BATCHES
+            line = StepLine(small, large, measured[small], measured[large])
+            errors = {b: abs(line.at(b) - peak) / peak for b, peak in measured.items()}
+            missing = tuple(b for b in MEMORY_BATCHES if b not in measured)
+            results.append(LineError(label, errors, missing))
+            del prober
+    return results
+
+
+def memory_part() -> list[Row]:
+    model, size = ("resnet50", 224) if on_gpu() else ("small_cnn", 32)
+    held_out = tuple(b for b in MEMORY_BATCHES if b not in CARD_PROBE_BATCHES)
+    what = f"{model}, {size} px, reserved peak, probes at {CARD_PROBE_BATCHES}"
+    if not on_gpu():
+        what += "; the CPU meter (a stand-in: exact by construction)"
+    rows = []
+    for result in line_errors(model, size):
+        note = f"{what}; not held: {list(result.out_of_memory)}" if result.out_of_memory else what
+        rows += [
+            Row("memory", f"line MAPE, {result.label}, batches 16-512", result.mape(MEMORY_BATCHES),
+                "%", note),
+            Row("memory", f"line MAPE, {result.label}, batches off the probes",
+                result.mape(held_out), "%", f"batches {list(held_out)}"),
+        ]  # fmt: skip
+    return rows
+
+
+# --- 3. capacity on the card ------------------------------------------------------------------
 
 
 def capacity_part(out_dir: Path) -> list[Row]:
@@ -189,18 +268,25 @@ def capacity_part(out_dir: Path) -> list[Row]:
 
     csv_path = out_dir / "capacity.csv"
     config = str(REPO / "configs" / "deelvin_resnet50.yaml")
+    started = time.perf_counter()
     capacity(["--config", config, "--out", str(csv_path), "--steps", "3",
               "resources.memory_budget_mb=11000"])  # fmt: skip
+    seconds = time.perf_counter() - started
     table = pd.read_csv(csv_path)
     return [
-        Row("capacity", f"largest batch, {row.technique}", row.effective_batch_size, "images",
-            f"physical {row.max_batch_size}, peak {row.peak_mem_mb:.0f} MiB, "
-            f"step {row.step_time_s:.3f} s")
-        for row in table.itertuples()
+        Row("capacity", "deelvin_resnet50 table, wall time", seconds, "s",
+            f"{int(table['probes'].sum())} probes in all; goal 60 s on an H100-class card"),
+        *(
+            Row("capacity", f"largest batch, {row.technique}", row.effective_batch_size,
+                "images", f"physical {row.max_batch_size} (predicted {row.predicted_batch_size}, "
+                f"{row.probes} probes, {row.seconds:.1f} s), peak {row.peak_mem_mb:.0f} MiB, "
+                f"step {row.step_time_s:.3f} s")
+            for row in table.itertuples()
+        ),
     ]  # fmt: skip
 
 
-# --- 3. four trials to a card ------------------------------------------------------------------
+# --- 4. four trials to a card ------------------------------------------------------------------
 
 
 @contextmanager
@@ -269,7 +355,7 @@ def packing_part(epochs: int) -> list[Row]:
     ]  # fmt: skip
 
 
-# --- 4. out-of-memory trials on the card ----------------------------------------------------
+# --- 5. out-of-memory trials on the card ----------------------------------------------------
 
 
 def oom_part(out_dir: Path) -> list[Row]:
@@ -307,10 +393,15 @@ def oom_part(out_dir: Path) -> list[Row]:
     if finished.returncode != 0 or not report.exists():
         note = f"exit {finished.returncode}: {finished.stderr[-300:]}"
         return [*rows, Row("oom", "shrunk cats_dogs_gpu search", None, "trials", note)]
-    statuses = pd.read_csv(report)["status"].value_counts()
+    trials = pd.read_csv(report)
+    statuses = trials["status"].value_counts()
     for status in STATUS_ORDER:
         rows.append(Row("oom", f"search trials ended {status}", int(statuses.get(status, 0)),
                         "trials", "12 suggestions, 3 epochs, 6000 MiB per trial"))  # fmt: skip
+    predicted = trials.get(PREDICTED_PEAK_COLUMN, pd.Series(math.nan, index=trials.index))
+    ran_out = (trials["status"] == STATUS_OOM) & predicted.notna()
+    rows.append(Row("oom", "trials predicted to fit that ran out", int(ran_out.sum()), "trials",
+                    f"of {int(predicted.notna().sum())} the memory model predicted"))  # fmt: skip
     return rows
 
 
@@ -336,6 +427,8 @@ def write_csv(rows: list[Row], path: Path, device: str) -> None:
 def run_part(part: str, epochs: int, out_dir: Path) -> list[Row]:
     if part == "loop":
         return loop_part(epochs)
+    if part == "memory":
+        return memory_part()
     if part == "capacity":
         return capacity_part(out_dir)
     if part == "packing":
@@ -343,13 +436,22 @@ def run_part(part: str, epochs: int, out_dir: Path) -> list[Row]:
     return oom_part(out_dir)
 
 
-def part_in_own_process(part: str, epochs: int, out_dir: Path) -> list[Row]:
+def part_in_own_process(part: str, epochs: int, out_dir: Path, timeout_s: float) -> list[Row]:
     """One part in a process of its own, so that each starts on an empty card: no CUDA
-    context, cached allocator blocks or Ray instance left by the part before."""
+    context, cached allocator blocks or Ray instance left by the part before; one that
+    runs past `timeout_s` is stopped and said so, and the next part runs."""
     csv_path = out_dir / f"gpu-{part}.csv"
+    log = out_dir / f"gpu-{part}.log"
     command = [sys.executable, __file__, "--parts", part, "--out", str(csv_path),
-               "--epochs", str(epochs)]  # fmt: skip
-    finished = subprocess.run(command, capture_output=True, text=True, check=False)
+               "--epochs", str(epochs), "--in-process"]  # fmt: skip
+    try:
+        finished = subprocess.run(command, capture_output=True, text=True, check=False,
+                                  timeout=timeout_s)  # fmt: skip
+    except subprocess.TimeoutExpired as stopped:
+        log.write_text(_text(stopped.stdout) + _text(stopped.stderr))
+        return [Row(part, "the part ran out of time", None, "",
+                    f"stopped after {timeout_s:.0f} s; its output: {log.name}")]  # fmt: skip
+    log.write_text(finished.stdout + finished.stderr)
     if finished.returncode != 0 or not csv_path.exists():
         why = (finished.stderr.strip().splitlines() or ["no output"])[-1][:200]
         return [Row(part, "the part failed", None, "", f"exit {finished.returncode}: {why}")]
@@ -361,23 +463,30 @@ def part_in_own_process(part: str, epochs: int, out_dir: Path) -> list[Row]:
         ]  # fmt: skip
 
 
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--out", type=Path, default=Path("gpu.csv"), help="the CSV")
     parser.add_argument("--epochs", type=int, default=2, help="per timed run (the last counts)")
+    parser.add_argument("--part-timeout", type=float, default=150,
+                        help="seconds each part may run (default: 150)")  # fmt: skip
+    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     device = device_name()
     out_dir = args.out.resolve().parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    if len(args.parts) == 1:
+    if args.in_process:  # one part, in the process `part_in_own_process` started
         write_csv(run_part(args.parts[0], args.epochs, out_dir), args.out, device)
         return
     print(f"device: {device}", flush=True)
     rows: list[Row] = []
     for part in args.parts:
         started = time.perf_counter()
-        rows += part_in_own_process(part, args.epochs, out_dir)
+        rows += part_in_own_process(part, args.epochs, out_dir, args.part_timeout)
         print(f"  {part}: {time.perf_counter() - started:.0f} s", flush=True)
     print(render(rows))
     write_csv(rows, args.out, device)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from trainables.classifier import fit_classifier
+from trainables.cuda import available
 from trainables.data import DataSettings, prepare_data
 from trainables.settings import TrainSettings
 
@@ -55,7 +56,7 @@ def settings_for(name: str, args: argparse.Namespace) -> TrainSettings:
         epochs=2,
         train_eval_size=32,
         eval_batch_size=64,
-        device="cuda" if torch.cuda.is_available() else "cpu",
+        device="cuda" if available() else "cpu",
         **switches,
     )
 
@@ -92,7 +93,7 @@ def main() -> None:
             seconds, peak = epoch_figures(settings_for(name, args), data)
             times[name].append(seconds)
             memory[name] = peak
-    device = "cuda" if torch.cuda.is_available() else f"cpu, {args.threads} threads"
+    device = "cuda" if available() else f"cpu, {args.threads} threads"
     print(
         f"{args.model} at {args.image_size} px, effective batch {args.batch_size}, "
         f"{len(data.train)} training images, {device}, median of {args.rounds} rounds"

@@ -5,12 +5,16 @@ trial's memory budget, the largest physical batch for the baseline, with the cuD
 autotuner off, with AMP, with gradient checkpointing and with both, then the effective
 batch that accumulation reaches on top; with the step time and peak memory at that batch.
 
-The largest batch is found by doubling, then bisection, over a "does a step of b images
-fit" probe. On a GPU the probe runs real training steps (an out-of-memory error means no).
-On CPU it asks the memory meter, whose parts are affine in the batch (the parameters,
-gradients and optimizer state are fixed; the saved activations grow with each image), so
-it is measured at two small batches and solved exactly (`trainables.memory.MeteredStep`)
-instead of allocating batches the host could not hold.
+Each row predicts its largest batch from two probes (a step's peak is a line in the batch:
+`trainables.memory.StepLine`), then verifies it with a few more around the prediction,
+galloping outwards where it was off and bisecting back to the exact largest batch: a
+handful of probes where doubling and bisection took about 2 log2(b). On a GPU a probe is a
+real training step (an out-of-memory error means no) and its peak is the allocator's
+reserved memory; the cuDNN autotuner, which tunes every new batch shape again, runs only
+in the rows that have it on. On CPU the probe is the memory meter, whose parts are affine
+in the batch, measured on two tiny batches and solved exactly
+(`trainables.memory.MeteredStep`), so batches the host could not hold are never allocated.
+A line per probe is printed as it goes.
 """
 
 from __future__ import annotations
@@ -33,7 +37,17 @@ import torch
 from search.config import ConfigError, SearchConfig, load_config
 from search.errors import Problem
 from trainables.classifier import set_determinism, start_trial
-from trainables.memory import MIB, MemoryBudget, MeteredStep, metered_step, step_peak_bytes
+from trainables.cuda import TorchCudaCard, available, resolve_device, synchronize
+from trainables.memory import (
+    CARD_PROBE_BATCHES,
+    MIB,
+    MemoryBudget,
+    MeteredStep,
+    StepLine,
+    StepPeak,
+    metered_step,
+    step_peak_bytes,
+)
 from trainables.oom import release_memory
 from trainables.settings import TrainSettings
 from trainables.step import train_step
@@ -59,7 +73,28 @@ def largest_fitting(fits: Callable[[int], bool], limit: int = MAX_BATCH) -> int:
         low = min(2 * low, limit)
     if low == limit:
         return limit
-    high = min(2 * low, limit)  # does not fit
+    return _bisect(fits, low, min(2 * low, limit))
+
+
+def largest_near(fits: Callable[[int], bool], guess: int, limit: int = MAX_BATCH) -> int:
+    """The largest b in [1, limit] with fits(b) (monotone), searched from `guess`: a step
+    of about 3% of it brackets the answer (the step doubles while the guess is off), then
+    bisection closes the bracket. A good guess costs 2 + log2(guess / 32) probes."""
+    guess = max(1, min(guess, limit))
+    step = max(1, guess // 32)
+    if fits(guess):
+        low = guess
+        while low < limit and fits(min(low + step, limit)):
+            low, step = min(low + step, limit), step * 2
+        return limit if low == limit else _bisect(fits, low, min(low + step, limit))
+    high = guess
+    while high > 1 and not fits(max(high - step, 1)):
+        high, step = max(high - step, 1), step * 2
+    return 0 if high == 1 else _bisect(fits, max(high - step, 1), high)
+
+
+def _bisect(fits: Callable[[int], bool], low: int, high: int) -> int:
+    """The largest b in [low, high) with fits(b), where low fits and high does not."""
     while high - low > 1:
         middle = (low + high) // 2
         if fits(middle):
@@ -78,26 +113,42 @@ class CapacityRow:
     step_time_s: float  # one optimizer step at the largest batch
     peak_mem_mb: float  # at the largest batch
     timed_batch_size: int  # the batch the step time was measured at (see --host-limit-mb)
+    predicted_batch_size: int = 0  # from the two probes' line, before it was verified
+    probes: int = 0  # steps (or meter readings) that decided the largest batch
+    seconds: float = 0.0  # the row's wall time, its trial's start and the timed steps included
 
 
 class Prober:
-    """Builds the trial of one row and answers "does a step of b images fit".
+    """Builds the trial of one row and answers "what does a step of b images peak at".
 
     The trial is started as a search starts it: on a GPU held to the row's budget (the
     trial's share of the card), its steps are `train_step`, and what fits is decided by the
-    trial's `MemoryBudget`.
+    trial's `MemoryBudget`. `card`: the card to hold it to (default: the device's own).
     """
 
-    def __init__(self, settings: TrainSettings, image_size: int, budget_mb: float) -> None:
+    def __init__(
+        self,
+        settings: TrainSettings,
+        image_size: int,
+        budget_mb: float | None,
+        card: TorchCudaCard | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.image_size = image_size
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = resolve_device(settings.device)
+        self.say = say
+        self.probes = 0
         # On CUDA the budget is the share of the card; on CPU what the meter is held to.
         set_determinism(settings)
-        budget = MemoryBudget(self.device, budget_mb)
+        budget = MemoryBudget(self.device, budget_mb, card=card)
         self.trial = start_trial(settings, NUM_CLASSES, image_size, budget, None)
         self._metered: MeteredStep | None = None
-        if self.device.type == "cuda":
+        if self.on_card:
             self.time_steps(1, 0)  # the first step allocates the optimizer's state
+
+    @property
+    def on_card(self) -> bool:
+        return self.trial.budget.card is not None
 
     def batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = torch.randn(size, 3, self.image_size, self.image_size, device=self.device)
@@ -112,13 +163,42 @@ class Prober:
             )
         return self._metered.peak_bytes(size)
 
-    def fits(self, size: int) -> bool:
+    def peak(self, size: int, fresh: bool = False) -> StepPeak | None:
+        """A step of `size` images: its peak, or None where it does not fit the budget.
+        `fresh`: from an empty allocator cache, as a trial's first step (see
+        `MemoryBudget.step_peak`)."""
         trial = self.trial
-        if self.device.type != "cuda":
-            return trial.budget.allows(self.peak_bytes(size))
-        return trial.budget.fits(
-            trial.model, trial.optimizer, lambda: self.batch(size), trial.precision
-        )
+        self.probes += 1
+        started = time.perf_counter()
+        if self.on_card:
+            peak = trial.budget.step_peak(
+                trial.model, trial.optimizer, lambda: self.batch(size), trial.precision,
+                fresh=fresh,
+            )  # fmt: skip
+        else:
+            metered = int(self.peak_bytes(size))
+            peak = StepPeak(metered, metered) if trial.budget.allows(metered) else None
+        if self.say is not None:
+            seconds = time.perf_counter() - started
+            verdict = "does not fit" if peak is None else (
+                f"fits, {peak.reserved_bytes / MIB:.0f} MiB reserved"
+            )  # fmt: skip
+            self.say(f"    batch {size}: {verdict} ({seconds:.2f} s)")
+        return peak
+
+    def fits(self, size: int) -> bool:
+        return self.peak(size) is not None
+
+    def predicted_largest(self) -> int:
+        """The largest batch the two probe batches' line allows under the budget's limit;
+        where even the larger probe does not fit, that probe (the search goes down)."""
+        small, large = CARD_PROBE_BATCHES
+        at_small, at_large = self.peak(small, fresh=True), self.peak(large, fresh=True)
+        if at_small is None or at_large is None:
+            return small if at_small is not None else 1
+        line = StepLine(small, large, at_small.reserved_bytes, at_large.reserved_bytes)
+        limit = self.trial.budget.limit_bytes
+        return MAX_BATCH if limit is None else line.largest_within(limit)
 
     def time_steps(self, size: int, steps: int) -> tuple[float, float]:
         """(median seconds per training step, peak MiB) at `size` images."""
@@ -131,32 +211,39 @@ class Prober:
             started = time.perf_counter()
             train_step(trial.model, trial.optimizer, [(inputs, targets)], trial.precision,
                        images=size)  # fmt: skip
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
+            synchronize(self.device)
             durations.append(time.perf_counter() - started)
         metered = 0
-        if self.device.type != "cuda":
+        if not self.on_card:
             metered = step_peak_bytes(
                 trial.model, trial.optimizer, inputs, targets, trial.precision
             )
-        return statistics.median(durations[1:] or durations), trial.budget.peak_bytes(metered) / MIB
+        peak = trial.budget.peak(metered).allocated_bytes
+        return statistics.median(durations[1:] or durations), peak / MIB
 
 
 def measure_row(
     name: str, settings: TrainSettings, image_size: int, budget_mb: float, steps: int,
-    host_limit_mb: float,
+    host_limit_mb: float, card: TorchCudaCard | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> CapacityRow:  # fmt: skip
-    prober = Prober(settings, image_size, budget_mb)
-    largest = largest_fitting(prober.fits)
+    started = time.perf_counter()
+    prober = Prober(settings, image_size, budget_mb, card=card, say=say)
+    predicted = prober.predicted_largest()
+    largest = largest_near(prober.fits, predicted)
+    probes = prober.probes
     if largest == 0:
-        return CapacityRow(name, 0, 1, 0, math.nan, math.nan, 0)
+        seconds = time.perf_counter() - started
+        return CapacityRow(name, 0, 1, 0, math.nan, math.nan, 0, predicted, probes, seconds)
     timed = largest
-    if prober.device.type == "cpu":  # time what the host can hold; scale per image
+    if not prober.on_card:  # time what the host can hold; scale per image
         host_limit = host_limit_mb * MIB
         timed = max(1, min(largest, largest_fitting(lambda b: prober.peak_bytes(b) <= host_limit)))
-    seconds, measured_mb = prober.time_steps(timed, steps)
-    peak_mb = prober.peak_bytes(largest) / MIB if prober.device.type == "cpu" else measured_mb
-    return CapacityRow(name, largest, 1, largest, seconds * largest / timed, peak_mb, timed)
+    step_seconds, measured_mb = prober.time_steps(timed, steps)
+    peak_mb = measured_mb if prober.on_card else prober.peak_bytes(largest) / MIB
+    seconds = time.perf_counter() - started
+    return CapacityRow(name, largest, 1, largest, step_seconds * largest / timed, peak_mb,
+                       timed, predicted, probes, seconds)  # fmt: skip
 
 
 def give_back_freed_memory() -> None:
@@ -173,15 +260,21 @@ def capacity_table(
     steps: int,
     host_limit_mb: float,
     say: Callable[[str], None] = print,
+    card: TorchCudaCard | None = None,
 ) -> list[CapacityRow]:
-    base = TrainSettings.from_config(config.train_config())
+    base = on_this_machine(TrainSettings.from_config(config.train_config()))
     rows = []
     for name, switches in ROWS:
         settings = base.model_copy(update={**switches, "accumulation_steps": 1})
-        row = measure_row(name, settings, config.data.image_size, budget_mb, steps, host_limit_mb)
-        say(f"  {name}: largest batch {row.max_batch_size}")
+        say(f"  {name}:")
+        row = measure_row(name, settings, config.data.image_size, budget_mb, steps,
+                          host_limit_mb, card=card, say=say)  # fmt: skip
+        say(
+            f"  {name}: largest batch {row.max_batch_size} (predicted "
+            f"{row.predicted_batch_size}; {row.probes} probes, {row.seconds:.1f} s)"
+        )
         rows.append(row)
-        release_memory(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        release_memory(resolve_device(base.device))
         give_back_freed_memory()
     best = max(rows, key=lambda row: row.max_batch_size)
     rows.append(
@@ -205,8 +298,9 @@ COLUMNS = (
     ("effective_batch_size", "9d"),
     ("step_time_s", "8.3f"),
     ("peak_mem_mb", "9.1f"),
+    ("probes", "6d"),
 )
-HEADINGS = ("technique", "batch", "accum", "effective", "step s", "peak MiB")
+HEADINGS = ("technique", "batch", "accum", "effective", "step s", "peak MiB", "probes")
 
 
 def render(rows: list[CapacityRow]) -> str:
@@ -235,12 +329,21 @@ def write_csv(rows: list[CapacityRow], path: Path) -> None:
         writer.writerows(asdict(row) for row in rows)
 
 
+def on_this_machine(settings: TrainSettings) -> TrainSettings:
+    """The settings on a device this machine has: a GPU study's table runs anywhere, with
+    the CPU meter where torch sees no GPU."""
+    if settings.device != "cpu" and not available():
+        return settings.model_copy(update={"device": "cpu"})
+    return settings
+
+
 def budget_of(config: SearchConfig) -> float:
     """The trial's memory budget in MiB: the configured one, or its share of the GPU."""
     if config.resources.memory_budget_mb is not None:
         return config.resources.memory_budget_mb
-    if torch.cuda.is_available():
-        total = torch.cuda.get_device_properties(0).total_memory / MIB
+    device = on_this_machine(TrainSettings.from_config(config.train_config())).device
+    if device != "cpu":
+        total = TorchCudaCard(resolve_device(device)).total_bytes() / MIB
         share = config.resources.gpu if 0 < config.resources.gpu < 1 else 1.0
         return total * share
     raise ConfigError(
@@ -286,7 +389,10 @@ def main(argv: list[str] | None = None) -> int:
         print(error.render(), file=sys.stderr)
         return EXIT_USAGE
     torch.set_num_threads(max(1, min(int(config.resources.cpu), os.cpu_count() or 1)))
-    device = "GPU" if torch.cuda.is_available() else "CPU (memory meter)"
+    settings = on_this_machine(TrainSettings.from_config(config.train_config()))
+    device = "CPU (memory meter)"
+    if settings.device != "cpu":
+        device = TorchCudaCard(resolve_device(settings.device)).describe()["device_name"]
     print(
         f"Capacity of {config.train.get('model', 'small_cnn')} at {config.data.image_size} px "
         f"under {budget:.0f} MiB per trial, {device}:"

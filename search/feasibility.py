@@ -3,7 +3,8 @@
 Monotone: once a config runs out of memory, a config that needs at least as much memory
 will too, so it is pruned before it trains. Predicted (`MemoryModel`): a step's peak is a
 line in the batch for a given model, image size, precision, checkpointing and optimizer,
-so a suggestion whose predicted peak passes its budget is never started.
+so a suggestion whose predicted peak passes what its allocator may reserve (its budget, or
+on a card its share less the process's context) is never started.
 
 "At least as much" is judged only where the answer is certain from the settings alone:
 the same model and image size, a physical batch (training and evaluation) at least as
@@ -133,29 +134,55 @@ MeterProbe = Callable[[TrainSettings], Callable[[int], float] | None]
 
 
 class MemoryModel:
-    """Peak MiB of a training step as a line in the physical batch, per `memory_group`.
+    """Peak MiB of a training step as a line in the physical batch, per `memory_group`,
+    against what the trial's allocator may reserve.
 
-    Fitted to what the trials measured (`peak_mem_mb` at the batch they ran, the CPU meter's
-    figure of a step refused as out of memory) by least squares once a group has two
-    batches; where a `probe` is given (CPU trials: the same meter the trial runs, measured at
-    the driver on two tiny batches) the line is exact from the start. A prediction is only
-    made where the trial's limit is known (`memory_budget_mb`).
+    The line is fitted to what the trials measured (`peak_reserved_mb` of their first,
+    full-size step at the batch they ran, the CPU meter's figure of a step refused as out of
+    memory) by least squares once a group has two batches; where a `probe` is given (CPU
+    trials: the same meter the trial runs, measured at the driver on two tiny batches) the
+    line is exact from the start.
+
+    The limit is the trial's budget on CPU (`on_gpu` False). On a card it is the GPU share
+    or the budget less what the trial's process holds outside the allocator, which only a
+    GPU worker can measure: every trial reports it (`memory_limit_mb`), so it is learned
+    from the first report, per budget (the smallest, where nodes differ). A prediction is
+    made only where the limit is known.
     """
 
-    def __init__(self, probe: MeterProbe | None = None) -> None:
+    def __init__(self, probe: MeterProbe | None = None, on_gpu: bool = False) -> None:
         self._probe = probe
+        self._on_gpu = on_gpu
         self._probed: dict[MemoryFootprint, Callable[[int], float] | None] = {}
         self._measured: dict[MemoryFootprint, dict[int, float]] = {}
+        self._limits: dict[float, float] = {}  # budget (inf: none) -> the allocator's limit
 
-    def observe(self, settings: TrainSettings, batch_size: int, peak_mb: float) -> None:
-        """A step of `batch_size` images of a trial with `settings` peaked at `peak_mb`."""
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # A model saved before limits were learned: on CPU, as before, the budget.
+        self.__dict__.update({"_on_gpu": False, "_limits": {}, **state})
+
+    def observe(
+        self, settings: TrainSettings, batch_size: int, peak_mb: float, limit_mb: float = math.nan
+    ) -> None:
+        """A step of `batch_size` images of a trial with `settings` peaked at `peak_mb`;
+        its allocator could reserve `limit_mb` (NaN: not reported)."""
         if batch_size > 0 and math.isfinite(peak_mb) and peak_mb > 0:
             group = memory_group(MemoryFootprint.of(settings))
             self._measured.setdefault(group, {})[batch_size] = peak_mb
+        if math.isfinite(limit_mb) and limit_mb > 0:
+            budget = settings.memory_budget_mb or math.inf
+            self._limits[budget] = min(limit_mb, self._limits.get(budget, math.inf))
+
+    def limit_mb(self, settings: TrainSettings) -> float | None:
+        """What a trial with `settings` may reserve, where known."""
+        if not self._on_gpu:
+            return settings.memory_budget_mb
+        return self._limits.get(settings.memory_budget_mb or math.inf)
 
     def predict(self, settings: TrainSettings) -> Prediction | None:
-        """The suggestion's first-epoch step against its budget; None where unknown."""
-        if settings.memory_budget_mb is None:
+        """The suggestion's first-epoch step against its limit; None where unknown."""
+        allowed = self.limit_mb(settings)
+        if allowed is None:
             return None
         footprint = MemoryFootprint.of(settings)
         group = memory_group(footprint)
@@ -167,7 +194,7 @@ class MemoryModel:
         if line is None:
             return None
         batch = footprint.batch_size
-        return Prediction(batch, line(batch), settings.memory_budget_mb, basis)
+        return Prediction(batch, line(batch), allowed, basis)
 
     def _fitted(self, group: MemoryFootprint) -> Callable[[int], float] | None:
         points = self._measured.get(group, {})

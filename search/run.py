@@ -88,17 +88,23 @@ def check_local_devices(config: SearchConfig, options: RunOptions) -> None:
                 )
             ],
         )
-    if TrainSettings.from_config(config.train).device == "cuda" and config.resources.gpu == 0:
+    device = TrainSettings.from_config(config.train).device
+    if device.startswith("cuda") and config.resources.gpu == 0:
         raise ConfigError(
             config.source,
-            [Problem("train.device", "is 'cuda' but resources.gpu is 0: trials would see no GPU")],
+            [
+                Problem(
+                    "train.device",
+                    f"is {device!r} but resources.gpu is 0: trials would see no GPU",
+                )
+            ],
         )
 
 
 def _torch_sees_cuda() -> bool:
-    import torch  # only a config that asks for a GPU waits for torch
+    from trainables.cuda import available  # only a config that asks for a GPU waits for torch
 
-    return torch.cuda.is_available()
+    return available()
 
 
 def locate_experiment(config: SearchConfig, options: RunOptions) -> Path:

@@ -218,7 +218,9 @@ class FeasibilityAwareOptunaSearch(Searcher):
         ran_with = _whole(result.get("physical_batch_size"))
         memory = self._forecast.memory
         if ran_with is not None and memory is not None:
-            memory.observe(settings, ran_with, float(result.get("peak_mem_mb", math.nan)))
+            memory.observe(
+                settings, ran_with, _reserved_peak(result), _number(result.get("memory_limit_mb"))
+            )
         if status == STATUS_OOM and result.get("oom_cause") != OOM_CAUSE_CARD:
             self._forecast.failures[trial_id] = MemoryFootprint.of(settings, batch_size=ran_with)
 
@@ -362,6 +364,17 @@ def _only_value(distribution: optuna.distributions.BaseDistribution) -> Any:
     if isinstance(distribution, optuna.distributions.CategoricalDistribution):
         return distribution.choices[0]
     return distribution.low  # type: ignore[attr-defined]  (Float- or IntDistribution)
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
+def _reserved_peak(result: Mapping[str, Any]) -> float:
+    """What the trial's first full-size step reserved: what its limit is checked against
+    (`peak_mem_mb`, the tensors' peak, from trials that reported no reserved peak)."""
+    reserved = _number(result.get("peak_reserved_mb"))
+    return reserved if math.isfinite(reserved) else _number(result.get("peak_mem_mb"))
 
 
 def _whole(value: Any) -> int | None:

@@ -59,10 +59,12 @@ def progress_table(config: SearchConfig) -> CLIReporter:
 
 def memory_model(config: SearchConfig, num_classes: int) -> MemoryModel | None:
     """What predicts a suggestion's memory: on CPU the trials' own meter, run at the driver;
-    on GPUs a line through the peaks the trials report."""
+    on GPUs a line through the reserved peaks the trials report, against the allocator limit
+    they report."""
     if not config.search.predict_oom:
         return None
-    return MemoryModel(probe=CpuMeterProbe(num_classes) if config.resources.gpu == 0 else None)
+    on_gpu = config.resources.gpu > 0
+    return MemoryModel(probe=None if on_gpu else CpuMeterProbe(num_classes), on_gpu=on_gpu)
 
 
 def build_tuner(

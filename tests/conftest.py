@@ -58,3 +58,12 @@ def ray_instance(_ray_shutdown_at_end):
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
     return ray
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """One card faked at `torch.cuda` (tests/fake_cuda.py): the project's CUDA code runs on
+    this CPU, every device it passes checked as a real card checks it."""
+    from tests.fake_cuda import FakeCard, FakeCuda
+
+    return FakeCuda([FakeCard()]).install(monkeypatch)

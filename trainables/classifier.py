@@ -13,7 +13,7 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from ray import tune
 from torch import nn
 
 from trainables.checkpointing import enable_checkpointing
+from trainables.cuda import describe_device, resolve_device
 from trainables.data import PreparedData, Split, prepare_data
 from trainables.data.errors import first_line
 from trainables.eval_batch import EvalBatch
@@ -106,6 +107,8 @@ class TrainingRun:
     eval_batch: EvalBatch
     # the best-val epoch's weights, in host memory, while its gaps wait to be scored
     best_weights: dict[str, torch.Tensor] | None = None
+    # the device and software it trains on, in every report (trainables.cuda)
+    device_record: dict[str, str] = field(default_factory=dict)
 
     def plan(self, epoch: int, train_size: int) -> EpochPlan:
         settings = self.settings
@@ -155,15 +158,19 @@ def start_trial(
     resume: dict | None,
 ) -> TrainingRun:
     """The model, optimizer and precision of a trial, as new or from a checkpoint, on the
-    budget's device, which the budget already holds to the trial's share of memory."""
+    budget's device, which the budget already holds to the trial's share of memory.
+
+    The model is built on the device itself (its weights are initialised there, from the
+    device's generator under the same seed): no copy of it is made in host memory first."""
     device = budget.device
     torch.manual_seed(settings.seed)
-    model = build_model(settings.model, num_classes, image_size, pretrained=settings.pretrained)
+    with device:
+        model = build_model(settings.model, num_classes, image_size, pretrained=settings.pretrained)
     if settings.grad_checkpointing:
         model = enable_checkpointing(
             model, modules=settings.checkpoint_modules, segments=settings.checkpoint_segments
         )
-    model = model.to(device)
+    model = model.to(device)  # a factory may still make tensors elsewhere
     optimizer = build_optimizer(settings, model.parameters())
     precision = precision_for(settings.amp, settings.amp_dtype, device)
     state, best_weights = RunState(), None
@@ -212,9 +219,11 @@ def fit_classifier(
     A trial that runs out of memory in any phase (placement on the device, the memory
     probe of a growing batch, training, evaluation, checkpointing) or whose loss stops
     being finite is pruned: it reports `status` oom or diverged once, naming the phase,
-    and returns. Other errors propagate.
+    and returns. Other errors propagate. Every report names the device it ran on and the
+    versions of what drove it (`trainables.metrics.DEVICE_RECORD`).
     """
     device = resolve_device(settings.device)
+    record = describe_device(device)
     state = RunState.from_dict(resume_state["state"]) if resume_state else RunState()
     phase, epoch, plan = "placement on the device", state.epoch + 1, None
     budget: MemoryBudget | None = None
@@ -222,7 +231,9 @@ def fit_classifier(
     try:
         set_determinism(settings)  # before the budget's warm-up starts cuBLAS
         budget = MemoryBudget(device, settings.memory_budget_mb, gpu_share)
+        record = describe_device(budget.memory_device)
         trial = start_trial(settings, data.num_classes, data.image_size, budget, resume_state)
+        trial.device_record = record
         splits = TrialData.of(data, device, settings)
         for epoch in range(trial.state.epoch + 1, settings.epochs + 1):
             phase, plan = "memory probe", None
@@ -231,7 +242,9 @@ def fit_classifier(
             result = train_one_epoch(trial, epoch, plan, splits)
             if result.diverged:
                 detail = _divergence(result, epoch)
-                return _report_pruned(trial.state, report, epoch, STATUS_DIVERGED, detail, plan)
+                return _report_pruned(
+                    trial.state, report, epoch, STATUS_DIVERGED, detail, plan, **record
+                )
             phase = "evaluation"
             metrics, progress = evaluate_epoch(trial, epoch, plan, result, splits)
             phase = "checkpointing"
@@ -254,14 +267,20 @@ def fit_classifier(
         message = str(error)
         needed_mb = getattr(error, "needed_mb", math.nan)  # known under a CPU budget
     note, card_full = budget.explain_oom(message) if budget else ("", False)
+    limit = budget.limit_bytes if budget else None
+    memory_device = budget.memory_device if budget else device
     state = trial.state if trial else state
     trial = splits = budget = None  # the trial's tensors go before the cache is emptied
-    release_memory(device)
+    release_memory(memory_device)
     cause = OOM_CAUSE_CARD if card_full else OOM_CAUSE_SHARE
     return _report_pruned(
         state, report, epoch, STATUS_OOM, detail + note, plan, peak_mem_mb=needed_mb,
-        oom_cause=cause,
+        peak_reserved_mb=needed_mb, memory_limit_mb=_in_mib(limit), oom_cause=cause, **record,
     )  # fmt: skip
+
+
+def _in_mib(nbytes: int | None) -> float:
+    return math.nan if nbytes is None else nbytes / MIB
 
 
 def _divergence(result: EpochResult, epoch: int) -> str:
@@ -404,8 +423,9 @@ def evaluate_epoch(
         plan=plan,
         lr=trial.optimizer.param_groups[0]["lr"],
         data_bytes=splits.nbytes,
+        memory_limit_bytes=trial.budget.limit_bytes,
     )
-    return metrics, progress
+    return {**metrics, **trial.device_record}, progress
 
 
 def host_copy(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -471,6 +491,7 @@ def epoch_metrics(
     plan: EpochPlan,
     lr: float,
     data_bytes: int,
+    memory_limit_bytes: int | None = None,
 ) -> dict[str, Any]:
     """One epoch's values under the schema's names (`trainables.metrics.METRICS`)."""
     return {
@@ -498,20 +519,14 @@ def epoch_metrics(
         "scheduled_batch_size": plan.scheduled_batch_size,
         "lr": lr,
         "peak_mem_mb": result.peak_mem_bytes / MIB,
+        "peak_reserved_mb": result.peak_reserved_bytes / MIB,
+        "memory_limit_mb": _in_mib(memory_limit_bytes),
         "data_mb": data_bytes / MIB,
         "skipped_steps": result.skipped_steps,
         "status": STATUS_OK,
         "status_detail": "",
         "oom_cause": "",
     }
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' was asked for but torch sees no CUDA device")
-    return torch.device(name)
 
 
 def build_optimizer(

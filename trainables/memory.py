@@ -30,18 +30,17 @@ statistics restored), so measuring never changes what is trained.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from trainables.checkpointing import recording_regions
+from trainables.cuda import TorchCudaCard, indexed
 from trainables.oom import MemoryBudgetExceeded, is_out_of_memory, release_memory
 from trainables.precision import Precision
 from trainables.step import train_step
@@ -271,13 +270,45 @@ def extrapolated_step_peak_bytes(
     return metered_step(model, optimizer, inputs, targets, precision).peak_bytes(len(inputs))
 
 
-# --- CUDA: a trial's share of a card -------------------------------------------------------
+# --- a step's peak as a line in the batch, from two probe batches ------------------------------
 
-# What a process holds on a card outside PyTorch's allocator (its CUDA context, loaded
-# kernels, cuDNN/cuBLAS handles) when NVML cannot see the process (e.g. in a container
-# with its own PID namespace): at most this, or what the card shows beyond the allocator
-# when the trial is alone on it.
-FALLBACK_OUTSIDE_ALLOCATOR_MB = 768
+# The probe batches on a card: small enough to fit any share a model trains in at all,
+# apart enough that the allocator's block rounding (2 MiB) is lost in the slope.
+CARD_PROBE_BATCHES = (16, 64)
+
+
+@dataclass(frozen=True)
+class StepLine:
+    """A training step's peak (bytes) as a line in its physical batch, through the peaks
+    measured at two batches: what is fixed (weights, gradients, optimizer state) and what
+    each image adds (its activations)."""
+
+    small: int
+    large: int
+    at_small: int
+    at_large: int
+
+    @property
+    def per_image(self) -> float:
+        return (self.at_large - self.at_small) / (self.large - self.small)
+
+    def at(self, batch: int) -> float:
+        return self.at_small + self.per_image * (batch - self.small)
+
+    def largest_within(self, limit_bytes: float) -> int:
+        """The largest batch whose predicted peak stays within `limit_bytes`; 0 if none.
+        A line that does not grow with the batch puts no bound on it (returns 0 if even
+        its fixed part is over)."""
+        if self.per_image <= 0:
+            return 0 if self.at_small > limit_bytes else MAX_PREDICTED_BATCH
+        largest = self.small + (limit_bytes - self.at_small) / self.per_image
+        return max(0, min(MAX_PREDICTED_BATCH, int(largest)))
+
+
+MAX_PREDICTED_BATCH = 1 << 16  # "fits anything we would try"
+
+
+# --- CUDA: a trial's share of a card -------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -345,78 +376,6 @@ def requested_bytes(message: str) -> int | None:
     return int(float(match.group(1)) * _UNITS[match.group(2)[0].upper()])
 
 
-class CudaCard(Protocol):
-    """What a trial reads from and sets on its card; tests pass a fake one."""
-
-    def total_bytes(self) -> int: ...
-    def free_bytes(self) -> int: ...
-    def reserved_bytes(self) -> int: ...
-    def process_bytes(self) -> int | None: ...  # this process on the card; None: not visible
-    def warm_up(self) -> None: ...  # load the libraries a training step loads
-    def set_allocator_fraction(self, fraction: float) -> None: ...
-    def reset_peak(self) -> None: ...
-    def peak_bytes(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class TorchCudaCard:
-    device: torch.device
-
-    def total_bytes(self) -> int:
-        return int(torch.cuda.get_device_properties(self.device).total_memory)
-
-    def free_bytes(self) -> int:
-        return int(torch.cuda.mem_get_info(self.device)[0])
-
-    def reserved_bytes(self) -> int:
-        return int(torch.cuda.memory_reserved(self.device))
-
-    def process_bytes(self) -> int | None:
-        """This process's memory on the card as the driver counts it (NVML)."""
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            uuid = str(torch.cuda.get_device_properties(self.device).uuid)
-            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}".encode())
-            processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        except Exception:  # no NVML library, driver or permission: fall back
-            return None
-        used = [p.usedGpuMemory for p in processes if p.pid == os.getpid()]
-        return int(used[0]) if used and used[0] is not None else None
-
-    def warm_up(self) -> None:
-        """A tiny convolution and matmul with their backward, in both float types a trial
-        may use, so cuDNN and cuBLAS are loaded before the outside is measured. First the
-        previous trial's cached blocks go back: the limit only governs new allocations."""
-        release_memory(self.device)
-        for dtype in (torch.float32, torch.float16):
-            conv = torch.nn.Conv2d(3, 8, 3).to(self.device, dtype)
-            head = torch.randn(288, 2, device=self.device, dtype=dtype, requires_grad=True)
-            inputs = torch.randn(2, 3, 8, 8, device=self.device, dtype=dtype)
-            conv(inputs).flatten(1).matmul(head).sum().backward()
-        torch.cuda.synchronize(self.device)
-
-    def set_allocator_fraction(self, fraction: float) -> None:
-        torch.cuda.set_per_process_memory_fraction(fraction, self.device)
-
-    def reset_peak(self) -> None:
-        torch.cuda.reset_peak_memory_stats(self.device)
-
-    def peak_bytes(self) -> int:
-        return int(torch.cuda.max_memory_allocated(self.device))
-
-
-def outside_allocator_bytes(card: CudaCard) -> int:
-    """What this process holds on the card beyond PyTorch's allocator, measured."""
-    reserved = card.reserved_bytes()
-    process = card.process_bytes()
-    if process is not None:
-        return max(0, process - reserved)
-    beyond_allocator = card.total_bytes() - card.free_bytes() - reserved  # + any neighbours
-    return max(0, min(beyond_allocator, FALLBACK_OUTSIDE_ALLOCATOR_MB * MIB))
-
-
 # --- the budget: one place decides whether a step fits and holds the trial to it -------------
 
 
@@ -428,6 +387,9 @@ class MemoryBudget:
     allocator's limit, so a step that needs more raises CUDA's own out-of-memory error. On
     CPU the meter enforces it: a step whose metered peak exceeds `budget_mb` raises
     `MemoryBudgetExceeded` before it allocates, as a card of that size would.
+
+    `device` may be `torch.device("cuda")`: the card is its current device, with its index.
+    `card` is the card to hold the trial to; by default the device's, none on a CPU.
     """
 
     def __init__(
@@ -435,18 +397,23 @@ class MemoryBudget:
         device: torch.device,
         budget_mb: float | None = None,
         gpu_share: float | None = None,
-        card: CudaCard | None = None,
+        card: TorchCudaCard | None = None,
     ) -> None:
-        self.device = device
+        self.device = indexed(device)
         self.budget_bytes = None if budget_mb is None else int(budget_mb * MIB)
-        self.card = card if card is not None or device.type != "cuda" else TorchCudaCard(device)
+        if card is None and self.device.type == "cuda":
+            card = TorchCudaCard(self.device)
+        self.card = card
         self.share: CudaShare | None = None
         self._metered: dict[tuple[int, ...], int] = {}  # CPU meter's peak by batch shape
         if self.card is not None:
-            self.card.warm_up()
-            self.share = cuda_share(
-                self.card.total_bytes(), gpu_share, budget_mb, outside_allocator_bytes(self.card)
-            )
+            outside = self.card.outside_allocator_bytes()  # once per process
+            if self.card.reserved_bytes() > 0:
+                # A reused worker's cache (the last trial's blocks): counted in this trial's
+                # reserved peak, it would pass for this trial's memory. Not after every
+                # trial's start: only when there is something cached.
+                self.card.release_cached()
+            self.share = cuda_share(self.card.total_bytes(), gpu_share, budget_mb, outside)
             # Always set: a reused worker process must not keep the previous trial's limit.
             self.card.set_allocator_fraction(self.share.allocator_fraction)
             if self.share.allocator_bytes <= 0:
@@ -455,6 +422,19 @@ class MemoryBudget:
                     f"process's CUDA context and libraries "
                     f"({self.share.outside_allocator_bytes / MIB:.0f} MiB)"
                 )
+
+    @property
+    def memory_device(self) -> torch.device:
+        """The device whose memory this budget holds: its card's, else its own."""
+        return self.card.device if self.card is not None else self.device
+
+    @property
+    def limit_bytes(self) -> int | None:
+        """What the trial's steps may reserve: the allocator's limit on a card, the budget
+        on CPU (None: no limit known)."""
+        if self.share is not None:
+            return self.share.allocator_bytes
+        return self.budget_bytes
 
     def enforce(
         self,
@@ -488,29 +468,47 @@ class MemoryBudget:
         measured in training mode (where checkpointing acts): on CPU by the meter, on CUDA
         by running the step with the update left out (weights, batch-norm statistics and
         gradients as they were). A batch that does not fit on the device itself: no."""
+        return self.step_peak(model, optimizer, make_batch, precision) is not None
+
+    def step_peak(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        make_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+        precision: Precision,
+        fresh: bool = False,
+    ) -> StepPeak | None:
+        """The peak of a training step on `make_batch()` with the update left out, or None
+        where it does not fit (see `fits`). On CUDA the cache is given back only after an
+        out-of-memory error (probing costs no more than the steps it runs), or before the
+        step where `fresh`: its reserved peak is then what a trial's first step reserves."""
         was_training = model.training
         model.train()
-        fits = True
+        peak: StepPeak | None = None
         try:
             inputs, targets = make_batch()
             if self.card is None:
-                fits = self.allows(self._metered_peak(model, optimizer, inputs, targets, precision))
+                metered = self._metered_peak(model, optimizer, inputs, targets, precision)
+                peak = StepPeak(metered, metered) if self.allows(metered) else None
             else:
+                if fresh:
+                    self.card.release_cached()
+                self.card.reset_peak()
                 with _buffers_restored(model):
                     train_step(model, optimizer, [(inputs, targets)], precision,
                                images=len(inputs), update=False)  # fmt: skip
+                peak = StepPeak(self.card.peak_bytes(), self.card.peak_reserved_bytes())
         except Exception as error:
             if not is_out_of_memory(error):
                 raise
-            fits = False
         finally:
             model.train(was_training)
         inputs = targets = None
         if self.card is not None:  # the failed step's tensors went with the except block
             optimizer.zero_grad(set_to_none=True)
-            if not fits:
-                torch.cuda.empty_cache()
-        return fits
+            if peak is None:
+                release_memory(self.memory_device)
+        return peak
 
     def _metered_peak(
         self,
@@ -538,10 +536,12 @@ class MemoryBudget:
         if self.card is not None:
             self.card.reset_peak()
 
-    def peak_bytes(self, metered: int) -> int:
-        """The training step's peak since `reset_peak`: the allocator's on CUDA, else the
-        meter's (`metered`, from `enforce`)."""
-        return self.card.peak_bytes() if self.card is not None else metered
+    def peak(self, metered: int) -> StepPeak:
+        """The peak since `reset_peak`: the allocator's on CUDA, else the meter's
+        (`metered`, from `enforce`), which stands for both tensors and reserved memory."""
+        if self.card is None:
+            return StepPeak(metered, metered)
+        return StepPeak(self.card.peak_bytes(), self.card.peak_reserved_bytes())
 
     def explain_oom(self, message: str) -> tuple[str, bool]:
         """After an out-of-memory error with `message`: (a note for the trial's detail,
@@ -559,3 +559,12 @@ class MemoryBudget:
         if card_was_full(self.share, free, reserved, requested_bytes(message)):
             return note + ": the card was full, not this trial's share", True
         return note, False
+
+
+@dataclass(frozen=True)
+class StepPeak:
+    """The peak of a training step: its live tensors, and what the allocator reserved for
+    them (what its limit is checked against). The CPU meter gives one figure for both."""
+
+    allocated_bytes: int
+    reserved_bytes: int

@@ -62,7 +62,8 @@ METRICS: dict[str, MetricSpec] = {
     "noise_scale": MetricSpec(
         "the gradient noise scale B_simple = tr(Σ)/|G|² measured over the epoch (McCandlish "
         "et al. 2018): about the largest batch that still pays off in steps; NaN where not "
-        "measured, inf where the gradient's signal is lost in its noise"
+        "measured (an epoch of one step without accumulation: that step trains whole), inf "
+        "where the gradient's signal is lost in its noise"
     ),
     "physical_batch_size": MetricSpec(
         "images per forward pass on the device in the epoch (the param batch_size is where "
@@ -78,9 +79,20 @@ METRICS: dict[str, MetricSpec] = {
     ),
     "lr": MetricSpec("learning rate in effect at the end of the epoch"),
     "peak_mem_mb": MetricSpec(
-        "peak memory of a training step (MiB): model, gradients, optimizer state, the batch "
-        "and its activations; the CUDA allocator's peak, or the CPU meter's",
+        "peak memory of the epoch's first training step, which always runs at the full "
+        "physical batch (MiB): model, gradients, optimizer state, the batch and its "
+        "activations; the CUDA allocator's peak of live tensors, or the CPU meter's",
         "min",
+    ),
+    "peak_reserved_mb": MetricSpec(
+        "what the CUDA allocator had reserved at that step's peak (MiB): what its limit "
+        "(memory_limit_mb) is checked against, so what decides an out-of-memory error; on "
+        "CPU the meter's peak_mem_mb"
+    ),
+    "memory_limit_mb": MetricSpec(
+        "what the trial's steps may reserve (MiB): on CUDA its GPU share or budget less what "
+        "its process holds outside the allocator (context, libraries); on CPU its budget; "
+        "NaN without a limit"
     ),
     "data_mb": MetricSpec(
         "the image splits the trial reads (MiB), in host memory shared by the node's trials; "
@@ -98,13 +110,31 @@ METRICS: dict[str, MetricSpec] = {
         "(the card was full while the trial was inside its share: not the config's fault)"
     ),
     "node": MetricSpec("the Ray node that ran the epoch (set by the Tune trainable)"),
+    "device_name": MetricSpec("the card (name and memory) or the CPU the trial trained on"),
+    "driver_version": MetricSpec("the NVIDIA driver's version (NVML); none on CPU"),
+    "torch_version": MetricSpec("PyTorch's version"),
+    "cuda_version": MetricSpec("the CUDA version PyTorch was built with"),
+    "cudnn_version": MetricSpec("cuDNN's version as PyTorch loads it"),
 }
 
-TEXT_METRICS = frozenset({"status", "status_detail", "oom_cause", "node"})
+# What every report says of the device a trial ran on (trainables.cuda.describe_device).
+DEVICE_RECORD = ("device_name", "driver_version", "torch_version", "cuda_version",
+                 "cudnn_version")  # fmt: skip
+TEXT_METRICS = frozenset({"status", "status_detail", "oom_cause", "node", *DEVICE_RECORD})
 # Measurements of the machine rather than of the training: they vary between runs of the
 # same seed, everything else repeats exactly (on the same device and thread count).
 MACHINE_METRICS = frozenset(
-    {"throughput", "epoch_time_s", "train_time_s", "time_to_target_s", "peak_mem_mb", "node"}
+    {
+        "throughput",
+        "epoch_time_s",
+        "train_time_s",
+        "time_to_target_s",
+        "peak_mem_mb",
+        "peak_reserved_mb",
+        "memory_limit_mb",
+        "node",
+        *DEVICE_RECORD,
+    }
 )
 NUMERIC_METRICS: tuple[str, ...] = tuple(name for name in METRICS if name not in TEXT_METRICS)
 OBJECTIVE_METRICS: tuple[str, ...] = tuple(

@@ -6,9 +6,9 @@ else must still fail loudly.
 
 from __future__ import annotations
 
-import gc
-
 import torch
+
+from trainables.cuda import collect_and_release
 
 # Messages of the RuntimeErrors that mean "out of memory" on some device or library.
 _OOM_MESSAGES = (
@@ -52,7 +52,4 @@ def release_memory(device: torch.device) -> None:
     dropped: the exception's traceback holds the failed step's tensors until the block is
     left. On CPU nothing is cached to give back (the meter refuses a step before it
     allocates), so it costs nothing there."""
-    if device.type != "cuda":
-        return
-    gc.collect()  # tensors in reference cycles of the failed step's frames
-    torch.cuda.empty_cache()
+    collect_and_release(device)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from trainables.cuda import bf16_supported
 from trainables.settings import AmpDtype
 
 
@@ -65,7 +66,7 @@ def precision_for(amp: bool, amp_dtype: AmpDtype, device: torch.device) -> Preci
     if not amp:
         return Precision(device.type, None)
     if device.type == "cuda":
-        if amp_dtype == "bfloat16" and torch.cuda.is_bf16_supported():
+        if amp_dtype == "bfloat16" and bf16_supported():
             return Precision("cuda", torch.bfloat16)
         return Precision("cuda", torch.float16, torch.amp.GradScaler("cuda"))
     return Precision(device.type, torch.bfloat16)

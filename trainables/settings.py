@@ -22,6 +22,8 @@ AmpDtype = Literal["float16", "bfloat16"]  # autocast dtype on CUDA (trainables.
 # Floats stay lax because YAML 1.1 reads `1e-4` (no dot) as a string.
 _STRICT = {"strict": True}
 _MODEL_NAME = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")
+_DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
+DEVICE_NAMES = "auto, cpu, cuda or cuda:N (N: a CUDA device index)"
 
 
 class TrainSettings(BaseModel):
@@ -77,7 +79,9 @@ class TrainSettings(BaseModel):
     deterministic: bool = Field(False, **_STRICT)
     augment: bool = Field(False, **_STRICT)  # random crop (padding 1/8 side) + horizontal flip
     memory_budget_mb: float | None = Field(None, gt=0)  # per trial; CPU: by the meter
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when there is one
+    # auto: the current CUDA device when torch sees one, else cpu; cuda: the current one
+    # (under Ray, the one the trial was given); cuda:N the N-th torch sees
+    device: str = "auto"
     num_threads: int | None = Field(None, gt=0, **_STRICT)  # torch threads; None: trial's CPU share
     data: DataSettings = DataSettings()  # used when no prepared data is passed in
 
@@ -90,6 +94,13 @@ class TrainSettings(BaseModel):
                 "mobilenet_v3_small) or your factory as 'module:function'"
             )
         return model
+
+    @field_validator("device")
+    @classmethod
+    def _a_device(cls, device: str) -> str:
+        if not _DEVICE_NAME.fullmatch(device):
+            raise ValueError(f"must be one of {DEVICE_NAMES}")
+        return device
 
     @field_validator("checkpoint_modules")
     @classmethod

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.augment import random_crop_flip
+from trainables.cuda import synchronize
 from trainables.memory import MemoryBudget
 from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, probe_steps
 from trainables.precision import Precision
@@ -128,7 +129,8 @@ class EpochResult:
     images: int  # images trained on (skipped steps included: they cost the same)
     optimizer_steps: int
     seconds: float  # wall time of the training part
-    peak_mem_bytes: int
+    peak_mem_bytes: int  # of the epoch's first step, at the full physical batch
+    peak_reserved_bytes: int  # the allocator's reserved memory at that step's peak
     skipped_steps: int = 0  # steps the GradScaler skipped (fp16 overflow)
     skipped_streak: int = 0  # consecutive skipped steps at the end of the epoch
     noise: NoiseScale = field(default_factory=NoiseScale)  # noise-scale estimates, summed
@@ -164,17 +166,14 @@ def step_groups(count: int, batch_size: int, accumulation_steps: int) -> list[li
 def with_noise_probes(groups: list[list[slice]], probes: int) -> tuple[list[list[slice]], set[int]]:
     """The epoch's steps as trained when the gradient noise scale is measured, and which
     steps are measured. Steps of two or more micro-batches are all measured (for free);
-    without accumulation, `probes` steps spread over the epoch are trained as two halves."""
+    without accumulation, `probes` steps spread over the epoch after its first are trained
+    as two halves. The first step always runs at the full physical batch: it is the step
+    whose peak is the trial's `peak_mem_mb`, and where a batch too large fails first."""
     if any(len(group) > 1 for group in groups):
         return groups, {step for step, group in enumerate(groups) if len(group) > 1}
-    probed = set(probe_steps(len(groups), probes))
+    probed = {1 + step for step in probe_steps(len(groups) - 1, probes)}
     split = [in_halves(group[0]) if step in probed else group for step, group in enumerate(groups)]
     return split, {step for step in probed if len(split[step]) > 1}
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def train_epoch(
@@ -228,7 +227,8 @@ def train_epoch(
     correct = torch.zeros((), device=device, dtype=torch.long)
     images = scored = skipped = steps = 0
     budget.reset_peak()
-    _synchronize(device)
+    first_step_peak = None
+    synchronize(device)
     started = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
     with contextlib.closing(stream):
@@ -247,6 +247,8 @@ def train_epoch(
             )
             images += outcome.images
             steps += 1
+            if first_step_peak is None:
+                first_step_peak = budget.peak(metered)
             if outcome.applied:
                 loss_sum += outcome.loss_sum
                 correct += outcome.correct
@@ -257,15 +259,17 @@ def train_epoch(
             skipped_streak += 1
             if skipped_streak >= DIVERGED_AFTER_SKIPPED_STEPS:
                 break
-    _synchronize(device)
+    synchronize(device)
     seconds = time.perf_counter() - started
+    peak = first_step_peak or budget.peak(metered)
     return EpochResult(
         train_loss=float(loss_sum) / scored if scored else math.nan,
         train_acc=float(correct) / scored if scored else math.nan,
         images=images,
         optimizer_steps=steps,
         seconds=seconds,
-        peak_mem_bytes=budget.peak_bytes(metered),
+        peak_mem_bytes=peak.allocated_bytes,
+        peak_reserved_bytes=peak.reserved_bytes,
         skipped_steps=skipped,
         skipped_streak=skipped_streak,
         noise=meter.result() if meter else NoiseScale(),

@@ -3,8 +3,10 @@ import csv
 import pytest
 import torch
 
-from search.capacity import Prober, largest_fitting, main
+import trainables.classifier as classifier
+from search.capacity import Prober, largest_fitting, largest_near, main, measure_row
 from tests.conftest import CONFIGS
+from tests.fake_cuda import MIB, CardLoad
 from trainables.memory import step_peak_bytes
 from trainables.settings import TrainSettings
 
@@ -26,10 +28,62 @@ def test_nothing_fits_gives_zero_and_everything_fits_stops_at_the_limit():
     assert largest_fitting(lambda b: True, limit=300) == 300
 
 
+@pytest.mark.parametrize("threshold", [1, 5, 64, 100, 240, 1000, 4095])
+@pytest.mark.parametrize("off_by", [1.0, 0.9, 1.1, 0.5, 2.0])
+def test_from_a_guess_the_search_finds_the_exact_largest_batch(threshold, off_by):
+    probes = []
+
+    def fits(batch: int) -> bool:
+        probes.append(batch)
+        return batch <= threshold
+
+    assert largest_near(fits, round(threshold * off_by)) == threshold
+    if off_by == 1.0:  # a right guess: one probe either side of it, then a short bisection
+        assert len(probes) <= 2 + (threshold // 32).bit_length()
+
+
+def test_from_a_guess_nothing_fitting_gives_zero_and_everything_stops_at_the_limit():
+    assert largest_near(lambda b: False, 100) == 0
+    assert largest_near(lambda b: True, 100, limit=300) == 300
+
+
+def with_card_load(monkeypatch, card, per_image: int, fixed: int) -> None:
+    """Every model built for a trial takes `fixed + per_image x batch` on the fake card."""
+    build = classifier.build_model
+
+    def build_with_load(*args, **kwargs):
+        model = build(*args, **kwargs)
+        model.insert(0, CardLoad(card, per_image=per_image, fixed=fixed))
+        return model
+
+    monkeypatch.setattr(classifier, "build_model", build_with_load)
+
+
+def test_on_a_card_two_probes_predict_the_largest_batch_and_a_few_more_verify_it(
+    monkeypatch, fake_cuda
+):
+    from trainables.cuda import TorchCudaCard
+
+    card = fake_cuda.cards[0]
+    with_card_load(monkeypatch, card, per_image=10 * MIB, fixed=100 * MIB)
+    lines = []
+    row = measure_row("baseline", TrainSettings(device="cpu"), image_size=16, budget_mb=3000,
+                      steps=1, host_limit_mb=1024, card=TorchCudaCard(torch.device("cuda")),
+                      say=lines.append)  # fmt: skip
+    # 3000 MiB less the 500 MiB context: 100 + 10 x 240 = 2500 MiB
+    assert row.max_batch_size == 240 and row.predicted_batch_size == 240
+    assert row.probes <= 6  # two to predict, then the verification
+    assert len(lines) == row.probes  # a line per probe, as it goes
+    assert [line.split(":")[0].strip() for line in lines[:2]] == ["batch 16", "batch 64"]
+    assert any("does not fit" in line for line in lines)
+    assert fake_cuda.calls.count("load_kernels") == 1
+
+
 def test_the_cpu_probe_solves_the_meter_exactly_because_it_is_affine_in_the_batch():
     settings = TrainSettings(model="resnet18", optimizer="adam", amp=True, grad_checkpointing=True)
     prober = Prober(settings, image_size=32, budget_mb=100)
     trial = prober.trial
+    assert not prober.on_card
     measured = step_peak_bytes(trial.model, trial.optimizer, *prober.batch(13), trial.precision)
     assert prober.peak_bytes(13) == pytest.approx(measured, rel=1e-6)
 

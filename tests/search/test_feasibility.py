@@ -98,3 +98,40 @@ def test_the_forecast_says_a_config_runs_out_like_a_failure_or_over_its_predicte
     assert forecast.verdict(over)[1].predicted_mb == 42
     forecast.failures["a"] = MemoryFootprint.of(fits)
     assert forecast.verdict(fits)[0] == "a" and forecast.runs_out(fits)
+
+
+def test_on_a_gpu_the_limit_is_learned_from_the_trials_reports_per_budget():
+    """The share less the process's context is known only on a GPU worker: until a trial
+    reports it, nothing is predicted; after, a line through reserved peaks is held to it."""
+    model = MemoryModel(on_gpu=True)
+    settings = TrainSettings.from_config({"model": "resnet50", "batch_size": 512})
+    assert model.predict(settings) is None  # no line, no limit
+    for batch, peak in ((16, 1000.0), (64, 2920.0)):  # 360 + 40 MiB per image
+        model.observe(settings.model_copy(update={"batch_size": batch}), batch, peak)
+    assert model.predict(settings) is None  # a line, but no limit yet
+    model.observe(settings, 16, 1000.0, limit_mb=19_700.0)
+    model.observe(settings, 16, 1000.0, limit_mb=19_500.0)  # a node whose context is larger
+    prediction = model.predict(settings)
+    assert prediction.predicted_mb == 360 + 40 * 512 and prediction.allowed_mb == 19_500
+    assert prediction.over
+    budgeted = settings.model_copy(update={"memory_budget_mb": 6000.0})
+    assert model.predict(budgeted) is None  # another budget: its own limit, not yet known
+
+
+def test_on_cpu_the_limit_is_the_budget_from_the_start():
+    model = MemoryModel(probe=lambda settings: lambda batch: 10 + 0.5 * batch)
+    settings = TrainSettings.from_config({"batch_size": 64, "memory_budget_mb": 40})
+    assert model.predict(settings).allowed_mb == 40
+    assert model.predict(settings.model_copy(update={"memory_budget_mb": None})) is None
+
+
+def test_a_memory_model_saved_before_limits_were_learned_restores_as_a_cpu_one():
+    import pickle
+
+    model = MemoryModel(probe=None)
+    state = dict(model.__dict__)
+    del state["_on_gpu"], state["_limits"]
+    old = MemoryModel.__new__(MemoryModel)
+    old.__setstate__(pickle.loads(pickle.dumps(state)))
+    settings = TrainSettings.from_config({"batch_size": 64, "memory_budget_mb": 40})
+    assert old.limit_mb(settings) == 40

@@ -157,6 +157,10 @@ def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_
         assert [m.step for m in history] == list(range(1, config["train"]["epochs"] + 1))
         assert "training_iteration" not in child.data.metrics
         assert child.info.run_name.startswith(f"bs{child.data.params['batch_size']}-")
+        # what it ran on: the card (here the CPU) and the versions that drove it
+        assert child.data.tags["torch_version"] == str(torch.__version__)
+        assert child.data.tags["device_name"].startswith("cpu (")
+        assert {"driver_version", "cuda_version", "cudnn_version"} <= set(child.data.tags)
     assert {c.data.params["optimizer"] for c in children} == {"sgd", "adam"}  # the grid ran
 
     assert sorted(c.data.params["seed"] for c in children) == ["0", "0", "1", "1"]

@@ -142,6 +142,27 @@ def test_without_a_probe_the_line_is_fitted_to_the_peaks_the_trials_reported():
     assert skipped and skipped[0].user_attrs["predicted_peak_mb"] == pytest.approx(50.0)
 
 
+def test_on_a_gpu_the_reserved_peaks_and_the_reported_limit_decide_without_a_budget():
+    """A 0.25 share and no budget: the limit (share less the process's context) comes with
+    the first report; the line goes through what the steps reserved, not their tensors."""
+    searcher = searcher_over(
+        space={"batch_size": SpaceParam("choice", (16, 32, 64))},
+        grid=[{"batch_size": 16}, {"batch_size": 32}],
+        fixed={**FIXED, "optimizer": "sgd"},
+        memory=MemoryModel(on_gpu=True),
+    )
+    for trial_id, reserved in (("a", 20.0), ("b", 30.0)):  # 10 + 10 MiB per 16 images
+        config = searcher.suggest(trial_id)
+        searcher.on_trial_complete(trial_id, result(
+            physical_batch_size=config["batch_size"], peak_mem_mb=reserved / 2,
+            peak_reserved_mb=reserved, memory_limit_mb=40.0,
+        ))  # fmt: skip
+    assert {searcher.suggest(f"t{i}")["batch_size"] for i in range(6)} <= {16, 32}
+    skipped = [t for t in searcher.study.trials if t.user_attrs.get("started") is False]
+    assert skipped and skipped[0].user_attrs["predicted_peak_mb"] == pytest.approx(50.0)
+    assert skipped[0].user_attrs["allowed_mb"] == 40
+
+
 def test_a_trial_stopped_early_is_pruned_but_not_marked_infeasible():
     searcher = searcher_over()
     searcher.suggest("a")

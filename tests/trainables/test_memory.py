@@ -1,11 +1,12 @@
 import pytest
 import torch
 
-from tests.fakes import GIB, MIB, FakeCudaCard
+from tests.fake_cuda import GIB, MIB, FakeCard, FakeCuda
 from trainables.checkpointing import enable_checkpointing
+from trainables.cuda import FALLBACK_OUTSIDE_ALLOCATOR_MB, TorchCudaCard
 from trainables.memory import (
-    FALLBACK_OUTSIDE_ALLOCATOR_MB,
     MemoryBudget,
+    StepLine,
     activation_bytes,
     card_was_full,
     cuda_share,
@@ -137,47 +138,116 @@ def test_an_oom_is_the_cards_fault_only_when_the_trials_own_limit_would_have_gra
     assert not card_was_full(whole, GIB // 2, 6 * GIB, ask)  # a card of its own: its fault
 
 
-def test_the_budget_sets_the_allocator_limit_to_the_share_less_the_measured_context():
-    card = FakeCudaCard(reserved=100 * MIB, process=700 * MIB)  # 600 MiB outside
-    budget = MemoryBudget(CPU, budget_mb=None, gpu_share=0.25, card=card)
-    assert budget.share.outside_allocator_bytes == 600 * MIB
+CUDA = torch.device("cuda")  # without an index, as users write it: the current card
+
+
+def test_a_budget_on_an_unindexed_cuda_device_holds_the_current_card_to_its_share(fake_cuda):
+    """A real card refuses `set_per_process_memory_fraction(f, torch.device("cuda"))`; the
+    fake refuses an unindexed device everywhere, so this fails if any call misses its index."""
+    budget = MemoryBudget(CUDA, gpu_share=0.25)
+    assert budget.device == torch.device("cuda", 0)
+    card = fake_cuda.cards[0]
+    assert card.fraction == pytest.approx((20 * GIB - 500 * MIB) / (80 * GIB))
+    assert budget.limit_bytes == 20 * GIB - 500 * MIB
+
+
+def test_the_fake_card_refuses_a_device_without_an_index_as_a_real_card_does(fake_cuda):
+    with pytest.raises(ValueError, match=r"Expected a torch\.device with a specified index"):
+        torch.cuda.set_per_process_memory_fraction(0.5, CUDA)
+    with pytest.raises(ValueError, match=r"Expected a torch\.device with a specified index"):
+        torch.cuda.memory_reserved(CUDA)  # torch itself accepts this one; the fake does not
+    with pytest.raises(TypeError, match="must be `float`"):
+        torch.cuda.set_per_process_memory_fraction(1, torch.device("cuda", 0))
+
+
+def test_the_budget_sets_the_allocator_limit_to_the_share_less_the_measured_context(monkeypatch):
+    card = FakeCard(context=600 * MIB)
+    FakeCuda([card]).install(monkeypatch)
+    budget = MemoryBudget(CUDA, budget_mb=None, gpu_share=0.25)
+    assert budget.share.outside_allocator_bytes == 600 * MIB  # NVML: the process less its cache
     assert card.fractions == [pytest.approx((20 * GIB - 600 * MIB) / (80 * GIB))]
 
 
-def test_a_reused_worker_process_gets_each_trials_own_limit():
-    card = FakeCudaCard()
-    MemoryBudget(CPU, gpu_share=0.25, card=card)
-    MemoryBudget(CPU, gpu_share=None, card=card)  # the next trial has the card to itself
+def test_a_reused_worker_process_gets_each_trials_own_limit_and_measures_its_context_once(
+    fake_cuda,
+):
+    card = fake_cuda.cards[0]
+    MemoryBudget(CUDA, gpu_share=0.25)
+    card.allocate(3 * GIB)  # the first trial's tensors, freed: 3 GiB stay in the cache
+    card.release(3 * GIB)
+    second = MemoryBudget(CUDA, gpu_share=None)  # the next trial has the card to itself
     assert card.fractions[0] < 0.25 and card.fractions[1] == pytest.approx(1 - 500 / 81920)
+    assert fake_cuda.calls.count("load_kernels") == 1  # the context is measured once
+    assert card.reserved == 0  # the last trial's cache would count as this trial's peak
+    second.reset_peak()
+    assert second.peak(0).reserved_bytes == 0
 
 
-def test_without_nvml_the_outside_is_what_the_card_shows_beyond_the_allocator_capped():
-    alone = FakeCudaCard(free=79 * GIB, reserved=0, process=None)  # 1 GiB used: this process
-    crowded = FakeCudaCard(free=10 * GIB, reserved=0, process=None)  # neighbours hold 70 GiB
-    assert MemoryBudget(CPU, gpu_share=0.25, card=alone).share.outside_allocator_bytes == (
-        min(GIB, FALLBACK_OUTSIDE_ALLOCATOR_MB * MIB)
-    )
-    assert MemoryBudget(CPU, gpu_share=0.25, card=crowded).share.outside_allocator_bytes == (
-        FALLBACK_OUTSIDE_ALLOCATOR_MB * MIB
-    )
+def test_a_trial_start_gives_nothing_back_when_nothing_is_cached(fake_cuda):
+    MemoryBudget(CUDA, gpu_share=0.25)
+    assert "empty_cache" not in fake_cuda.calls
 
 
-def test_a_share_too_small_for_the_context_is_an_out_of_memory_error_at_placement():
+def test_without_nvml_the_outside_is_what_the_card_shows_beyond_the_allocator_capped(
+    monkeypatch,
+):
+    alone = FakeCard(nvml_sees_process=False, context=GIB)  # 1 GiB used: this process
+    crowded = FakeCard(nvml_sees_process=False, context=GIB, neighbours=70 * GIB)
+    for card, expected in ((alone, FALLBACK_OUTSIDE_ALLOCATOR_MB * MIB),
+                           (crowded, FALLBACK_OUTSIDE_ALLOCATOR_MB * MIB)):  # fmt: skip
+        FakeCuda([card]).install(monkeypatch)
+        assert MemoryBudget(CUDA, gpu_share=0.25).share.outside_allocator_bytes == expected
+    small = FakeCard(nvml_sees_process=False, context=300 * MIB)
+    FakeCuda([small]).install(monkeypatch)
+    assert MemoryBudget(CUDA, gpu_share=0.25).share.outside_allocator_bytes == 300 * MIB
+
+
+def test_a_share_too_small_for_the_context_is_an_out_of_memory_error_at_placement(fake_cuda):
     with pytest.raises(torch.OutOfMemoryError, match="cannot hold this process's CUDA context"):
-        MemoryBudget(CPU, budget_mb=400, card=FakeCudaCard(process=500 * MIB))
+        MemoryBudget(CUDA, budget_mb=400)  # the context alone is 500 MiB
 
 
-def test_after_an_oom_the_budget_says_whether_the_card_or_the_trial_ran_out():
-    card = FakeCudaCard()
-    budget = MemoryBudget(CPU, gpu_share=0.25, card=card)
-    asking = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 80 GiB"
-    card.free, card.reserved = 30 * GIB, 19 * GIB  # at its own limit: its own fault
-    note, card_full = budget.explain_oom(asking)
-    assert not card_full and "the card had 30720 MiB free" in note
-    card.free, card.reserved = 100 * MIB, 3 * GIB  # room in its share, none on the card
-    note, card_full = budget.explain_oom(asking)
+def test_after_an_oom_the_budget_says_whether_the_card_or_the_trial_ran_out(fake_cuda):
+    card = fake_cuda.cards[0]
+    budget = MemoryBudget(CUDA, gpu_share=0.25)
+    with pytest.raises(torch.OutOfMemoryError) as own:
+        card.allocate(21 * GIB)  # over its own limit
+    note, card_full = budget.explain_oom(str(own.value))
+    assert not card_full and "the card had 81420 MiB free" in note
+    card.neighbours = 78 * GIB  # room in its share, none on the card
+    with pytest.raises(torch.OutOfMemoryError) as full:
+        card.allocate(2 * GIB)
+    note, card_full = budget.explain_oom(str(full.value))
     assert card_full and note.endswith("the card was full, not this trial's share")
     assert not budget.explain_oom("CUDA error: out of memory")[1]  # no size: learn from it
+
+
+def test_a_step_probed_on_a_card_reports_its_reserved_peak_and_an_oom_as_not_fitting(fake_cuda):
+    from tests.fake_cuda import CardLoad
+
+    card = fake_cuda.cards[0]
+    budget = MemoryBudget(CPU, budget_mb=2000, card=TorchCudaCard(CUDA))
+    model = torch.nn.Sequential(CardLoad(card, per_image=20 * MIB), torch.nn.Flatten(),
+                                torch.nn.Linear(3 * 4 * 4, 2))  # fmt: skip
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    fp32 = precision_for(False, "float16", CPU)
+
+    def batch(size):
+        return lambda: (torch.randn(size, 3, 4, 4), torch.randint(0, 2, (size,)))
+
+    peak = budget.step_peak(model, optimizer, batch(50), fp32)
+    assert peak is not None and peak.reserved_bytes == 1000 * MIB
+    assert "empty_cache" not in fake_cuda.calls  # a probe that fits gives nothing back
+    assert budget.step_peak(model, optimizer, batch(100), fp32) is None  # 2000 MiB + context
+    assert "empty_cache" in fake_cuda.calls  # after the OOM only
+
+
+def test_a_step_line_through_two_probes_predicts_the_largest_batch_within_a_limit():
+    line = StepLine(16, 64, at_small=620 * MIB, at_large=1580 * MIB)  # 300 MiB + 20 per image
+    assert line.at(256) == 300 * MIB + 256 * 20 * MIB
+    assert line.largest_within(300 * MIB + 100 * 20 * MIB) == 100
+    assert line.largest_within(100 * MIB) == 0
+    assert StepLine(16, 64, 400, 400).largest_within(500) == 1 << 16  # no growth: no bound
 
 
 def test_on_cpu_the_meter_decides_and_says_how_much_a_step_needs():

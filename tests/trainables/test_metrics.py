@@ -24,8 +24,10 @@ def test_the_schema_names_every_metric_of_the_design_once():
         "test_acc", "best_val_acc", "best_epoch", "gen_gap", "val_test_gap", "throughput",
         "epoch_time_s", "train_time_s", "time_to_target_s", "train_steps", "steps_to_target",
         "noise_scale", "physical_batch_size", "accumulation_steps",
-        "effective_batch_size", "scheduled_batch_size", "lr", "peak_mem_mb", "data_mb",
-        "skipped_steps", "status", "status_detail", "oom_cause", "node",
+        "effective_batch_size", "scheduled_batch_size", "lr", "peak_mem_mb",
+        "peak_reserved_mb", "memory_limit_mb", "data_mb", "skipped_steps", "status",
+        "status_detail", "oom_cause", "node", "device_name", "driver_version",
+        "torch_version", "cuda_version", "cudnn_version",
     }  # fmt: skip
     assert not {"status", "status_detail", "oom_cause", "node"} & set(NUMERIC_METRICS)
     assert {"throughput", "best_val_acc", "gen_gap", "time_to_target_s", "steps_to_target"} <= set(

@@ -102,8 +102,18 @@ def test_probes_are_spread_over_the_epoch_and_a_batch_splits_into_two_halves():
 def test_accumulated_steps_are_all_measured_and_plain_ones_only_at_the_probes():
     plain = [[slice(i, i + 8)] for i in range(0, 80, 8)]
     groups, measured = with_noise_probes(plain, probes=2)
-    assert measured == {2, 7}
-    assert groups[2] == [slice(16, 20), slice(20, 24)] and groups[3] == plain[3]
+    assert measured == {3, 7}  # spread over the steps after the first
+    assert groups[3] == [slice(24, 28), slice(28, 32)] and groups[2] == plain[2]
     accumulated = [[slice(0, 8), slice(8, 16)], [slice(16, 24), slice(24, 32)], [slice(32, 36)]]
     assert with_noise_probes(accumulated, probes=2) == (accumulated, {0, 1})
     assert with_noise_probes(plain, probes=0) == (plain, set())
+
+
+def test_the_first_step_of_an_epoch_always_trains_the_whole_physical_batch():
+    """It sets `peak_mem_mb` and is where a batch too large fails first: a probe's half
+    would measure half the step and let a trial of few steps never run a full one."""
+    for steps in (1, 2, 4, 5):
+        plain = [[slice(i, i + 8)] for i in range(0, 8 * steps, 8)]
+        groups, measured = with_noise_probes(plain, probes=4)
+        assert groups[0] == plain[0] and 0 not in measured
+        assert measured == set(range(1, steps))  # the rest, when there are few

@@ -11,7 +11,7 @@ import trainables.classifier as classifier
 from tests.fakes import OOM_ERRORS, RaiseWhen
 from trainables.classifier import fit_classifier
 from trainables.data import PreparedData
-from trainables.metrics import METRICS, NUMERIC_METRICS
+from trainables.metrics import DEVICE_RECORD, METRICS, NUMERIC_METRICS
 from trainables.oom import MemoryBudgetExceeded, is_out_of_memory
 from trainables.settings import TrainSettings
 
@@ -27,8 +27,10 @@ class Reports:
 
 
 def settings(**changes) -> TrainSettings:
-    # No noise probes: the injected failures count forward passes, one per step.
-    base = {"epochs": 3, "batch_size": 8, "train_eval_size": 16, "lr": 0.02, "noise_probe_steps": 0}
+    # No noise probes: the injected failures count forward passes, one per step, and the
+    # CPU meter's two tiny ones, on every machine (a card's path: the fake card below).
+    base = {"epochs": 3, "batch_size": 8, "train_eval_size": 16, "lr": 0.02, "noise_probe_steps": 0,
+            "device": "cpu"}  # fmt: skip
     return TrainSettings(**{**base, **changes})
 
 
@@ -200,7 +202,8 @@ def test_adabatch_growth_that_would_exceed_the_budget_continues_through_accumula
 
 
 def test_the_numeric_schema_leaves_out_only_the_text_fields():
-    assert set(METRICS) - set(NUMERIC_METRICS) == {"status", "status_detail", "oom_cause", "node"}
+    text = {"status", "status_detail", "oom_cause", "node", *DEVICE_RECORD}
+    assert set(METRICS) - set(NUMERIC_METRICS) == text
 
 
 def inject_outside_the_epoch(monkeypatch, phase: str, error) -> None:
@@ -347,37 +350,84 @@ def test_gradients_that_stay_non_finite_under_a_grad_scaler_end_the_trial_as_div
     assert "skipped 24 steps in a row" in last["status_detail"]
 
 
-def on_a_fake_card(monkeypatch, card) -> None:
-    """Trials hold their budget on `card` (a faked CUDA card) while the tensors stay on CPU."""
+def on_the_fake_card(monkeypatch) -> None:
+    """Trials hold their budget on the faked card (`fake_cuda`, through the project's own
+    `TorchCudaCard`) while their tensors stay on the CPU (their settings say `device:
+    cpu`: with the fake, `auto` would choose the card)."""
+    from trainables.cuda import TorchCudaCard
+
     real = classifier.MemoryBudget
     monkeypatch.setattr(
         classifier, "MemoryBudget", lambda device, budget_mb, gpu_share: real(
-            device, budget_mb, gpu_share, card=card
+            device, budget_mb, gpu_share, card=TorchCudaCard(torch.device("cuda"))
         ),
     )  # fmt: skip
 
 
 def test_a_share_too_small_for_the_cuda_context_prunes_the_trial_at_placement(
-    tiny_data: PreparedData, monkeypatch
+    tiny_data: PreparedData, monkeypatch, fake_cuda
 ):
-    from tests.fakes import MIB, FakeCudaCard
+    from tests.fake_cuda import MIB
 
-    on_a_fake_card(monkeypatch, FakeCudaCard(process=900 * MIB))
+    fake_cuda.cards[0].context = 900 * MIB
+    on_the_fake_card(monkeypatch)
     reports = Reports()
-    last = fit_classifier(settings(memory_budget_mb=512), tiny_data, reports)
+    last = fit_classifier(settings(memory_budget_mb=512, device="cpu"), tiny_data, reports)
     assert [m["status"] for m in reports.metrics] == ["oom"]
     assert "out of memory in placement on the device" in last["status_detail"]
     assert "cannot hold this process's CUDA context" in last["status_detail"]
 
 
 def test_an_oom_while_the_whole_card_was_full_is_recorded_as_the_cards_not_the_configs(
-    tiny_data: PreparedData, monkeypatch
+    tiny_data: PreparedData, monkeypatch, fake_cuda
 ):
-    from tests.fakes import GIB, MIB, FakeCudaCard
+    from tests.fake_cuda import GIB, CardLoad
 
     # A quarter of the card is the trial's, but neighbours left only 100 MiB free.
-    on_a_fake_card(monkeypatch, FakeCudaCard(free=100 * MIB, reserved=2 * GIB))
-    inject(monkeypatch, "forward", OOM_ERRORS["torch.OutOfMemoryError"])
-    last = fit_classifier(settings(), tiny_data, Reports(), gpu_share=0.25)
+    card = fake_cuda.cards[0]
+    card.neighbours = card.total - card.context - 100 * (1 << 20)
+    on_the_fake_card(monkeypatch)
+    with_stage(monkeypatch, CardLoad(card, per_image=GIB // 16))
+    last = fit_classifier(settings(device="cpu"), tiny_data, Reports(), gpu_share=0.25)
     assert last["status"] == "oom" and last["oom_cause"] == "card"
     assert last["status_detail"].endswith("the card was full, not this trial's share")
+
+
+def test_a_step_over_the_share_on_a_card_fails_at_the_first_full_size_step(
+    tiny_data: PreparedData, monkeypatch, fake_cuda
+):
+    """The first step trains the whole physical batch (no noise probe splits it): the
+    trial that cannot fit fails there, having trained nothing, and its limit is reported."""
+    from tests.fake_cuda import MIB, CardLoad
+
+    card = fake_cuda.cards[0]
+    on_the_fake_card(monkeypatch)
+    load = CardLoad(card, per_image=100 * MIB)
+    with_stage(monkeypatch, load)
+    over = settings(batch_size=16, noise_probe_steps=4, memory_budget_mb=1500, device="cpu")
+    last = fit_classifier(over, tiny_data, Reports())
+    assert last["status"] == "oom" and last["oom_cause"] == "share"
+    assert "out of memory in training" in last["status_detail"]
+    assert "Tried to allocate 1600.00 MiB" in last["status_detail"]
+    assert last["memory_limit_mb"] == 1000  # the budget less the 500 MiB context
+    assert load.batches == [16]  # its first forward, at the whole batch
+    assert card.allocated == 0 and "empty_cache" in fake_cuda.calls
+
+
+def test_a_trial_on_a_card_reports_the_reserved_peak_of_its_full_size_first_step(
+    tiny_data: PreparedData, monkeypatch, fake_cuda
+):
+    from tests.fake_cuda import MIB, CardLoad
+
+    card = fake_cuda.cards[0]
+    on_the_fake_card(monkeypatch)
+    with_stage(monkeypatch, CardLoad(card, per_image=10 * MIB, fixed=7 * MIB))
+    reports = Reports()
+    on_cpu = settings(batch_size=16, noise_probe_steps=8, epochs=2, device="cpu")
+    fit_classifier(on_cpu, tiny_data, reports)
+    for metrics in reports.metrics:  # 3 steps an epoch, the last two probed in halves
+        assert metrics["status"] == "ok"
+        assert metrics["peak_mem_mb"] == 167  # 16 images: not 8, a probe's half
+        assert metrics["peak_reserved_mb"] == 168  # in 2 MiB blocks
+        assert metrics["device_name"] == "Fake H100 (81920 MiB)"
+        assert metrics["driver_version"] == "580.65.06"

@@ -19,14 +19,13 @@ def test_amp_on_cpu_is_bf16_autocast_without_a_scaler():
 
 
 @pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled")
-def test_amp_on_cuda_is_fp16_with_a_grad_scaler_whose_state_is_kept(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+def test_amp_on_cuda_is_fp16_with_a_grad_scaler_whose_state_is_kept(fake_cuda):
+    fake_cuda.cards[0].major = 7  # a V100: no bfloat16
     precision = precision_for(True, "bfloat16", torch.device("cuda"))
     assert precision.dtype is torch.float16 and precision.scaler is not None
     assert isinstance(precision.state_dict(), dict)
 
 
-def test_bf16_on_a_cuda_device_that_supports_it_needs_no_scaler(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+def test_bf16_on_a_cuda_device_that_supports_it_needs_no_scaler(fake_cuda):
     precision = precision_for(True, "bfloat16", torch.device("cuda"))
     assert precision.dtype is torch.bfloat16 and precision.scaler is None

@@ -1,0 +1,50 @@
+"""`bench/on_device.py`, the one call a GPU session makes, run here: everything lands in one
+folder, a part over its limit is stopped and named, and failed tests are listed."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def on_device(out, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / "on_device.py"), "--out", str(out), *args],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+
+
+def test_a_part_over_its_limit_is_stopped_and_a_failing_test_is_listed(tmp_path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_probe.py").write_text(
+        "def test_passes():\n    assert True\n\n\n"
+        "def test_fails():\n    assert 1 == 2, 'the card said no'\n"
+    )
+    out = tmp_path / "out"
+    finished = on_device(out, "--parts", "loop", "--part-timeout", "0.5",
+                         "--pytest-args", f"-q {tests}")  # fmt: skip
+    assert finished.returncode == 1  # a test failed
+    summary = (out / "summary.txt").read_text()
+    assert "pytest:" in summary and "failed tests: 1" in summary and "card:" in summary
+    assert "test_fails" in (out / "failures.txt").read_text()
+    assert "the card said no" in (out / "failures.txt").read_text()
+    rows = (out / "gpu.csv").read_text()
+    assert "the part ran out of time" in rows  # loop: stopped after half a second
+    assert (out / "gpu-loop.log").exists() and (out / "tests.log").exists()
+    assert (out / "junit.xml").exists()
+
+
+def test_the_suite_alone_passing_is_a_clean_exit(tmp_path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_probe.py").write_text("def test_passes():\n    assert True\n")
+    out = tmp_path / "out"
+    finished = on_device(out, "--parts", "--pytest-args", f"-q {tests}")
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert (out / "failures.txt").read_text() == ""
+    assert not (out / "gpu.csv").exists()

@@ -1,0 +1,54 @@
+"""The CUDA path on a real card, where there is one (`python bench/on_device.py` runs the
+suite on the lent GPU machine); skipped elsewhere, where tests/fake_cuda.py stands in."""
+
+import pytest
+import torch
+
+from search.capacity import measure_row
+from trainables.classifier import fit_classifier
+from trainables.cuda import TorchCudaCard
+from trainables.data import DataSettings, prepare_data
+from trainables.memory import MIB, MemoryBudget
+from trainables.settings import TrainSettings
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA card")
+
+
+@pytest.fixture(scope="module")
+def small_images():
+    return prepare_data(DataSettings(image_size=64, train_per_class=64, val_per_class=16,
+                                     test_per_class=16))  # fmt: skip
+
+
+def test_a_budget_on_the_unindexed_cuda_device_sets_the_cards_limit():
+    budget = MemoryBudget(torch.device("cuda"), gpu_share=0.25)
+    assert budget.device.index is not None
+    card = TorchCudaCard(torch.device("cuda"))
+    assert 0 < budget.limit_bytes < card.total_bytes() / 4
+
+
+def test_a_trial_on_the_card_reports_its_full_step_peak_limit_and_card(small_images):
+    reports = []
+    settings = TrainSettings(model="resnet18", batch_size=32, epochs=2, train_eval_size=32,
+                             device="cuda")  # fmt: skip
+    last = fit_classifier(settings, small_images, lambda m, _: reports.append(m), gpu_share=0.25)
+    assert [m["status"] for m in reports] == ["ok", "ok"]
+    assert 0 < last["peak_mem_mb"] <= last["peak_reserved_mb"] < last["memory_limit_mb"]
+    card = TorchCudaCard(torch.device("cuda"))
+    assert last["device_name"].startswith(torch.cuda.get_device_properties(card.device).name)
+
+
+def test_a_trial_over_its_share_is_pruned_at_its_first_step(small_images):
+    reports = []
+    settings = TrainSettings(model="resnet18", batch_size=128, epochs=1, device="cuda",
+                             memory_budget_mb=1000)  # fmt: skip
+    last = fit_classifier(settings, small_images, lambda m, _: reports.append(m))
+    assert last["status"] == "oom" and last["oom_cause"] == "share", last["status_detail"]
+    assert "out of memory in training" in last["status_detail"]
+
+
+def test_the_capacity_prober_predicts_and_verifies_on_the_card():
+    row = measure_row("baseline", TrainSettings(model="resnet18", device="cuda"), image_size=64,
+                      budget_mb=2000, steps=1, host_limit_mb=1024)  # fmt: skip
+    assert row.max_batch_size > 0 and row.probes <= 12
+    assert row.peak_mem_mb * MIB <= 2000 * MIB
