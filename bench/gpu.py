@@ -244,7 +244,7 @@ def memory_part() -> list[Row]:
     held_out = tuple(b for b in MEMORY_BATCHES if b not in CARD_PROBE_BATCHES)
     what = f"{model}, {size} px, reserved peak, probes at {CARD_PROBE_BATCHES}"
     if not on_gpu():
-        what += "; the CPU meter (a stand-in: exact by construction)"
+        what += "; the CPU meter (a stand-in: the largest of a few lines in the batch)"
     rows = []
     for result in line_errors(model, size):
         note = f"{what}; not held: {list(result.out_of_memory)}" if result.out_of_memory else what

@@ -18,13 +18,20 @@ def on_device(out, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_a_part_over_its_limit_is_stopped_and_a_failing_test_is_listed(tmp_path):
+def suite_of(tmp_path, source: str):
+    """A folder holding one test module with `source`: the suite the call runs."""
     tests = tmp_path / "tests"
     tests.mkdir()
-    (tests / "test_probe.py").write_text(
-        "def test_passes():\n    assert True\n\n\n"
-        "def test_fails():\n    assert 1 == 2, 'the card said no'\n"
-    )
+    (tests / "test_probe.py").write_text(source)
+    return tests
+
+
+PASSES = "def test_passes():\n    assert True\n"
+
+
+def test_a_part_over_its_limit_is_stopped_and_a_failing_test_is_listed(tmp_path):
+    fails = "\n\ndef test_fails():\n    assert 1 == 2, 'the card said no'\n"
+    tests = suite_of(tmp_path, PASSES + fails)
     out = tmp_path / "out"
     finished = on_device(out, "--parts", "loop", "--part-timeout", "0.5",
                          "--pytest-args", f"-q {tests}")  # fmt: skip
@@ -40,9 +47,7 @@ def test_a_part_over_its_limit_is_stopped_and_a_failing_test_is_listed(tmp_path)
 
 
 def test_the_suite_alone_passing_is_a_clean_exit(tmp_path):
-    tests = tmp_path / "tests"
-    tests.mkdir()
-    (tests / "test_probe.py").write_text("def test_passes():\n    assert True\n")
+    tests = suite_of(tmp_path, PASSES)
     out = tmp_path / "out"
     finished = on_device(out, "--parts", "--pytest-args", f"-q {tests}")
     assert finished.returncode == 0, finished.stdout + finished.stderr
