@@ -32,6 +32,7 @@ from analysis.load import (
 from analysis.pareto import finished_mask, objective_matrix
 from analysis.techniques import switched_on
 from trainables.metrics import STATUS_OK, STATUS_OOM, STATUS_OOM_PREDICTED
+from trainables.techniques import memory_techniques_shown
 
 FRONT, OTHER, INFEASIBLE, AT_CHANCE = "#ff7f0e", "#1f77b4", "#d62728", "#7f7f7f"  # tab: colours
 
@@ -272,19 +273,18 @@ def parallel_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | N
     return _save(figure, path)
 
 
-# The switches (analysis.techniques) that change a step's memory, as the chart names them.
-MEMORY_TECHNIQUES = {"amp": "AMP", "grad_checkpointing": "checkpointing"}
-
-
-def technique_labels(frame: pd.DataFrame) -> pd.Series:
-    """The memory techniques each trial used, e.g. `AMP + checkpointing`, or `plain`."""
-    on = {shown: switched_on(frame, switch) for switch, shown in MEMORY_TECHNIQUES.items()}
+def technique_labels(frame: pd.DataFrame, on_gpu: bool | None = None) -> pd.Series:
+    """The techniques that change memory (the technique table's) each trial used, e.g.
+    `AMP + checkpointing`, or `plain`; GPU-only ones not where the trials ran on CPUs."""
+    on = {t.shown: switched_on(frame, t.name) for t in memory_techniques_shown(on_gpu)}
     labels = [" + ".join(shown for shown, mask in on.items() if mask[index]) or "plain"
               for index in frame.index]  # fmt: skip
     return pd.Series(labels, index=frame.index)
 
 
-def batch_size_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | None:
+def batch_size_chart(
+    frame: pd.DataFrame, path: Path, title: str = "", on_gpu: bool | None = None
+) -> Path | None:
     """The chart a batch-size search needs most, over the starting batch (log scale): peak
     memory per technique with the memory budget as a line and the trials that ran out of
     memory drawn where they failed (at what the step needed, or, predicted, at the budget);
@@ -292,7 +292,7 @@ def batch_size_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path |
     batch_column = f"{CONFIG_PREFIX}batch_size"
     if batch_column not in frame or "peak_mem_mb" not in frame:
         return None
-    labels = technique_labels(frame)
+    labels = technique_labels(frame, on_gpu)
     budget_column = f"{CONFIG_PREFIX}memory_budget_mb"
     budgets = pd.to_numeric(frame.get(budget_column, pd.Series(dtype=float)), errors="coerce")
     budgets = sorted(set(budgets.dropna().tolist()))

@@ -122,7 +122,7 @@ def build_report(
         pairwise_front_chart(marked, objectives, feasible, out_dir / "pareto_front.png", title),
         front_3d_chart(marked, objectives, feasible, out_dir / "pareto_3d.png", title),
         parallel_chart(marked, out_dir / "parallel.png", title),
-        batch_size_chart(marked, out_dir / "batch_size.png", title),
+        batch_size_chart(marked, out_dir / "batch_size.png", title, on_gpu),
     ]
     images = {}
     if charts[-1] is not None:

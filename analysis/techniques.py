@@ -42,18 +42,20 @@ def _optimizer_is(name: str) -> Callable[[object], bool]:
     return lambda value: value == name
 
 
-# Every technique of the table (trainables.techniques), then each optimizer against the rest.
-SWITCHES: dict[str, Switch] = {
-    **{
-        name: Switch(technique.key, technique.is_on, technique.gpu_only)
-        for name, technique in TECHNIQUES.items()
-    },
-    **{
-        f"optimizer {name}": Switch("optimizer", _optimizer_is(name))
-        for name in OPTIMIZERS
-        if name != "sgd"
-    },
-}
+def switches() -> dict[str, Switch]:
+    """Every technique of the table (trainables.techniques), then each optimizer against
+    the rest."""
+    return {
+        **{
+            name: Switch(technique.key, technique.is_on, technique.gpu_only)
+            for name, technique in TECHNIQUES.items()
+        },
+        **{
+            f"optimizer {name}": Switch("optimizer", _optimizer_is(name))
+            for name in OPTIMIZERS
+            if name != "sgd"
+        },
+    }
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def not_measurable(why: str) -> Effect:
 
 def switched_on(frame: pd.DataFrame, switch: str) -> pd.Series:
     """True/False per trial for `switch` (False where the config does not have its key)."""
-    spec = SWITCHES[switch]
+    spec = switches()[switch]
     column = f"{CONFIG_PREFIX}{spec.key}"
     if column not in frame:
         return pd.Series(False, index=frame.index)
@@ -155,7 +157,7 @@ def technique_effects(
     front = usable[usable["is_pareto"] == True]  # noqa: E712
     settings = varied_settings(usable)
     rows = []
-    for name, spec in SWITCHES.items():
+    for name, spec in switches().items():
         on = switch_column(frame, name)
         if on is None:
             continue

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import statistics
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -35,13 +34,10 @@ from typing import Any
 
 import torch
 
-# The folder generator is the tests' helper; bench/ runs from a checkout, so take it there.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.image_folders import write_pet_folder
 from trainables.classifier import TrialData, fit_classifier
 from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.data.decode import decode_image
+from trainables.data.example_folders import write_pet_folder
 from trainables.data.folder import list_image_folder
 from trainables.settings import TrainSettings
 from trainables.training import batch_slices, device_batches

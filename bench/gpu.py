@@ -20,14 +20,15 @@
    configs/cats_dogs_gpu.yaml search with a budget the larger batches exceed: trials ended
    ok / oom / oom_predicted / ERROR (goal: no ERROR).
 
-Each part runs in a process of its own, under its own time limit (`--part-timeout`).
+Each part runs in a process of its own, under its own time limit (`PART_SECONDS` in
+bench/on_device.py, or `--part-timeout` for all), ended with everything it started.
 Without a GPU the loop and memory parts run a small stand-in (the small CNN at 32 px; its
 memory is the CPU meter's) so that every code path is exercised, and each GPU-only figure is
 printed as not measured, with why. `bench/on_device.py` runs this and the test suite on the
 GPU machine in one call.
 
     python bench/gpu.py [--parts loop memory capacity packing oom] [--out gpu.csv]
-                        [--epochs 2] [--part-timeout 150]
+                        [--epochs 2] [--part-timeout SECONDS]
 """
 
 from __future__ import annotations
@@ -50,10 +51,11 @@ from typing import Any
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from on_device import PART_SECONDS, run_limited  # bench/, first on a script's path
 
 from analysis.load import PREDICTED_PEAK_COLUMN
 from trainables.classifier import build_optimizer, fit_classifier
-from trainables.cuda import available, synchronize
+from trainables.cuda import available, resolve_device, synchronize
 from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.memory import CARD_PROBE_BATCHES, StepLine
 from trainables.metrics import STATUS_OOM, STATUS_ORDER
@@ -104,7 +106,7 @@ def device_name() -> str:
 
 
 def here() -> torch.device:
-    return torch.device("cuda", 0) if on_gpu() else torch.device("cpu")
+    return resolve_device("auto")
 
 
 # --- 1. the trainable against a bare loop ----------------------------------------------------
@@ -439,22 +441,18 @@ def run_part(part: str, epochs: int, out_dir: Path) -> list[Row]:
 def part_in_own_process(part: str, epochs: int, out_dir: Path, timeout_s: float) -> list[Row]:
     """One part in a process of its own, so that each starts on an empty card: no CUDA
     context, cached allocator blocks or Ray instance left by the part before; one that
-    runs past `timeout_s` is stopped and said so, and the next part runs."""
+    runs past `timeout_s` is stopped, with all it started, and said so, and the next runs."""
     csv_path = out_dir / f"gpu-{part}.csv"
     log = out_dir / f"gpu-{part}.log"
     command = [sys.executable, __file__, "--parts", part, "--out", str(csv_path),
                "--epochs", str(epochs), "--in-process"]  # fmt: skip
-    try:
-        finished = subprocess.run(command, capture_output=True, text=True, check=False,
-                                  timeout=timeout_s)  # fmt: skip
-    except subprocess.TimeoutExpired as stopped:
-        log.write_text(_text(stopped.stdout) + _text(stopped.stderr))
+    code = run_limited(command, log, timeout_s)
+    if code is None:
         return [Row(part, "the part ran out of time", None, "",
                     f"stopped after {timeout_s:.0f} s; its output: {log.name}")]  # fmt: skip
-    log.write_text(finished.stdout + finished.stderr)
-    if finished.returncode != 0 or not csv_path.exists():
-        why = (finished.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        return [Row(part, "the part failed", None, "", f"exit {finished.returncode}: {why}")]
+    if code != 0 or not csv_path.exists():
+        why = (log.read_text().strip().splitlines() or ["no output"])[-1][:200]
+        return [Row(part, "the part failed", None, "", f"exit {code}: {why}")]
     with csv_path.open() as file:
         return [
             Row(row["part"], row["measurement"], float(row["value"]) if row["value"] else None,
@@ -463,17 +461,13 @@ def part_in_own_process(part: str, epochs: int, out_dir: Path, timeout_s: float)
         ]  # fmt: skip
 
 
-def _text(output: str | bytes | None) -> str:
-    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--out", type=Path, default=Path("gpu.csv"), help="the CSV")
     parser.add_argument("--epochs", type=int, default=2, help="per timed run (the last counts)")
-    parser.add_argument("--part-timeout", type=float, default=150,
-                        help="seconds each part may run (default: 150)")  # fmt: skip
+    parser.add_argument("--part-timeout", type=float, default=None,
+                        help=f"seconds each part may run (default: {PART_SECONDS})")  # fmt: skip
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     device = device_name()
@@ -486,7 +480,8 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[Row] = []
     for part in args.parts:
         started = time.perf_counter()
-        rows += part_in_own_process(part, args.epochs, out_dir, args.part_timeout)
+        limit = args.part_timeout or PART_SECONDS[part]
+        rows += part_in_own_process(part, args.epochs, out_dir, limit)
         print(f"  {part}: {time.perf_counter() - started:.0f} s", flush=True)
     print(render(rows))
     write_csv(rows, args.out, device)

@@ -1,6 +1,8 @@
 """Each batch-size technique's training time and memory relative to the baseline.
 
-Every row trains the same model on the same data at the same effective batch, in one
+The rows are the technique table's (`trainables.techniques`): the baseline, each technique
+switched on, and those that change memory together. Every row trains the same model on the
+same data at the same effective batch (accumulation divides the physical batch), in one
 process, alternating rows over several rounds so that drift in the machine's speed falls on
 all of them; times are the median over rounds of the trainable's own `epoch_time_s` (the
 training part of an epoch), memory is its `peak_mem_mb` (the CPU meter, or CUDA's peak).
@@ -22,16 +24,17 @@ from trainables.classifier import fit_classifier
 from trainables.cuda import available
 from trainables.data import DataSettings, prepare_data
 from trainables.settings import TrainSettings
+from trainables.techniques import TECHNIQUES
 
-TECHNIQUES: dict[str, dict[str, Any]] = {
-    "baseline": {},
-    "amp": {"amp": True},
-    "grad_checkpointing": {"grad_checkpointing": True},
-    "amp + grad_checkpointing": {"amp": True, "grad_checkpointing": True},
-    "accumulation x4 (batch/4 micro)": {"accumulation_steps": 4, "micro": 4},
-    "cudnn_benchmark": {"cudnn_benchmark": True},
-    "augment": {"augment": True},
-}
+
+def rows() -> dict[str, dict[str, Any]]:
+    """Row name -> the settings it switches on, from the technique table."""
+    savers = [t for t in TECHNIQUES.values() if t.memory in ("saves", "mixed")]
+    table = {"baseline": {}}
+    table |= {t.shown: {t.key: t.on} for t in TECHNIQUES.values()}
+    if len(savers) > 1:
+        table[" + ".join(t.shown for t in savers)] = {t.key: t.on for t in savers}
+    return table
 
 
 def epoch_figures(settings: TrainSettings, data) -> tuple[float, float]:
@@ -45,14 +48,11 @@ def epoch_figures(settings: TrainSettings, data) -> tuple[float, float]:
     return reports[-1]["epoch_time_s"], reports[-1]["peak_mem_mb"]
 
 
-def settings_for(name: str, args: argparse.Namespace) -> TrainSettings:
-    switches = dict(TECHNIQUES[name])
-    batch = args.batch_size
-    if switches.pop("micro", None):
-        batch //= switches["accumulation_steps"]
+def settings_for(switches: dict[str, Any], args: argparse.Namespace) -> TrainSettings:
+    accumulation = int(switches.get("accumulation_steps", 1))
     return TrainSettings(
         model=args.model,
-        batch_size=batch,
+        batch_size=max(1, args.batch_size // accumulation),  # the same effective batch
         epochs=2,
         train_eval_size=32,
         eval_batch_size=64,
@@ -86,11 +86,12 @@ def main() -> None:
             test_per_class=16,
         )
     )
-    times: dict[str, list[float]] = {name: [] for name in TECHNIQUES}
+    table = rows()
+    times: dict[str, list[float]] = {name: [] for name in table}
     memory: dict[str, float] = {}
     for _ in range(args.rounds):
-        for name in TECHNIQUES:
-            seconds, peak = epoch_figures(settings_for(name, args), data)
+        for name, switches in table.items():
+            seconds, peak = epoch_figures(settings_for(switches, args), data)
             times[name].append(seconds)
             memory[name] = peak
     device = "cuda" if available() else f"cpu, {args.threads} threads"
@@ -101,7 +102,7 @@ def main() -> None:
     base_time = statistics.median(times["baseline"])
     base_memory = memory["baseline"]
     print(f"{'technique':34s} {'s/epoch':>8s} {'time x':>7s} {'peak MiB':>9s} {'memory x':>9s}")
-    for name in TECHNIQUES:
+    for name in table:
         seconds = statistics.median(times[name])
         print(
             f"{name:34s} {seconds:8.3f} {seconds / base_time:7.2f} "

@@ -11,8 +11,9 @@ galloping outwards where it was off and bisecting back to the exact largest batc
 handful of probes where doubling and bisection took about 2 log2(b). On a GPU a probe is a
 real training step (an out-of-memory error means no) and its peak is the allocator's
 reserved memory; the cuDNN autotuner, which tunes every new batch shape again, runs only
-in the rows that have it on. On CPU the probe is the memory meter, whose parts are affine
-in the batch, measured on two tiny batches and solved exactly
+in the row that measures it (`trainables.techniques.capacity_rows`: the baseline; the
+memory-saving techniques' rows run with it off). On CPU the probe is the memory meter,
+whose parts are affine in the batch, measured on two tiny batches and solved exactly
 (`trainables.memory.MeteredStep`), so batches the host could not hold are never allocated.
 A line per probe is printed as it goes.
 """
@@ -40,6 +41,7 @@ from trainables.classifier import set_determinism, start_trial
 from trainables.cuda import TorchCudaCard, available, resolve_device, synchronize
 from trainables.memory import (
     CARD_PROBE_BATCHES,
+    MAX_BATCH,
     MIB,
     MemoryBudget,
     MeteredStep,
@@ -55,10 +57,6 @@ from trainables.techniques import capacity_rows
 
 EXIT_USAGE = 2
 NUM_CLASSES = 2  # cats and dogs; the memory of the head hardly depends on it
-MAX_BATCH = 1 << 16  # stop doubling here: "fits anything we would try"
-
-# (row name, settings), from the technique table; the seed's baseline ran the autotuner.
-ROWS: list[tuple[str, dict[str, object]]] = capacity_rows()
 
 
 def largest_fitting(fits: Callable[[int], bool], limit: int = MAX_BATCH) -> int:
@@ -264,7 +262,8 @@ def capacity_table(
 ) -> list[CapacityRow]:
     base = on_this_machine(TrainSettings.from_config(config.train_config()))
     rows = []
-    for name, switches in ROWS:
+    for name, switches in capacity_rows():  # the technique table's; the seed's baseline
+        # ran the cuDNN autotuner
         settings = base.model_copy(update={**switches, "accumulation_steps": 1})
         say(f"  {name}:")
         row = measure_row(name, settings, config.data.image_size, budget_mb, steps,

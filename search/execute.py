@@ -16,6 +16,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 from analysis.flat import flatten
 from analysis.load import frame_from_tune, histories_from_tune, trial_row
 from analysis.report import NUM_CLASSES_TAG, build_report, publish
+from search.background import in_background
 from search.cli import EXIT_INTERRUPTED, EXIT_STOPPED, RunOptions
 from search.cluster import is_server
 from search.config import SearchConfig
@@ -23,7 +24,6 @@ from search.console import mlflow_ui_command, runs_link, say, summary_table
 from search.experiment import SearchState
 from search.recovery import Outcome, fit_with_recovery
 from search.skipped import skipped_suggestions
-from search.startup import in_background
 from search.tracking import (
     MlflowTrialCallback,
     ParentRun,

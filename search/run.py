@@ -8,6 +8,7 @@ the fit, the report, and every MLflow run left FINISHED or FAILED.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     try:
         config = load_config(args.config, args.overrides, flags=flags)
+        check_trial_device(config)
         check_local_devices(config, options)
         check_models(config)
         check_storage(Path(config.run.storage_path), config.source)
@@ -88,6 +90,11 @@ def check_local_devices(config: SearchConfig, options: RunOptions) -> None:
                 )
             ],
         )
+
+
+def check_trial_device(config: SearchConfig) -> None:
+    """Refuse a trial device the trial will not see: Ray shows a trial its own GPUs only
+    (none without `resources.gpu`), numbered from 0."""
     device = TrainSettings.from_config(config.train).device
     if device.startswith("cuda") and config.resources.gpu == 0:
         raise ConfigError(
@@ -96,6 +103,20 @@ def check_local_devices(config: SearchConfig, options: RunOptions) -> None:
                 Problem(
                     "train.device",
                     f"is {device!r} but resources.gpu is 0: trials would see no GPU",
+                )
+            ],
+        )
+    index = int(device.partition(":")[2] or 0)
+    seen = max(1, math.ceil(config.resources.gpu))  # Ray shows a trial only its own GPUs
+    if index >= seen:
+        raise ConfigError(
+            config.source,
+            [
+                Problem(
+                    "train.device",
+                    f"is {device!r} but each trial sees {seen} GPU{'s' if seen > 1 else ''} "
+                    f"(resources.gpu={config.resources.gpu:g}), numbered from 0: use 'cuda' "
+                    "or 'auto'",
                 )
             ],
         )

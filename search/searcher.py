@@ -210,19 +210,32 @@ class FeasibilityAwareOptunaSearch(Searcher):
         trial.set_user_attr(STATUS_ATTR, STATUS_OK)
         self._study.tell(trial, [float(v) for v in values], skip_if_finished=True)
 
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """A trial's first epoch measured its first full-size step from an empty cache: the
+        memory model learns from that report (a later epoch's reserved peak also holds the
+        blocks evaluation left cached)."""
+        if trial_id in self._live and result.get("epoch") == 1:
+            self._observe_memory(self._live[trial_id][1], result)
+
     def _learn_memory(
         self, trial_id: str, settings: TrainSettings, status: str, result: dict[str, Any]
     ) -> None:
-        """What the trial measured goes into the memory model; an OOM of its own share
-        becomes a failure that later suggestions are compared with."""
+        """An out-of-memory end goes into the memory model (on CPU with what the step
+        needed) and, where the trial's own share ran out, becomes a failure that later
+        suggestions are compared with."""
+        if status != STATUS_OOM:
+            return
+        self._observe_memory(settings, result)
+        if result.get("oom_cause") != OOM_CAUSE_CARD:
+            ran_with = _whole(result.get("physical_batch_size"))
+            self._forecast.failures[trial_id] = MemoryFootprint.of(settings, batch_size=ran_with)
+
+    def _observe_memory(self, settings: TrainSettings, result: Mapping[str, Any]) -> None:
         ran_with = _whole(result.get("physical_batch_size"))
         memory = self._forecast.memory
         if ran_with is not None and memory is not None:
-            memory.observe(
-                settings, ran_with, _reserved_peak(result), _number(result.get("memory_limit_mb"))
-            )
-        if status == STATUS_OOM and result.get("oom_cause") != OOM_CAUSE_CARD:
-            self._forecast.failures[trial_id] = MemoryFootprint.of(settings, batch_size=ran_with)
+            limit = _number(result.get("memory_limit_mb"))
+            memory.observe(settings, ran_with, _reserved_peak(result), limit)
 
     def _tell_pruned(self, trial: optuna.Trial, status: str, detail: str, infeasible: bool):
         trial.set_user_attr(STATUS_ATTR, status)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import threading
-from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import ray
 
+from search.background import in_background
 from search.cli import EXIT_USAGE, RunOptions
 from search.config import ConfigError, SearchConfig
 from search.console import plan, say
@@ -25,8 +24,6 @@ from search.errors import Problem
 
 if TYPE_CHECKING:
     from trainables import PreparedData
-
-T = TypeVar("T")
 
 REFUSED_WAIT_S = 30.0  # for the thread to end after a refusal, so it is not cut mid-write
 
@@ -90,23 +87,6 @@ def load_and_prepare(config: SearchConfig, accepted: Future[bool]) -> PreparedDa
     if accepted.result():
         open_store(config.tracking.uri or "")
     return data
-
-
-def in_background(work: Callable[[], T], name: str) -> Future[T]:
-    """`work()` started on a daemon thread: an interrupted search does not wait for it
-    (a `ThreadPoolExecutor`'s workers are joined at exit, so Ctrl-C would wait for a long
-    image decode)."""
-    future: Future[T] = Future()
-
-    def run() -> None:
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(work())
-            except BaseException as error:  # handed to whoever asks for the result
-                future.set_exception(error)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return future
 
 
 def start_ray(address: str | None) -> None:

@@ -22,6 +22,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from ray import tune
 
 from trainables.metrics import NUMERIC_METRICS, PRUNED_STATUSES, STATUS_ERROR, TEXT_METRICS
+from trainables.techniques import run_tags
 
 if TYPE_CHECKING:
     from search.skipped import SkippedSuggestion
@@ -74,8 +75,9 @@ def open_store(tracking_uri: str) -> None:
 def trial_run_name(config: Mapping[str, Any], trial_id: str) -> str:
     """What a trial trains with, readable in MLflow's runs list, e.g.
     `bs64-adam-lr0.001-amp-ckpt-acc4-grow2every3-s1-9f3a`: the model when it is not the
-    default small CNN, the batch, optimizer and lr, the techniques that are on, the seed,
-    and the end of the trial id, which keeps it unique."""
+    default small CNN, the batch, optimizer and lr, the techniques that are on (each as the
+    technique table names it, `trainables.techniques`), the seed, and the end of the trial
+    id, which keeps it unique."""
     model = config.get("model")
     parts = [str(model)] if model and model != "small_cnn" else []
     parts.append(f"bs{config.get('batch_size', '?')}")
@@ -83,15 +85,7 @@ def trial_run_name(config: Mapping[str, Any], trial_id: str) -> str:
         parts.append(str(config["optimizer"]))
     if isinstance(config.get("lr"), int | float):
         parts.append(f"lr{config['lr']:.2g}")
-    parts += [flag for key, flag in (("amp", "amp"), ("grad_checkpointing", "ckpt"))
-              if config.get(key) is True]  # fmt: skip
-    if (config.get("accumulation_steps") or 1) > 1:
-        parts.append(f"acc{config['accumulation_steps']}")
-    if (growth := config.get("adabatch_growth") or 1) > 1:
-        when = "noise" if config.get("adabatch_rule") == "noise_scale" else (
-            f"every{config.get('adabatch_interval', 1)}"
-        )  # fmt: skip
-        parts.append(f"grow{growth}{when}")
+    parts += run_tags(config)
     if config.get("seed"):
         parts.append(f"s{config['seed']}")
     return "-".join([*parts, trial_id[-4:]])

@@ -131,6 +131,11 @@ class FakeCuda:
         self.calls.append("current_device")
         return self.current
 
+    def set_device(self, device: Any) -> None:
+        self.calls.append("set_device")
+        self.card(device)
+        self.current = _get_device_index(device, optional=False)
+
     def get_device_properties(self, device: Any) -> SimpleNamespace:
         self.calls.append("get_device_properties")
         card = self.card(device)
@@ -174,9 +179,10 @@ class FakeCuda:
         self.card(device)
 
     def empty_cache(self) -> None:
+        """Every card's cache, as PyTorch's allocator empties them all."""
         self.calls.append("empty_cache")
-        card = self.cards[self.current]
-        card.reserved = _blocks(card.allocated)
+        for card in self.cards:
+            card.reserved = _blocks(card.allocated)
 
     def is_bf16_supported(self, including_emulation: bool = True) -> bool:
         self.calls.append("is_bf16_supported")
@@ -223,15 +229,18 @@ class FakeCuda:
 class CardLoad(nn.Module):
     """A stage whose training forward takes `fixed + per_image * batch` bytes on `card` for
     the step (ResNet-like: a fixed part and activations per image): what a real model's
-    step would allocate on the card, while its tensors stay on the CPU."""
+    step would allocate on the card, while its tensors stay on the CPU. `in_eval`: bytes
+    per image an evaluation forward takes."""
 
-    def __init__(self, card: FakeCard, per_image: int, fixed: int = 0) -> None:
+    def __init__(self, card: FakeCard, per_image: int, fixed: int = 0, in_eval: int = 0) -> None:
         super().__init__()
-        self.card, self.per_image, self.fixed = card, per_image, fixed
+        self.card, self.per_image, self.fixed, self.in_eval = card, per_image, fixed, in_eval
         self.batches: list[int] = []  # the batch of each training forward, in order
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and torch.is_grad_enabled():
             self.batches.append(len(x))
             self.card.hold(self.fixed + self.per_image * len(x))
+        elif not self.training:
+            self.card.hold(self.fixed + self.in_eval * len(x))
         return x

@@ -1,12 +1,20 @@
 """`bench/on_device.py`, the one call a GPU session makes, run here: everything lands in one
 folder, a part over its limit is stopped and named, and failed tests are listed."""
 
+import importlib.util
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from tests.conftest import REPO
+
+spec = importlib.util.spec_from_file_location("on_device", REPO / "bench" / "on_device.py")
+on_device_module = importlib.util.module_from_spec(spec)
+sys.modules.setdefault("on_device", on_device_module)  # its dataclasses look themselves up
+spec.loader.exec_module(on_device_module)
 
 pytestmark = pytest.mark.slow
 
@@ -53,3 +61,25 @@ def test_the_suite_alone_passing_is_a_clean_exit(tmp_path):
     assert finished.returncode == 0, finished.stdout + finished.stderr
     assert (out / "failures.txt").read_text() == ""
     assert not (out / "gpu.csv").exists()
+
+
+def test_a_command_over_its_limit_is_ended_with_everything_it_started(tmp_path):
+    """A part's Ray workers or pytest's would otherwise hold the card for the next part."""
+    pid_file = tmp_path / "grandchild.pid"
+    starts_a_child = (
+        "import subprocess, sys, time; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(60)"
+    )
+    log = tmp_path / "log.txt"
+    code = on_device_module.run_limited([sys.executable, "-c", starts_a_child], log, 3.0)
+    assert code is None and "[stopped: over its limit of 3 s]" in log.read_text()
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):  # reaped by init once killed
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"process {grandchild} outlived the limit")

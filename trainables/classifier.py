@@ -160,17 +160,17 @@ def start_trial(
     """The model, optimizer and precision of a trial, as new or from a checkpoint, on the
     budget's device, which the budget already holds to the trial's share of memory.
 
-    The model is built on the device itself (its weights are initialised there, from the
-    device's generator under the same seed): no copy of it is made in host memory first."""
+    The model is built on the device itself (`build_model`): a trial over its share fails
+    a moment after it starts, and nothing is copied through host memory."""
     device = budget.device
     torch.manual_seed(settings.seed)
-    with device:
-        model = build_model(settings.model, num_classes, image_size, pretrained=settings.pretrained)
+    model = build_model(
+        settings.model, num_classes, image_size, pretrained=settings.pretrained, device=device
+    )
     if settings.grad_checkpointing:
         model = enable_checkpointing(
             model, modules=settings.checkpoint_modules, segments=settings.checkpoint_segments
         )
-    model = model.to(device)  # a factory may still make tensors elsewhere
     optimizer = build_optimizer(settings, model.parameters())
     precision = precision_for(settings.amp, settings.amp_dtype, device)
     state, best_weights = RunState(), None

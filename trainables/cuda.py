@@ -15,7 +15,6 @@ fake, and it is kept small.
 
 from __future__ import annotations
 
-import gc
 import os
 import platform
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ CUDA_CALLS: tuple[str, ...] = (
     "is_available",
     "device_count",
     "current_device",
+    "set_device",
     "get_device_properties",
     "mem_get_info",
     "memory_reserved",
@@ -60,7 +60,9 @@ def indexed(device: torch.device) -> torch.device:
 
 def resolve_device(name: str) -> torch.device:
     """The device a trial trains on: `auto` is the current CUDA device where torch sees
-    one, else the CPU; a CUDA device always comes back with its index."""
+    one, else the CPU; a CUDA device always comes back with its index, and is made the
+    current one (what `torch.cuda` calls without a device, such as `empty_cache` and the
+    bf16 check, act on)."""
     if name == "auto":
         return indexed(torch.device("cuda")) if available() else torch.device("cpu")
     device = torch.device(name)
@@ -74,7 +76,9 @@ def resolve_device(name: str) -> torch.device:
             f"device {name!r} was asked for but torch sees {count} CUDA device(s) here "
             f"(cuda:0 to cuda:{count - 1}; under Ray, the ones the trial was given)"
         )
-    return indexed(device)
+    device = indexed(device)
+    torch.cuda.set_device(device)
+    return device
 
 
 def synchronize(device: torch.device) -> None:
@@ -84,17 +88,10 @@ def synchronize(device: torch.device) -> None:
 
 
 def release_cached(device: torch.device) -> None:
-    """Give the allocator's cached blocks on a CUDA device back to the card. After an
-    out-of-memory error, call `trainables.oom.release_memory`, which collects first."""
+    """Give the allocator's cached blocks back to the cards (PyTorch empties every
+    device's cache at once); nothing on a CPU. After an out-of-memory error, call
+    `trainables.oom.release_memory`, which collects the failed step's garbage first."""
     if device.type == "cuda":
-        torch.cuda.empty_cache()  # the current device's: a trial's device is the current one
-
-
-def collect_and_release(device: torch.device) -> None:
-    """After an out-of-memory error: tensors in reference cycles of the failed step's
-    frames are collected, then their blocks go back to the card."""
-    if device.type == "cuda":
-        gc.collect()
         torch.cuda.empty_cache()
 
 

@@ -2,8 +2,12 @@
 
 `MemoryBudget` is the one place that decides whether a step fits and holds the trial to
 its limit: on CUDA through the allocator's limit (the trial's share of the card less what
-its process holds outside the allocator, see `cuda_share`), on CPU through the meter below.
-The peak of a training step is the CUDA allocator's, or on CPU the meter's.
+its process holds outside the allocator, see `cuda_share`; the card itself is
+`trainables.cuda.TorchCudaCard`), on CPU through the meter below. The peak of a training
+step (`StepPeak`) is the CUDA allocator's, its live tensors and the memory it reserved for
+them (what its limit is checked against), or on CPU the meter's, which stands for both.
+`StepLine` is a step's peak as a line in the batch, through the peaks at two probe batches:
+how the capacity table predicts the largest batch that fits.
 
 The CPU has no allocator peak that belongs to one trial (the process's RSS also holds the
 dataset, Python and torch's caches), so on CPU we count what a step must hold at its peak,
@@ -300,12 +304,12 @@ class StepLine:
         A line that does not grow with the batch puts no bound on it (returns 0 if even
         its fixed part is over)."""
         if self.per_image <= 0:
-            return 0 if self.at_small > limit_bytes else MAX_PREDICTED_BATCH
+            return 0 if self.at_small > limit_bytes else MAX_BATCH
         largest = self.small + (limit_bytes - self.at_small) / self.per_image
-        return max(0, min(MAX_PREDICTED_BATCH, int(largest)))
+        return max(0, min(MAX_BATCH, int(largest)))
 
 
-MAX_PREDICTED_BATCH = 1 << 16  # "fits anything we would try"
+MAX_BATCH = 1 << 16  # "fits anything we would try": no batch is predicted or probed beyond
 
 
 # --- CUDA: a trial's share of a card -------------------------------------------------------

@@ -86,8 +86,10 @@ METRICS: dict[str, MetricSpec] = {
     ),
     "peak_reserved_mb": MetricSpec(
         "what the CUDA allocator had reserved at that step's peak (MiB): what its limit "
-        "(memory_limit_mb) is checked against, so what decides an out-of-memory error; on "
-        "CPU the meter's peak_mem_mb"
+        "(memory_limit_mb) is checked against, so what decides an out-of-memory error. In "
+        "the trial's first epoch the step starts from an empty cache (what the memory model "
+        "learns from); later epochs also hold the blocks evaluation left cached. On CPU the "
+        "meter's peak_mem_mb"
     ),
     "memory_limit_mb": MetricSpec(
         "what the trial's steps may reserve (MiB): on CUDA its GPU share or budget less what "

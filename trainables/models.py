@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from contextlib import nullcontext
 from functools import cache
 from pathlib import Path
 from typing import Protocol
@@ -83,25 +84,37 @@ def is_factory_path(name: str) -> bool:
 
 
 def build_model(
-    name: str, num_classes: int, image_size: int, *, pretrained: bool = False
+    name: str,
+    num_classes: int,
+    image_size: int,
+    *,
+    pretrained: bool = False,
+    device: torch.device | None = None,
 ) -> nn.Module:
     """The model `name` for `num_classes` classes of `image_size` square images.
 
     `pretrained`: torchvision's default weights (ImageNet), with a new head for
-    `num_classes` (the data's classes are not ImageNet's).
+    `num_classes` (the data's classes are not ImageNet's). `device`: where its weights are
+    made and initialised (this project's and torchvision's models; the device's own random
+    generator under the same seed), with no copy in host memory first. A user's factory
+    builds where it builds (it may make host tensors on purpose) and is moved there after.
     """
     if pretrained and name not in torchvision_names():
         raise ModelError(
             f"pretrained weights are torchvision's, and {name!r} is not a torchvision model"
             + ("; a factory loads its own weights" if is_factory_path(name) else "")
         )
+    on_device = device if device is not None else nullcontext()
     if name in _OWN:
-        return _checked(name, _OWN[name](num_classes=num_classes, image_size=image_size))
+        with on_device:
+            return _checked(name, _OWN[name](num_classes=num_classes, image_size=image_size))
     if is_factory_path(name):
         factory = _import_factory(name)
-        return _checked(name, factory(num_classes=num_classes, image_size=image_size))
+        model = _checked(name, factory(num_classes=num_classes, image_size=image_size))
+        return model.to(device) if device is not None else model
     if name in torchvision_names():
-        return _torchvision_model(name, num_classes, image_size, pretrained)
+        with on_device:
+            return _torchvision_model(name, num_classes, image_size, pretrained)
     raise NotAModel(
         f"unknown model {name!r}: use one of this project's ({', '.join(_OWN)}), a "
         "torchvision classification model (torchvision.models.list_models), or your own "

@@ -6,9 +6,11 @@ else must still fail loudly.
 
 from __future__ import annotations
 
+import gc
+
 import torch
 
-from trainables.cuda import collect_and_release
+from trainables.cuda import release_cached
 
 # Messages of the RuntimeErrors that mean "out of memory" on some device or library.
 _OOM_MESSAGES = (
@@ -52,4 +54,6 @@ def release_memory(device: torch.device) -> None:
     dropped: the exception's traceback holds the failed step's tensors until the block is
     left. On CPU nothing is cached to give back (the meter refuses a step before it
     allocates), so it costs nothing there."""
-    collect_and_release(device)
+    if device.type == "cuda":
+        gc.collect()  # tensors in reference cycles of the failed step's frames
+        release_cached(device)

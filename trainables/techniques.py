@@ -1,17 +1,20 @@
-"""The large-batch techniques, one table: the setting that switches each on, and what it
-does to the memory of a training step at the same physical batch.
+"""The large-batch techniques, one table: the setting that switches each on, what it does
+to the memory of a training step at the same physical batch, and how it is named.
 
-The feasibility rule (a config needs at least the memory of one that ran out), the
-capacity table (`python -m search.capacity`) and the report's technique effects all read
-this table, so adding a technique is one entry here (plus its tests and the switch in the
-training loop). Torch-free: the search's CLI reads it before torch loads.
+Everything that lists techniques reads this table: the trial's run name in MLflow, the
+memory chart's groups, the report's technique effects, the capacity table's rows
+(`python -m search.capacity`), the memory model's groups and the out-of-memory rule (a
+config needs at least the memory of one that ran out), and `bench/techniques.py`. Adding a
+technique is one entry here plus the code that applies it in the training loop (and its
+tests: tests/trainables/test_techniques.py adds one and finds it everywhere). Torch-free:
+the search's CLI reads it before torch loads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 # What switching a technique on does to a step's peak at the same physical batch:
 # "saves" needs no more (checkpointing), "costs" needs no less (the cuDNN autotuner's
@@ -36,39 +39,85 @@ def _above(threshold: float) -> Callable[[object], bool]:
     return above
 
 
+# A technique's part of a trial's run name, from the trial's config (where it is on).
+RunTag = Callable[[Mapping[str, Any]], str]
+
+
+def _tag(text: str) -> RunTag:
+    return lambda config: text
+
+
+def _tag_with_value(text: str, key: str) -> RunTag:
+    return lambda config: f"{text}{config[key]}"
+
+
+def _growth_tag(config: Mapping[str, Any]) -> str:
+    """`grow2every3`, or `grow2noise` where the gradient noise scale decides."""
+    when = "noise" if config.get("adabatch_rule") == "noise_scale" else (
+        f"every{config.get('adabatch_interval', 1)}"
+    )  # fmt: skip
+    return f"grow{config['adabatch_growth']}{when}"
+
+
 @dataclass(frozen=True)
 class Technique:
     name: str  # as the report and the capacity table name it
     key: str  # the trainable setting that switches it
     is_on: Callable[[object], bool]  # from the setting's value
     memory: MemoryEffect
-    label: str = ""  # in the capacity table's rows; "": the name
+    run_tag: RunTag  # its part of a trial's run name where it is on
+    label: str = ""  # in the capacity table's rows and the charts; "": the name
     gpu_only: bool = False  # does nothing on a CPU
     on: object = True  # the setting's value when the capacity table switches it on
     off: object = False
+
+    @property
+    def shown(self) -> str:
+        return self.label or self.name
+
+    def on_in(self, config: Mapping[str, Any]) -> bool:
+        """Whether a config (a dict of trainable settings) has it on; absent: off."""
+        return self.key in config and self.is_on(config[self.key])
 
 
 TECHNIQUES: dict[str, Technique] = {
     technique.name: technique
     for technique in (
-        Technique("amp", "amp", _is_true, "mixed", label="AMP"),
+        Technique("amp", "amp", _is_true, "mixed", _tag("amp"), label="AMP"),
         Technique(
-            "grad_checkpointing", "grad_checkpointing", _is_true, "saves", label="checkpointing"
+            "grad_checkpointing", "grad_checkpointing", _is_true, "saves", _tag("ckpt"),
+            label="checkpointing",
         ),
-        Technique("accumulation", "accumulation_steps", _above(1), "none", on=2, off=1),
-        Technique("adabatch", "adabatch_growth", _above(1), "none", on=2, off=1),
-        Technique("warmup", "warmup_epochs", _above(0), "none", on=2, off=0),
-        Technique("augment", "augment", _is_true, "none"),
         Technique(
-            "cudnn_benchmark",
-            "cudnn_benchmark",
-            _is_true,
-            "costs",
-            label="cuDNN autotuner",
-            gpu_only=True,
+            "accumulation", "accumulation_steps", _above(1), "none",
+            _tag_with_value("acc", "accumulation_steps"), on=2, off=1,
+        ),
+        Technique("adabatch", "adabatch_growth", _above(1), "none", _growth_tag, on=2, off=1),
+        Technique(
+            "warmup", "warmup_epochs", _above(0), "none",
+            _tag_with_value("warm", "warmup_epochs"), on=2, off=0,
+        ),
+        Technique("augment", "augment", _is_true, "none", _tag("aug")),
+        Technique(
+            "cudnn_benchmark", "cudnn_benchmark", _is_true, "costs", _tag("cudnn"),
+            label="cuDNN autotuner", gpu_only=True,
         ),
     )
-}
+}  # fmt: skip
+
+
+def run_tags(config: Mapping[str, Any]) -> list[str]:
+    """The run-name parts of the techniques a trial's config has on, in the table's order."""
+    return [t.run_tag(config) for t in TECHNIQUES.values() if t.on_in(config)]
+
+
+def memory_techniques_shown(on_gpu: bool | None = None) -> list[Technique]:
+    """The techniques that change a step's memory, as a chart groups trials by them; those
+    that do nothing on a CPU are left out where the trials ran on CPUs (`on_gpu` False)."""
+    return [
+        t for t in TECHNIQUES.values()
+        if t.memory != "none" and not (t.gpu_only and on_gpu is False)
+    ]  # fmt: skip
 
 
 def switched_on(settings: object, effect: MemoryEffect) -> frozenset[str]:
@@ -87,14 +136,18 @@ def memory_techniques(effect: MemoryEffect) -> list[Technique]:
 def capacity_rows() -> list[tuple[str, dict[str, object]]]:
     """(row name, settings) of the capacity table, as the seed article's tables: the
     baseline with every memory-costing technique on (its baseline ran the cuDNN autotuner),
-    each of those off, each technique that can save memory on, then all of those together."""
+    each of those off, then each technique that can save memory on, and all of those
+    together, with the memory-costing ones off. What those cost is measured once, by the
+    first rows; off, a saving technique's row does not re-tune cuDNN at every batch shape
+    its probes try."""
     costs = memory_techniques("costs")
     savers = [t for t in TECHNIQUES.values() if t.memory in ("mixed", "saves")]
     baseline = {t.key: t.on for t in costs} | {t.key: t.off for t in savers}
     rows = [("baseline", baseline)]
-    rows += [(f"{t.label or t.name} off", baseline | {t.key: t.off}) for t in costs]
-    rows += [(t.label or t.name, baseline | {t.key: t.on}) for t in savers]
+    rows += [(f"{t.shown} off", baseline | {t.key: t.off}) for t in costs]
+    plain = baseline | {t.key: t.off for t in costs}
+    rows += [(t.shown, plain | {t.key: t.on}) for t in savers]
     if len(savers) > 1:
-        together = " + ".join(t.label or t.name for t in savers)
-        rows.append((together, baseline | {t.key: t.on for t in savers}))
+        together = " + ".join(t.shown for t in savers)
+        rows.append((together, plain | {t.key: t.on for t in savers}))
     return rows

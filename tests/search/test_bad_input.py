@@ -143,6 +143,24 @@ def test_a_bad_override_on_the_command_line_is_one_message(override, nothing_run
     assert "smoke.yaml" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (["train.device=gpu"], "train.device: must be one of auto, cpu, cuda or cuda:N"),
+        (["train.device=cuda:1", "resources.gpu=0.5"],
+         "train.device: is 'cuda:1' but each trial sees 1 GPU (resources.gpu=0.5), numbered "
+         "from 0: use 'cuda' or 'auto' (set on the command line)"),
+        (["train.device=cuda:0"], "train.device: is 'cuda:0' but resources.gpu is 0"),
+    ],
+)  # fmt: skip
+def test_a_device_the_trials_cannot_see_is_one_message_before_anything_starts(
+    overrides, said, nothing_runs, capsys
+):
+    assert main(["--config", str(CONFIGS / "smoke.yaml"), *overrides]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("args", [["--config"], ["--num-samples", "x", "--config", "c.yaml"], []])
 def test_bad_command_line_arguments_exit_2_with_usage(args, capsys):
     with pytest.raises(SystemExit) as caught:

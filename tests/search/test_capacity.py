@@ -59,7 +59,7 @@ def with_card_load(monkeypatch, card, per_image: int, fixed: int) -> None:
     monkeypatch.setattr(classifier, "build_model", build_with_load)
 
 
-def test_on_a_card_two_probes_predict_the_largest_batch_and_a_few_more_verify_it(
+def test_on_the_fake_card_two_probes_predict_the_largest_batch_and_a_few_more_verify_it(
     monkeypatch, fake_cuda
 ):
     from trainables.cuda import TorchCudaCard

@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 import trainables.data.cache as cache_module
 from search.run import main
 from tests.conftest import CONFIGS
-from tests.image_folders import NO_QUIRKS, Quirks, write_pet_folder
+from trainables.data.example_folders import NO_QUIRKS, Quirks, write_pet_folder
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 EVERY_QUIRK = Quirks(empty=2, truncated=2, non_image=3, grayscale=2, cmyk=2, transparent=3,

@@ -7,6 +7,7 @@ import search.searcher as searcher_module
 from search.feasibility import MemoryModel
 from search.searcher import FeasibilityAwareOptunaSearch, build_sampler, build_searcher
 from search.space import SpaceParam
+from trainables.settings import TrainSettings
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
 SPACE = {
@@ -35,6 +36,14 @@ def searcher_over(
 
 def result(status: str = "ok", **values) -> dict:
     return {"throughput": 100.0, "best_val_acc": 0.7, "gen_gap": 0.1, "status": status, **values}
+
+
+def reported(searcher, trial_id: str, *results: dict) -> None:
+    """A trial's results reach the searcher as Tune hands them on: each one, then the last
+    again when the trial completes."""
+    for each in results:
+        searcher.on_trial_result(trial_id, each)
+    searcher.on_trial_complete(trial_id, results[-1])
 
 
 def started(searcher) -> list[optuna.trial.FrozenTrial]:
@@ -135,8 +144,8 @@ def test_without_a_probe_the_line_is_fitted_to_the_peaks_the_trials_reported():
     )
     for trial_id, peak in (("a", 20.0), ("b", 30.0)):  # 10 + 10 MiB per 16 images
         config = searcher.suggest(trial_id)
-        searcher.on_trial_complete(trial_id, result(physical_batch_size=config["batch_size"],
-                                                    peak_mem_mb=peak))  # fmt: skip
+        first = result(epoch=1, physical_batch_size=config["batch_size"], peak_mem_mb=peak)
+        reported(searcher, trial_id, first)
     assert {searcher.suggest(f"t{i}")["batch_size"] for i in range(6)} <= {16, 32}
     skipped = [t for t in searcher.study.trials if t.user_attrs.get("started") is False]
     assert skipped and skipped[0].user_attrs["predicted_peak_mb"] == pytest.approx(50.0)
@@ -153,14 +162,36 @@ def test_on_a_gpu_the_reserved_peaks_and_the_reported_limit_decide_without_a_bud
     )
     for trial_id, reserved in (("a", 20.0), ("b", 30.0)):  # 10 + 10 MiB per 16 images
         config = searcher.suggest(trial_id)
-        searcher.on_trial_complete(trial_id, result(
-            physical_batch_size=config["batch_size"], peak_mem_mb=reserved / 2,
+        reported(searcher, trial_id, result(
+            epoch=1, physical_batch_size=config["batch_size"], peak_mem_mb=reserved / 2,
             peak_reserved_mb=reserved, memory_limit_mb=40.0,
         ))  # fmt: skip
     assert {searcher.suggest(f"t{i}")["batch_size"] for i in range(6)} <= {16, 32}
     skipped = [t for t in searcher.study.trials if t.user_attrs.get("started") is False]
     assert skipped and skipped[0].user_attrs["predicted_peak_mb"] == pytest.approx(50.0)
     assert skipped[0].user_attrs["allowed_mb"] == 40
+
+
+def test_the_memory_model_learns_from_the_first_epoch_not_from_later_reserved_peaks():
+    """After epoch 1 the reserved peak also holds blocks evaluation left cached: only the
+    first epoch's step, from an empty cache, is what a new trial's first step reserves."""
+    memory = MemoryModel(on_gpu=True)
+    searcher = searcher_over(
+        space={"batch_size": SpaceParam("choice", (16, 32, 64))},
+        grid=[{"batch_size": 16}, {"batch_size": 32}],
+        fixed={**FIXED, "optimizer": "sgd"},
+        memory=memory,
+    )
+    for trial_id, reserved in (("a", 20.0), ("b", 30.0)):
+        config = searcher.suggest(trial_id)
+        epochs = [
+            result(epoch=epoch, physical_batch_size=config["batch_size"],
+                   peak_reserved_mb=reserved * epoch, memory_limit_mb=100.0)
+            for epoch in (1, 2, 3)
+        ]  # fmt: skip
+        reported(searcher, trial_id, *epochs)
+    settings = TrainSettings.from_config({**FIXED, "optimizer": "sgd", "batch_size": 64})
+    assert memory.predict(settings).predicted_mb == pytest.approx(50.0)  # not epoch 3's
 
 
 def test_a_trial_stopped_early_is_pruned_but_not_marked_infeasible():

@@ -92,8 +92,9 @@ def test_the_current_device_is_the_one_cuda_means(monkeypatch):
     fake = FakeCuda([FakeCard(), FakeCard(name="second")]).install(monkeypatch)
     fake.current = 1  # as `torch.cuda.set_device(1)` would make it
     assert resolve_device("cuda") == torch.device("cuda", 1)
-    assert resolve_device("cuda:0") == torch.device("cuda", 0)
     assert TorchCudaCard(torch.device("cuda")).describe()["device_name"].startswith("second")
+    # a trial's device is made current: what `empty_cache` and the bf16 check act on
+    assert resolve_device("cuda:0") == torch.device("cuda", 0) and fake.current == 0
 
 
 def test_a_device_index_torch_does_not_see_is_refused_with_what_it_sees(fake_cuda):

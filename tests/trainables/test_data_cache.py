@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.image_folders import PetFolder, Quirks, folder_settings, write_pet_folder
 from trainables.data import DataSettings, default_cache_dir, prepare_data
 from trainables.data import cache as cache_module
 from trainables.data.decode import decode_image
+from trainables.data.example_folders import PetFolder, Quirks, folder_settings, write_pet_folder
 from trainables.data.folder import list_image_folder
 
 

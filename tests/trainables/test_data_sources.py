@@ -14,9 +14,9 @@ from PIL import Image
 from pydantic import ValidationError
 
 from tests.conftest import REPO
-from tests.image_folders import write_pet_folder
 from trainables.data import DataSettings, DataUnavailable, prepare_data
 from trainables.data import oxford as oxford_module
+from trainables.data.example_folders import write_pet_folder
 from trainables.data.synthetic import draw_image
 
 SMALL = {"image_size": 16, "train_per_class": 4, "val_per_class": 2, "test_per_class": 2}

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.image_folders import (
+from trainables.data import DataSettings, DataUnavailable, channel_stats, prepare_data
+from trainables.data.decode import CONVERTED_GRAYSCALE, SKIPPED_UNREADABLE, decode_image
+from trainables.data.example_folders import (
     NO_QUIRKS,
     PetFolder,
     Quirks,
@@ -20,8 +22,6 @@ from tests.image_folders import (
     transparent_picture,
     write_pet_folder,
 )
-from trainables.data import DataSettings, DataUnavailable, channel_stats, prepare_data
-from trainables.data.decode import CONVERTED_GRAYSCALE, SKIPPED_UNREADABLE, decode_image
 from trainables.data.synthetic import draw_image
 
 QUIRKS = Quirks(

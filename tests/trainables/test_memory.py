@@ -222,7 +222,9 @@ def test_after_an_oom_the_budget_says_whether_the_card_or_the_trial_ran_out(fake
     assert not budget.explain_oom("CUDA error: out of memory")[1]  # no size: learn from it
 
 
-def test_a_step_probed_on_a_card_reports_its_reserved_peak_and_an_oom_as_not_fitting(fake_cuda):
+def test_a_step_probed_on_the_fake_card_reports_its_reserved_peak_and_an_oom_as_not_fitting(
+    fake_cuda,
+):
     from tests.fake_cuda import CardLoad
 
     card = fake_cuda.cards[0]

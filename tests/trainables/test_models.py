@@ -170,3 +170,15 @@ def test_a_registered_factory_is_known_by_name_and_a_name_is_registered_once(mon
 
 def test_a_model_whose_forward_cannot_run_on_the_meta_device_is_checked_on_the_cpu():
     check_model(f"{USER}:reads_values", num_classes=2, image_size=16)
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "resnet18"])
+def test_this_projects_and_torchvisions_models_are_made_on_the_device_asked_for(name):
+    model = build_model(name, num_classes=2, image_size=32, device=torch.device("meta"))
+    assert all(p.is_meta for p in model.parameters())  # nothing was made on the host first
+
+
+def test_a_users_factory_builds_where_it_builds_and_is_moved_to_the_device_after():
+    factory = "tests.trainables.user_models:from_host_generator"
+    model = build_model(factory, num_classes=2, image_size=32, device=torch.device("meta"))
+    assert all(p.is_meta for p in model.parameters())

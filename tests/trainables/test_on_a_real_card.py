@@ -4,14 +4,22 @@ suite on the lent GPU machine); skipped elsewhere, where tests/fake_cuda.py stan
 import pytest
 import torch
 
-from search.capacity import measure_row
+from search.capacity import Prober, largest_near
 from trainables.classifier import fit_classifier
 from trainables.cuda import TorchCudaCard
 from trainables.data import DataSettings, prepare_data
-from trainables.memory import MIB, MemoryBudget
+from trainables.memory import MemoryBudget
 from trainables.settings import TrainSettings
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA card")
+
+
+@pytest.fixture(autouse=True)
+def _whole_card_after():
+    """A budget leaves the process's allocator held to its share: the next test in this
+    worker gets the whole card back."""
+    yield
+    TorchCudaCard(torch.device("cuda")).set_allocator_fraction(1.0)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +55,9 @@ def test_a_trial_over_its_share_is_pruned_at_its_first_step(small_images):
     assert "out of memory in training" in last["status_detail"]
 
 
-def test_the_capacity_prober_predicts_and_verifies_on_the_card():
-    row = measure_row("baseline", TrainSettings(model="resnet18", device="cuda"), image_size=64,
-                      budget_mb=2000, steps=1, host_limit_mb=1024)  # fmt: skip
-    assert row.max_batch_size > 0 and row.probes <= 12
-    assert row.peak_mem_mb * MIB <= 2000 * MIB
+def test_the_capacity_prober_finds_the_largest_batch_that_fits_on_the_card():
+    settings = TrainSettings(model="resnet18", device="cuda")
+    prober = Prober(settings, image_size=64, budget_mb=2000)
+    largest = largest_near(prober.fits, prober.predicted_largest())
+    assert largest > 0 and prober.probes <= 12
+    assert prober.fits(largest) and not prober.fits(largest + 1)

@@ -209,15 +209,8 @@ def test_the_numeric_schema_leaves_out_only_the_text_fields():
 def inject_outside_the_epoch(monkeypatch, phase: str, error) -> None:
     """Make `phase`, which runs outside the epoch's training and evaluation, raise `error()`
     in epoch 2 (placement: at once)."""
-    if phase == "placement on the device":
-        real_build = classifier.build_model
-
-        def build_then_place(*args, **kwargs):
-            model = real_build(*args, **kwargs)
-            model.to = lambda *_, **__: (_ for _ in ()).throw(error())  # .to(device) runs out
-            return model
-
-        monkeypatch.setattr(classifier, "build_model", build_then_place)
+    if phase == "placement on the device":  # the model is built on the device: it runs out
+        monkeypatch.setattr(classifier, "build_model", RaiseWhen(error, at=1))
     elif phase == "data":
         monkeypatch.setattr(classifier.Normaliser, "from_stats", RaiseWhen(error, at=1))
     elif phase == "memory probe":
@@ -393,7 +386,7 @@ def test_an_oom_while_the_whole_card_was_full_is_recorded_as_the_cards_not_the_c
     assert last["status_detail"].endswith("the card was full, not this trial's share")
 
 
-def test_a_step_over_the_share_on_a_card_fails_at_the_first_full_size_step(
+def test_a_step_over_the_share_of_the_fake_card_fails_at_the_first_full_size_step(
     tiny_data: PreparedData, monkeypatch, fake_cuda
 ):
     """The first step trains the whole physical batch (no noise probe splits it): the
@@ -414,7 +407,7 @@ def test_a_step_over_the_share_on_a_card_fails_at_the_first_full_size_step(
     assert card.allocated == 0 and "empty_cache" in fake_cuda.calls
 
 
-def test_a_trial_on_a_card_reports_the_reserved_peak_of_its_full_size_first_step(
+def test_a_trial_on_the_fake_card_reports_the_reserved_peak_of_its_full_size_first_step(
     tiny_data: PreparedData, monkeypatch, fake_cuda
 ):
     from tests.fake_cuda import MIB, CardLoad
@@ -431,3 +424,21 @@ def test_a_trial_on_a_card_reports_the_reserved_peak_of_its_full_size_first_step
         assert metrics["peak_reserved_mb"] == 168  # in 2 MiB blocks
         assert metrics["device_name"] == "Fake H100 (81920 MiB)"
         assert metrics["driver_version"] == "580.65.06"
+
+
+def test_only_the_first_epochs_reserved_peak_starts_from_an_empty_cache(
+    tiny_data: PreparedData, monkeypatch, fake_cuda
+):
+    """Evaluation that takes more than training leaves its blocks cached: the next epoch's
+    reserved peak holds them. The searcher's memory model learns from epoch 1's alone."""
+    from tests.fake_cuda import MIB, CardLoad
+
+    card = fake_cuda.cards[0]
+    on_the_fake_card(monkeypatch)
+    with_stage(monkeypatch, CardLoad(card, per_image=10 * MIB, fixed=7 * MIB, in_eval=30 * MIB))
+    reports = Reports()
+    fit_classifier(settings(batch_size=16, epochs=2, device="cpu"), tiny_data, reports)
+    first, second = (m["peak_reserved_mb"] for m in reports.metrics)
+    assert first == 168  # the training step's, in 2 MiB blocks
+    assert second > first  # what evaluation left cached
+    assert all(m["peak_mem_mb"] == 167 for m in reports.metrics)  # live tensors: the step's

@@ -52,3 +52,10 @@ def test_the_capacity_rows_are_the_seed_articles_from_the_table():
     ]  # fmt: skip
     assert rows["baseline"] == {"cudnn_benchmark": True, "amp": False, "grad_checkpointing": False}
     assert rows["AMP + checkpointing"]["amp"] and rows["AMP + checkpointing"]["grad_checkpointing"]
+
+
+def test_the_rows_that_save_memory_run_without_the_autotuner_so_no_probe_re_tunes_cudnn():
+    rows = dict(capacity_rows())
+    assert rows["cuDNN autotuner off"]["cudnn_benchmark"] is False  # its cost: these two rows
+    for saver in ("AMP", "checkpointing", "AMP + checkpointing"):
+        assert rows[saver]["cudnn_benchmark"] is False

@@ -67,3 +67,15 @@ class NoMetaKernel(nn.Module):
 
 def reads_values(*, num_classes: int, image_size: int) -> nn.Module:
     return NoMetaKernel(num_classes)
+
+
+def from_host_generator(*, num_classes: int, image_size: int) -> nn.Module:
+    """Initialises its head from a host generator of its own, as some users' do: built
+    under another device, `randn` would refuse the host generator."""
+    import torch
+
+    head = nn.Linear(3, num_classes)
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(head.weight.shape, generator=generator))
+    return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), head)

@@ -1,6 +1,11 @@
-"""Write PetImages-style folders (PetImages/Cat/*.jpg, PetImages/Dog/*.jpg) for tests and
-benchmarks: JPEGs of the project's synthetic cats and dogs, plus every quirk real folders
-have, each in a known number, so a test can check that every one is counted exactly.
+"""Example image folders: PetImages-style folders (PetImages/Cat/*.jpg, PetImages/Dog/*.jpg)
+of the project's synthetic cats and dogs as JPEGs, plus every quirk real folders have
+(empty, truncated and non-image files, grayscale, CMYK, transparent, PNG named .jpg,
+EXIF-rotated), each in a known number, so that what reads a folder can be checked to count
+every one exactly. The tests and benchmarks read such folders from disk, as a search reads
+a user's; nothing here is downloaded.
+
+    write_pet_folder(Path("PetImages"), per_class=100, quirks=Quirks())
 """
 
 from __future__ import annotations
