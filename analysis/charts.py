@@ -29,7 +29,7 @@ from analysis.load import (
     tick_values,
     varied_settings,
 )
-from analysis.pareto import finished_mask, objective_matrix
+from analysis.pareto import finished_mask, lower_is_better_signs
 from analysis.techniques import switched_on
 from trainables.metrics import STATUS_OK, STATUS_OOM, STATUS_OOM_PREDICTED
 from trainables.techniques import memory_techniques_shown
@@ -51,17 +51,14 @@ def off_front_groups(
     ]
 
 
-def front_staircase(points: np.ndarray, directions: tuple[str, str]) -> np.ndarray:
-    """The 2D attainment line through a front: between two front points it passes the
-    corner made of their worse coordinates, so the line bounds what the front dominates."""
+def front_staircase(points: np.ndarray) -> np.ndarray:
+    """The 2D attainment line through a front of "lower is better" points
+    (`analysis.pareto.objective_matrix`): between two front points it passes the corner
+    made of their worse (larger) coordinates, so the line bounds what the front dominates."""
     ordered = points[np.argsort(points[:, 0], kind="stable")]
     line = [ordered[0]]
     for current, following in itertools.pairwise(ordered):
-        corner = [
-            min(a, b) if direction == "max" else max(a, b)
-            for a, b, direction in zip(current, following, directions, strict=True)
-        ]
-        line += [np.array(corner), following]
+        line += [np.maximum(current, following), following]
     return np.array(line)
 
 
@@ -142,9 +139,12 @@ def pairwise_front_chart(
         axis.scatter(front[x_name], front[y_name], s=70, c=FRONT, edgecolors="k", zorder=3,
                      label="Pareto front (all objectives)")  # fmt: skip
         if len(good):
-            nondominated = moocore.is_nondominated(objective_matrix(good, pair))
-            points = good.loc[nondominated, [x_name, y_name]].to_numpy(dtype=float)
-            line = front_staircase(points, (pair[x_name], pair[y_name]))
+            # lower is better (one objective alone is drawn against itself); undone to draw
+            signs = np.concatenate(
+                [lower_is_better_signs({name: objectives[name]}) for name in (x_name, y_name)]
+            )
+            points = good[[x_name, y_name]].to_numpy(dtype=float) * signs
+            line = front_staircase(points[moocore.is_nondominated(points)]) * signs
             axis.plot(line[:, 0], line[:, 1], c=FRONT, lw=1.2, label="front of this pair")
         edges = []  # trials kept off with one of the pair's values: drawn at that axis' edge
         for mask, color, label in off_front_groups(frame, feasible):

@@ -1,6 +1,8 @@
 """Pareto maths over a trials DataFrame: pure functions of numbers, tested alone.
 
-Directions are turned into "lower is better" exactly once, in `objective_matrix`.
+Directions are turned into "lower is better" exactly once, in `lower_is_better_signs`,
+which `objective_matrix` and `minimised` apply and everything else (ranks, hypervolume,
+the knee, early stopping, the charts' fronts) works from.
 Feasible trials are those that may sit on a front: status ok, every objective measured,
 and (when asked) an accuracy above chance: a model that predicts one class "generalizes"
 perfectly and would otherwise crowd the front.
@@ -30,18 +32,22 @@ NATURAL_BOUNDS: Bounds = {
 }
 
 
-def _signs(objectives: Mapping[str, str]) -> np.ndarray:
+def lower_is_better_signs(objectives: Mapping[str, str]) -> np.ndarray:
+    """What each objective is multiplied by so that lower is better (-1 for "max"): the one
+    place directions become signs; they are their own inverse, to draw values back."""
     return np.array([-1.0 if direction == "max" else 1.0 for direction in objectives.values()])
 
 
 def objective_matrix(frame: pd.DataFrame, objectives: Mapping[str, str]) -> np.ndarray:
     """The objectives as an (n, k) float array in which lower is better in every column."""
-    return frame[list(objectives)].to_numpy(dtype=float) * _signs(objectives)
+    return frame[list(objectives)].to_numpy(dtype=float) * lower_is_better_signs(objectives)
 
 
 def minimised(values: Mapping[str, float], objectives: Mapping[str, str]) -> np.ndarray:
     """One trial's objectives (a result or a row), lower is better in every entry."""
-    return np.array([float(values[name]) for name in objectives]) * _signs(objectives)
+    return np.array([float(values[name]) for name in objectives]) * lower_is_better_signs(
+        objectives
+    )
 
 
 def finished_mask(frame: pd.DataFrame) -> np.ndarray:
@@ -84,10 +90,10 @@ def mark_front(
     marked = frame.copy()
     marked["pareto_rank"] = pareto_ranks(frame, objectives, min_accuracy)
     marked["is_pareto"] = marked["pareto_rank"] == 0
-    first, direction = next(iter(objectives.items()))
-    return marked.sort_values(
-        ["pareto_rank", first], ascending=[True, direction == "min"], na_position="last"
-    )
+    first = dict(list(objectives.items())[:1])
+    marked["_first"] = objective_matrix(marked, first)[:, 0] if first else 0.0
+    ordered = marked.sort_values(["pareto_rank", "_first"], na_position="last")
+    return ordered.drop(columns="_first")
 
 
 def declared_bounds(
@@ -110,14 +116,13 @@ def declared_bounds(
 
 
 def normalised(frame: pd.DataFrame, objectives: Mapping[str, str], bounds: Bounds) -> np.ndarray:
-    """Objectives in [0, 1] with 0 best and 1 worst (beyond the bounds clipped; inf worst)."""
-    columns = []
-    for name, direction in objectives.items():
-        low, high = bounds[name]
-        values = frame[name].to_numpy(dtype=float)
-        scaled = (values - low) / (high - low)
-        columns.append(1.0 - scaled if direction == "max" else scaled)
-    matrix = np.column_stack(columns) if columns else np.empty((len(frame), 0))
+    """Objectives in [0, 1] with 0 best and 1 worst (beyond the bounds clipped; the worse
+    infinity worst, the better one best; NaN worst)."""
+    signs = lower_is_better_signs(objectives)
+    ends = np.array([bounds[name] for name in objectives], dtype=float).reshape(-1, 2)
+    signed_ends = ends * signs[:, None]  # the bounds in the same lower-is-better terms
+    low, high = signed_ends.min(axis=1), signed_ends.max(axis=1)
+    matrix = (objective_matrix(frame, objectives) - low) / (high - low)
     return np.clip(np.nan_to_num(matrix, nan=1.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
 
 

@@ -8,6 +8,7 @@ from analysis.pareto import (
     dominators,
     hypervolume,
     knee_point,
+    lower_is_better_signs,
     mark_front,
     normalised,
     objective_matrix,
@@ -75,10 +76,19 @@ def test_infeasible_trials_never_sit_on_the_front_even_with_the_best_values():
 
 
 def test_the_staircase_between_two_front_points_passes_their_worse_corner():
-    both_max = front_staircase(np.array([[1.0, 3.0], [2.0, 1.0]]), ("max", "max"))
-    assert both_max.tolist() == [[1.0, 3.0], [1.0, 1.0], [2.0, 1.0]]
-    both_min = front_staircase(np.array([[2.0, 1.0], [1.0, 3.0]]), ("min", "min"))
-    assert both_min.tolist() == [[1.0, 3.0], [2.0, 3.0], [2.0, 1.0]]
+    lower_is_better = front_staircase(np.array([[2.0, 1.0], [1.0, 3.0]]))
+    assert lower_is_better.tolist() == [[1.0, 3.0], [2.0, 3.0], [2.0, 1.0]]
+    # two maximised objectives, signed once, drawn back: the corner is the lower one
+    signs = lower_is_better_signs({"throughput": "max", "best_val_acc": "max"})
+    both_max = front_staircase(np.array([[1.0, 3.0], [2.0, 1.0]]) * signs) * signs
+    assert both_max.tolist() == [[2.0, 1.0], [1.0, 1.0], [1.0, 3.0]]
+
+
+def test_normalising_puts_the_best_value_of_either_direction_at_zero():
+    frame = pd.DataFrame({"throughput": [0.0, 1000.0, np.inf], "gen_gap": [0.0, 0.5, np.nan]})
+    objectives = {"throughput": "max", "gen_gap": "min"}
+    bounds = {"throughput": (0.0, 1000.0), "gen_gap": (0.0, 1.0)}
+    assert normalised(frame, objectives, bounds).tolist() == [[1.0, 0.0], [0.0, 0.5], [0.0, 1.0]]
 
 
 def test_trials_at_chance_are_kept_off_the_front_when_asked():
