@@ -18,30 +18,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 
 import torch
 
-from trainables import training
 from trainables.classifier import build_optimizer
 from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.models import build_model
+from trainables.noise_scale import NoiseMeter
 from trainables.precision import Precision
 from trainables.schedules import EpochPlan
 from trainables.settings import TrainSettings
-from trainables.training import HostSplit, Normaliser, train_epoch
-
-
-@contextmanager
-def nothing_measured() -> Iterator[None]:
-    """Every step trained as planned and none measured, accumulated ones included."""
-    real = training.with_noise_probes
-    training.with_noise_probes = lambda groups, probes: (groups, set())
-    try:
-        yield
-    finally:
-        training.with_noise_probes = real
+from trainables.training import EpochSteps, HostSplit, Normaliser, train_epoch
 
 
 def epoch_seconds(
@@ -55,11 +42,14 @@ def epoch_seconds(
     plan = EpochPlan(batch_size=args.batch_size, accumulation_steps=accumulation, lr=0.01,
                      growths=0)  # fmt: skip
     normalise = Normaliser.from_stats(data.mean, data.std, torch.device("cpu"))
-    with nullcontext() if measure else nothing_measured():
-        result = train_epoch(
-            model, optimizer, split, normalise, plan=plan, precision=Precision("cpu", None),
-            generator=torch.Generator().manual_seed(0), noise_probes=probes,
-        )  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    steps = EpochSteps.drawn(len(split), plan, generator, probes if measure else 0)
+    if not measure:  # every step trained as planned and none measured, accumulated ones too
+        steps = EpochSteps(steps.batches)
+    noise = NoiseMeter(model) if steps.measured else None
+    result = train_epoch(model, optimizer, split, normalise, steps,
+                         precision=Precision("cpu", None), generator=generator,
+                         noise=noise)  # fmt: skip
     if measure:
         assert result.noise.steps > 0, "nothing was measured"
     return result.seconds

@@ -40,6 +40,7 @@ from trainables.metrics import (
     throughput,
 )
 from trainables.models import build_model, pretrained_stats
+from trainables.noise_scale import NoiseMeter
 from trainables.oom import is_out_of_memory, release_memory
 from trainables.optimizers import OPTIMIZERS
 from trainables.precision import Precision, precision_for
@@ -49,9 +50,12 @@ from trainables.settings import TrainSettings
 from trainables.training import (
     DIVERGED_AFTER_SKIPPED_STEPS,
     EpochResult,
+    EpochSteps,
     HostSplit,
     Normaliser,
+    SkippedSteps,
     evaluate,
+    meter_first_step,
     train_epoch,
 )
 
@@ -351,20 +355,27 @@ def plan_that_fits(trial: TrainingRun, epoch: int, splits: TrialData) -> EpochPl
 def train_one_epoch(
     trial: TrainingRun, epoch: int, plan: EpochPlan, splits: TrialData
 ) -> EpochResult:
+    """The epoch's steps drawn (the order and the augmentation depend on seed and epoch
+    only), the CPU meter's check of the first, then the training itself."""
     settings = trial.settings
+    generator = torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch))
+    steps = EpochSteps.drawn(len(splits.train), plan, generator, settings.noise_probe_steps)
+    metered = meter_first_step(trial.budget, trial.model, trial.optimizer, splits.train,
+                               splits.normalise, steps, trial.precision)  # fmt: skip
     return train_epoch(
         trial.model,
         trial.optimizer,
         splits.train,
         splits.normalise,
-        plan=plan,
+        steps,
         precision=trial.precision,
-        generator=torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch)),
-        augment=settings.augment,
+        generator=generator,
         budget=trial.budget,
+        metered=metered,
+        augment=settings.augment,
         lr_at=trial.lr_schedule(epoch, plan),
-        skipped_streak=trial.state.skipped_streak,
-        noise_probes=settings.noise_probe_steps,
+        skipped=SkippedSteps(streak=trial.state.skipped_streak),
+        noise=NoiseMeter(trial.model) if steps.measured else None,
     )
 
 

@@ -176,46 +176,103 @@ def with_noise_probes(groups: list[list[slice]], probes: int) -> tuple[list[list
     return split, {step for step in probed if len(split[step]) > 1}
 
 
+@dataclass(frozen=True)
+class EpochSteps:
+    """An epoch's optimizer steps in the order they train: each a list of micro-batches,
+    each the indices of its images in the split; and the steps the gradient noise scale is
+    measured on (`with_noise_probes`)."""
+
+    batches: list[list[torch.Tensor]]
+    measured: frozenset[int] = frozenset()
+
+    @classmethod
+    def drawn(
+        cls, count: int, plan: EpochPlan, generator: torch.Generator, noise_probes: int = 0
+    ) -> EpochSteps:
+        """A pass over `count` images in the order `generator` draws, in the plan's
+        physical batches and accumulation steps, with `noise_probes` probed steps."""
+        order = torch.randperm(count, generator=generator)
+        groups = step_groups(count, plan.batch_size, plan.accumulation_steps)
+        groups, measured = with_noise_probes(groups, noise_probes)
+        return cls([[order[s] for s in group] for group in groups], frozenset(measured))
+
+    @property
+    def first_batch(self) -> torch.Tensor:
+        """The first micro-batch: always the full physical batch."""
+        return self.batches[0][0]
+
+
+@dataclass
+class SkippedSteps:
+    """The steps fp16's GradScaler skipped (their gradients overflowed): how many in this
+    epoch, and the run of them at its end, carried over from the epoch before. A long run
+    means the gradients stay non-finite at any loss scale: the trial diverged."""
+
+    streak: int = 0
+    count: int = 0
+
+    def after(self, applied: bool) -> None:
+        if applied:
+            self.streak = 0
+        else:
+            self.count += 1
+            self.streak += 1
+
+    @property
+    def diverged(self) -> bool:
+        return self.streak >= DIVERGED_AFTER_SKIPPED_STEPS
+
+
+def meter_first_step(
+    budget: MemoryBudget,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    split: HostSplit,
+    normalise: Normaliser,
+    steps: EpochSteps,
+    precision: Precision,
+) -> int:
+    """On CPU, the budget's meter on the epoch's first step, before its clock starts (it
+    runs a forward of its own): its peak in bytes, or the out-of-memory error a card of the
+    budget's size would raise. On a card 0: its allocator enforces the limit."""
+    if budget.card is not None:
+        return 0
+    first = steps.first_batch
+    images, labels = normalise(split.images[first]), split.labels[first]
+    return budget.enforce(model, optimizer, images, labels, precision)
+
+
 def train_epoch(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     split: HostSplit,
     normalise: Normaliser,
+    steps: EpochSteps,
     *,
-    plan: EpochPlan,
     precision: Precision,
     generator: torch.Generator,
     budget: MemoryBudget | None = None,
+    metered: int = 0,
     augment: bool = False,
     lr_at: Callable[[float], float] | None = None,
-    skipped_streak: int = 0,
-    noise_probes: int = 0,
+    skipped: SkippedSteps | None = None,
+    noise: NoiseMeter | None = None,
 ) -> EpochResult:
-    """One pass over `split` in the order `generator` draws, on the model's device.
+    """The epoch's `steps` over `split`, on the model's device.
 
     Each optimizer step averages the loss over the images of its micro-batches (weighted
     by their sizes), so k micro-batches of b give the update of one batch of k*b.
-    `lr_at(fraction of the epoch done)` sets the learning rate before every step. On CPU
-    the `budget`'s meter checks the epoch's first step before the clock starts (and
-    raises the out-of-memory error a card of that size would). `skipped_streak` carries
-    the GradScaler's run of skipped steps over from the previous epoch; the epoch stops
-    early once the run says the trial diverged. The gradient noise scale is measured on
-    every accumulated step, or on `noise_probes` steps without accumulation.
+    `lr_at(fraction of the epoch done)` sets the learning rate before every step. The
+    epoch stops early once `skipped` says the trial diverged. `noise` measures the steps
+    `steps.measured` names. The peak memory is that of the first step, which always trains
+    the full physical batch (the allocator's statistics, read on the host: no wait for the
+    device; on CPU `metered`, the meter's figure from `meter_first_step`).
     """
     device = next(model.parameters()).device
     budget = budget or MemoryBudget(device)
+    skipped = skipped or SkippedSteps()
     model.train()
-    order = torch.randperm(len(split), generator=generator)
-    groups = step_groups(len(split), plan.batch_size, plan.accumulation_steps)
-    metered = 0
-    if budget.card is None:  # the CPU meter runs its own forward: outside the clock
-        first = order[groups[0][0]]
-        metered = budget.enforce(
-            model, optimizer, normalise(split.images[first]), split.labels[first], precision
-        )
-    groups, measured = with_noise_probes(groups, noise_probes)
-    meter = NoiseMeter(model) if measured else None
-    stream = device_batches(split, (order[s] for group in groups for s in group), device)
+    stream = device_batches(split, (batch for group in steps.batches for batch in group), device)
 
     def micro_batches(count: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for pixels, targets in itertools.islice(stream, count):
@@ -225,39 +282,34 @@ def train_epoch(
 
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
-    images = scored = skipped = steps = 0
-    budget.reset_peak()
+    images = scored = trained = 0
     first_step_peak = None
+    budget.reset_peak()
     synchronize(device)
     started = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
     with contextlib.closing(stream):
-        for step, group in enumerate(groups):
+        for step, group in enumerate(steps.batches):
             if lr_at is not None:
                 for param_group in optimizer.param_groups:
-                    param_group["lr"] = lr_at(step / len(groups))
-            group_images = sum(batch.stop - batch.start for batch in group)
+                    param_group["lr"] = lr_at(step / len(steps.batches))
             outcome = train_step(
                 model,
                 optimizer,
                 micro_batches(len(group)),
                 precision,
-                images=group_images,
-                noise=meter if step in measured else None,
+                images=sum(len(batch) for batch in group),
+                noise=noise if step in steps.measured else None,
             )
             images += outcome.images
-            steps += 1
-            if first_step_peak is None:
-                first_step_peak = budget.peak(metered)
+            trained += 1
+            first_step_peak = first_step_peak or budget.peak(metered)
+            skipped.after(outcome.applied)
             if outcome.applied:
                 loss_sum += outcome.loss_sum
                 correct += outcome.correct
                 scored += outcome.images
-                skipped_streak = 0
-                continue
-            skipped += 1
-            skipped_streak += 1
-            if skipped_streak >= DIVERGED_AFTER_SKIPPED_STEPS:
+            elif skipped.diverged:
                 break
     synchronize(device)
     seconds = time.perf_counter() - started
@@ -266,13 +318,13 @@ def train_epoch(
         train_loss=float(loss_sum) / scored if scored else math.nan,
         train_acc=float(correct) / scored if scored else math.nan,
         images=images,
-        optimizer_steps=steps,
+        optimizer_steps=trained,
         seconds=seconds,
         peak_mem_bytes=peak.allocated_bytes,
         peak_reserved_bytes=peak.reserved_bytes,
-        skipped_steps=skipped,
-        skipped_streak=skipped_streak,
-        noise=meter.result() if meter else NoiseScale(),
+        skipped_steps=skipped.count,
+        skipped_streak=skipped.streak,
+        noise=noise.result() if noise else NoiseScale(),
     )
 
 

@@ -5,17 +5,23 @@ import pytest
 import torch
 
 from trainables.classifier import build_optimizer
+from trainables.memory import MemoryBudget
 from trainables.models import build_model
+from trainables.noise_scale import NoiseMeter
 from trainables.precision import Precision, precision_for
 from trainables.schedules import EpochPlan
 from trainables.settings import TrainSettings
 from trainables.step import train_step
 from trainables.training import (
+    DIVERGED_AFTER_SKIPPED_STEPS,
+    EpochSteps,
     HostSplit,
     Normaliser,
+    SkippedSteps,
     batch_slices,
     device_batches,
     evaluate,
+    meter_first_step,
     step_groups,
     train_epoch,
 )
@@ -38,17 +44,38 @@ def plan(batch_size: int, accumulation_steps: int = 1, lr: float = 0.01) -> Epoc
     return EpochPlan(batch_size=batch_size, accumulation_steps=accumulation_steps, lr=lr, growths=0)
 
 
-def one_epoch(model, optimizer, split, batch_size, accumulation_steps=1, seed=0, **switches):
-    return train_epoch(
-        model,
-        optimizer,
-        split,
-        NORMALISE,
-        plan=plan(batch_size, accumulation_steps),
-        precision=switches.pop("precision", FP32),
-        generator=torch.Generator().manual_seed(seed),
-        **switches,
-    )
+def one_epoch(
+    model, optimizer, split, batch_size, accumulation_steps=1, seed=0, noise_probes=0, **switches
+):
+    """An epoch as a trial trains it: its steps drawn, the CPU meter's check, the loop."""
+    generator = torch.Generator().manual_seed(seed)
+    steps = EpochSteps.drawn(len(split), plan(batch_size, accumulation_steps), generator,
+                             noise_probes)  # fmt: skip
+    budget = switches.pop("budget", None) or MemoryBudget(CPU)
+    precision = switches.pop("precision", FP32)
+    metered = meter_first_step(budget, model, optimizer, split, NORMALISE, steps, precision)
+    noise = NoiseMeter(model) if steps.measured else None
+    return train_epoch(model, optimizer, split, NORMALISE, steps, precision=precision,
+                       generator=generator, budget=budget, metered=metered, noise=noise,
+                       **switches)  # fmt: skip
+
+
+def test_a_run_of_skipped_steps_long_enough_says_the_trial_diverged():
+    skipped = SkippedSteps(streak=DIVERGED_AFTER_SKIPPED_STEPS - 2)  # carried over
+    skipped.after(applied=False)
+    assert not skipped.diverged and skipped.count == 1
+    skipped.after(applied=True)
+    assert skipped.streak == 0 and skipped.count == 1  # an applied step ends the run
+    for _ in range(DIVERGED_AFTER_SKIPPED_STEPS):
+        skipped.after(applied=False)
+    assert skipped.diverged and skipped.count == 1 + DIVERGED_AFTER_SKIPPED_STEPS
+
+
+def test_an_epochs_steps_cover_the_split_once_in_the_drawn_order_first_step_whole():
+    steps = EpochSteps.drawn(40, plan(8), torch.Generator().manual_seed(3), noise_probes=2)
+    drawn = torch.cat([batch for group in steps.batches for batch in group])
+    assert sorted(drawn.tolist()) == list(range(40))
+    assert len(steps.first_batch) == 8 and 0 not in steps.measured and len(steps.measured) == 2
 
 
 def test_batches_cover_every_item_once_and_keep_a_partial_last_batch():
