@@ -51,7 +51,7 @@ import pandas as pd
 from analysis.load import frame_from_tune, trial_spans
 from analysis.pareto import declared_bounds, hypervolume, mark_front
 from search.config import SearchConfig, load_config
-from search.searcher import STARTED_ATTR, STATUS_ATTR, build_sampler, startup_trials
+from search.optuna_search import STARTED_ATTR, STATUS_ATTR, build_sampler, startup_trials
 from trainables.metrics import DEFAULT_MIN_ACCURACY, METRICS
 from trainables.settings import DEFAULT_EPOCHS
 

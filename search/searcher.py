@@ -1,15 +1,23 @@
-"""The search algorithm: an Optuna study, multi-objective, asked and told through Ray
-Tune's public `Searcher` interface and Optuna's ask-and-tell.
+"""The search algorithm: a stack of searchers on Ray Tune's public `Searcher` interface, each
+taking on one concern and delegating the rest, around the thin Optuna searcher
+(`search.optuna_search.OptunaAskTell`). `build_searcher` puts it together:
 
-Ray's `OptunaSearch` tells Optuna COMPLETE for any trial whose last result carries the
-objectives, FAIL for one that raised, which TPE ignores, so out-of-memory regions would be
-proposed again; and changing that meant reaching into its private attributes. This
-searcher owns its study instead: Tune sees only `suggest`, `on_trial_complete`, `save` and
-`restore`, Optuna only `ask`, `tell` and its trials' attributes.
+    MemoryLearning        what trials measured goes into the memory model; their OOMs
+      FeasibilityGate     a suggestion that will run out of memory is never started
+        Repeats           each sampled config again with the next seeds
+          OptunaAskTell   Optuna's asks and tells (grid points first)
+
+What ran out and the memory model (`OomForecast`) are kept in one place, the study's
+sampler (`FeasibleCandidates`, which judges Optuna's candidates by them): the gate and the
+memory learning find it below them, so what is learned is judged by at once. Tune saves
+a stack as it saves its own wrappers (`ConcurrencyLimiter`): each layer's `get_state`, and
+the Optuna searcher at the bottom with `save`. A search saved before the stack (one
+`FeasibilityAwareOptunaSearch` holding every concern) resumes as the stack.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import pickle
 from collections.abc import Mapping, Sequence
@@ -20,130 +28,147 @@ import optuna
 from ray.tune.search import Searcher
 
 from search.feasibility import MemoryFootprint, MemoryModel, OomForecast, Prediction
+from search.optuna_search import (
+    ALLOWED_ATTR,
+    PREDICTED_ATTR,
+    STARTED_ATTR,
+    FeasibleCandidates,
+    OptunaAskTell,
+    build_sampler,
+)
 from search.space import SpaceParam
 from search.trainable import PREDICTED_FROM, PREDICTED_PEAK, REPEAT_OF, without_notes
-from trainables.metrics import (
-    OOM_CAUSE_CARD,
-    STATUS_OK,
-    STATUS_OOM,
-    STATUS_OOM_PREDICTED,
-    STATUS_STOPPED_EARLY,
-)
+from trainables.metrics import OOM_CAUSE_CARD, STATUS_OOM, STATUS_OOM_PREDICTED
 from trainables.settings import TrainSettings
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)  # Tune's table shows the progress
+__all__ = ["build_sampler", "build_searcher", "optuna_searcher"]
 
 # Suggestions predicted to run out of memory that one `suggest` skips before it gives up
 # and hands Tune one that ends at once (a space that is nearly all over budget).
 MAX_SKIPS_PER_SUGGESTION = 50
-# Samples a learning sampler is asked for, per suggestion, while its sample would run out
-# of memory (`FeasibleCandidates`); the last is kept, and the driver's check still applies.
-CANDIDATES_PER_SUGGESTION = 10
-# User attributes of the Optuna trials; `started` is False for a suggestion skipped at the
-# driver (no Tune trial, no actor).
-STATUS_ATTR, DETAIL_ATTR, STARTED_ATTR = "status", "status_detail", "started"
-PREDICTED_ATTR, ALLOWED_ATTR = "predicted_peak_mb", "allowed_mb"
 
 
-def build_sampler(kind: str, num_samples: int, seed: int) -> optuna.samplers.BaseSampler:
-    """An Optuna sampler whose start-up phase fits `num_samples` trials.
+class Wrapper(Searcher):
+    """A searcher that delegates everything to `searcher`; a subclass takes on one concern.
+    Its state is its own attributes (Tune finds the inner searcher's itself)."""
 
-    Optuna's defaults assume long searches (TPE: 10 random start-up trials; NSGA-II: a
-    population of 50), which for a dozen trials means plain random search.
-    """
-    if kind == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    startup = startup_trials(kind, num_samples)
-    if kind == "nsga2":
-        return optuna.samplers.NSGAIISampler(population_size=startup, seed=seed)
-    return optuna.samplers.TPESampler(n_startup_trials=startup, seed=seed, multivariate=True)
+    def __init__(self, searcher: Searcher) -> None:
+        super().__init__(metric=searcher.metric, mode=searcher.mode)
+        self.searcher = searcher
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict, **spec: Any
+    ) -> bool:
+        return self.searcher.set_search_properties(metric, mode, config, **spec)
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        return self.searcher.suggest(trial_id)
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self.searcher.on_trial_result(trial_id, result)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        self.searcher.on_trial_complete(trial_id, result=result, error=error)
+
+    @property
+    def forecast(self) -> OomForecast:
+        """The search's `OomForecast`, found below: it lives with the study's sampler."""
+        return self.searcher.forecast
+
+    def get_state(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items() if key != "searcher"}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    # Tune saves a stack layer by layer; saved directly, the whole stack goes in one file.
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as handle:
+            pickle.dump([layer.get_state() for layer in layers_of(self)], handle)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as handle:
+            states = pickle.load(handle)
+        if isinstance(states, dict):  # saved by the searcher before the stack
+            states = _stack_states_of(states)
+        for layer, state in zip(layers_of(self), states, strict=True):
+            layer.set_state(state)
 
 
-def startup_trials(kind: str, num_samples: int) -> int:
-    """Suggestions the sampler makes before it learns from any: TPE's random start-up (a
-    third of the trials), NSGA-II's first generation (a quarter, for a few generations);
-    random search never learns."""
-    if kind == "random":
-        return num_samples
-    if kind == "nsga2":
-        return max(2, min(50, num_samples // 4))
-    return max(2, min(10, num_samples // 3))
+def layers_of(searcher: Searcher) -> list[Searcher]:
+    """The searchers of a stack, from the top down to the Optuna searcher."""
+    layers = [searcher]
+    while isinstance(layers[-1], Wrapper):
+        layers.append(layers[-1].searcher)
+    return layers
 
 
 @dataclass(frozen=True)
 class _Repeat:
+    """A config's next seed (also the pickled form of a repeat in searches saved before the
+    stack)."""
+
     params: dict[str, Any]
     seed: int
     of: str  # the Tune trial id of the config's first seed
 
 
-class FeasibilityAwareOptunaSearch(Searcher):
-    """Optuna's suggestions for Tune, kept off the front where infeasible, and never started
-    where they are known to run out of memory.
+class Repeats(Wrapper):
+    """With `repeats` > 1 every sampled config is suggested that many times in a row, with
+    seeds seed, seed + 1, ...; all of them carry `repeat_of`: the first trial's id. Each
+    repeat is its own Optuna trial (asked for with the same params): every seed is told."""
 
-    - A trial whose last result is not `status: ok` (out of memory, diverged, stopped
-      early) reaches Optuna as PRUNED, never as COMPLETE; one that could not fit in memory
-      also carries a violated constraint, so the samplers treat its region as infeasible.
-    - A suggestion that will run out of memory is told to Optuna as `oom_predicted` and
-      replaced by the next one before Tune starts a trial for it: when a config needing no
-      more memory already ran out of its own share (`search.feasibility.needs_at_least`;
-      an OOM that came from a full card, `oom_cause: card`, teaches nothing), or when its
-      predicted peak passes its budget (`search.feasibility.MemoryModel`, fitted to every
-      peak the trials report). After `MAX_SKIPS_PER_SUGGESTION` in a row the next one is
-      handed to Tune marked, and ends before training.
-    - Partial points (the `grid` entries of a space) are suggested first.
-    - With `repeats` > 1 every sampled config is suggested that many times in a row, with
-      seeds seed, seed + 1, ...; all of them carry `repeat_of`: the first trial's id.
-    """
+    def __init__(self, searcher: OptunaAskTell, repeats: int, base_seed: int) -> None:
+        super().__init__(searcher)
+        self.repeats = repeats
+        self.base_seed = base_seed
+        self._pending: list[_Repeat] = []
 
-    def __init__(
-        self,
-        space: Mapping[str, SpaceParam],
-        objectives: Mapping[str, str],
-        sampler: optuna.samplers.BaseSampler,
-        *,
-        grid: Sequence[dict[str, Any]] = (),
-        fixed_config: Mapping[str, Any] | None = None,
-        repeats: int = 1,
-        storage: str | None = None,
-        study_name: str | None = None,
-        memory: MemoryModel | None = None,
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        repeat = self._pending.pop(0) if self._pending else None
+        if repeat is not None:
+            self.searcher.ask_next(repeat.params)
+        params = self.searcher.suggest(trial_id)
+        if params is None or self.repeats == 1:
+            return params
+        if repeat is not None:
+            return {**params, "seed": repeat.seed, REPEAT_OF: repeat.of}
+        self._pending += [_Repeat(params, self.base_seed + k, trial_id)
+                          for k in range(1, self.repeats)]  # fmt: skip
+        return {**params, "seed": self.base_seed, REPEAT_OF: trial_id}
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
-        super().__init__(metric=list(objectives), mode=list(objectives.values()))
-        self._distributions = {key: param.to_optuna() for key, param in space.items()}
-        self._objectives = dict(objectives)
-        self._fixed_config = dict(fixed_config or {})
-        self._forecast = OomForecast(memory)  # what ran out, and the memory model
-        self._study = optuna.create_study(
-            storage=storage,
-            study_name=study_name,
-            sampler=FeasibleCandidates(
-                sampler, self._forecast, self._fixed_config, self._distributions
-            ),
-            directions=["maximize" if d == "max" else "minimize" for d in objectives.values()],
-            load_if_exists=True,
-        )
-        self._grid = list(grid)
-        self._base_seed = TrainSettings.from_config(self._fixed_config).seed  # of repeats
-        self._repeats = repeats
-        self._pending_repeats: list[_Repeat] = []
-        # Tune trial id -> its Optuna trial and settings, until it is told
-        self._live: dict[str, tuple[optuna.Trial, TrainSettings]] = {}
+        """A config never started (the gate above skipped its first seed) is not
+        repeated."""
+        if result is not None and result.get(STARTED_ATTR) is False:
+            self._pending = [repeat for repeat in self._pending if repeat.of != trial_id]
+        super().on_trial_complete(trial_id, result=result, error=error)
 
-    def set_search_properties(
-        self, metric: str | None, mode: str | None, config: dict, **spec: Any
-    ) -> bool:
-        """The space came with the constructor; Tune's copy of it only labels its table."""
-        return True
+
+class FeasibilityGate(Wrapper):
+    """A suggestion that will run out of memory (`OomForecast`: a config needing no more
+    memory already ran out of its own share, or its predicted peak passes its limit) is
+    told to the inner searcher as `oom_predicted`, never started, and the next one is asked
+    for. After `MAX_SKIPS_PER_SUGGESTION` in a row the next one is handed to Tune marked
+    (`oom_predicted_from`), and ends before training. A suggestion that goes ahead carries
+    the memory model's figure for it (`predicted_peak_mb`), set beside what it measures."""
+
+    def __init__(self, searcher: Searcher, fixed_config: Mapping[str, Any]) -> None:
+        super().__init__(searcher)
+        self.fixed_config = dict(fixed_config)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         for skipped in range(MAX_SKIPS_PER_SUGGESTION + 1):
-            repeat = self._pending_repeats.pop(0) if self._pending_repeats else None
-            trial, suggestion = self._ask(repeat, trial_id)
-            settings = TrainSettings.from_config(
-                {**self._fixed_config, **without_notes(suggestion)}
-            )
-            verdict = self._forecast.verdict(settings)
+            suggestion = self.searcher.suggest(trial_id)
+            if suggestion is None:
+                return None
+            settings = settings_of(self.fixed_config, suggestion)
+            verdict = self.forecast.verdict(settings)
             prediction = verdict.prediction
             if not verdict.runs_out:
                 break
@@ -151,217 +176,114 @@ class FeasibilityAwareOptunaSearch(Searcher):
             if skipped == MAX_SKIPS_PER_SUGGESTION:  # hand it over; it ends at once
                 suggestion[PREDICTED_FROM] = reason
                 break
-            self._skip(trial, reason, prediction)
-        if repeat is None and self._repeats > 1:
-            self._pending_repeats += [
-                _Repeat(trial.params, self._base_seed + k, trial_id)
-                for k in range(1, self._repeats)
-            ]
-        if prediction is not None:  # beside the trial's measured peak: the model's accuracy
-            trial.set_user_attr(PREDICTED_ATTR, prediction.predicted_mb)
+            self.searcher.on_trial_complete(trial_id, result=_skipped(reason, prediction))
+        if prediction is not None:
             suggestion[PREDICTED_PEAK] = round(prediction.predicted_mb, 3)
-        trial.set_user_attr(STARTED_ATTR, True)
-        self._live[trial_id] = (trial, settings)
         return suggestion
 
-    def _ask(self, repeat: _Repeat | None, trial_id: str) -> tuple[optuna.Trial, dict[str, Any]]:
-        # Exactly one point is enqueued right before each ask, so repeats and the grid keep
-        # their order; Optuna samples the keys a partial (grid) point leaves out.
-        if repeat is not None:
-            self._study.enqueue_trial(repeat.params)
-        elif self._grid:
-            self._study.enqueue_trial(self._grid.pop(0))
-        trial = self._study.ask(self._distributions)
-        suggestion = dict(trial.params)
-        if repeat is not None:
-            suggestion |= {"seed": repeat.seed, REPEAT_OF: repeat.of}
-        elif self._repeats > 1:
-            suggestion |= {"seed": self._base_seed, REPEAT_OF: trial_id}
-        return trial, suggestion
 
-    def _skip(self, trial: optuna.Trial, reason: str, prediction: Prediction | None) -> None:
-        if prediction is not None:
-            trial.set_user_attr(PREDICTED_ATTR, prediction.predicted_mb)
-            trial.set_user_attr(ALLOWED_ATTR, prediction.allowed_mb)
-        trial.set_user_attr(STARTED_ATTR, False)
-        self._tell_pruned(trial, STATUS_OOM_PREDICTED, f"not started: {reason}", infeasible=True)
+class MemoryLearning(Wrapper):
+    """What the trials measured goes into the memory model, and an out-of-memory end of a
+    trial's own share becomes a failure later suggestions are compared with (both in the
+    `OomForecast` the gate and the sampler judge by).
+
+    A trial's first epoch measured its first full-size step from an empty cache: the model
+    learns from that report (a later epoch's reserved peak also holds the blocks evaluation
+    left cached); an out-of-memory end adds what the step needed, where known (CPU)."""
+
+    def __init__(self, searcher: Searcher, fixed_config: Mapping[str, Any]) -> None:
+        super().__init__(searcher)
+        self.fixed_config = dict(fixed_config)
+        self._live: dict[str, TrainSettings] = {}  # Tune trial id -> its settings
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        suggestion = self.searcher.suggest(trial_id)
+        if suggestion is not None:
+            self._live[trial_id] = settings_of(self.fixed_config, suggestion)
+        return suggestion
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        if trial_id in self._live and result.get("epoch") == 1:
+            self._observe(self._live[trial_id], result)
+        super().on_trial_result(trial_id, result)
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
-        if trial_id not in self._live:
-            return
-        trial, settings = self._live.pop(trial_id)
-        if error or result is None:
-            self._study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-            return
-        status = result.get("status", STATUS_OK)
-        self._learn_memory(trial_id, settings, status, result)
-        if status != STATUS_OK:
-            # Stopped early is a feasible config that trailed; the others cannot finish.
-            detail = str(result.get("status_detail", ""))
-            infeasible = status != STATUS_STOPPED_EARLY
-            self._tell_pruned(trial, status, detail, infeasible=infeasible)
-            return
-        values = [result.get(name, math.nan) for name in self._objectives]
-        if any(not isinstance(v, int | float) or math.isnan(v) for v in values):
-            self._study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-            return
-        trial.set_user_attr(STATUS_ATTR, STATUS_OK)
-        self._study.tell(trial, [float(v) for v in values], skip_if_finished=True)
+        settings = self._live.pop(trial_id, None)
+        if settings is not None and result is not None and result.get("status") == STATUS_OOM:
+            self._observe(settings, result)
+            if result.get("oom_cause") != OOM_CAUSE_CARD:
+                ran_with = _whole(result.get("physical_batch_size"))
+                self.forecast.failures[trial_id] = MemoryFootprint.of(settings, ran_with)
+        super().on_trial_complete(trial_id, result=result, error=error)
 
-    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        """A trial's first epoch measured its first full-size step from an empty cache: the
-        memory model learns from that report (a later epoch's reserved peak also holds the
-        blocks evaluation left cached)."""
-        if trial_id in self._live and result.get("epoch") == 1:
-            self._observe_memory(self._live[trial_id][1], result)
-
-    def _learn_memory(
-        self, trial_id: str, settings: TrainSettings, status: str, result: dict[str, Any]
-    ) -> None:
-        """An out-of-memory end goes into the memory model (on CPU with what the step
-        needed) and, where the trial's own share ran out, becomes a failure that later
-        suggestions are compared with."""
-        if status != STATUS_OOM:
-            return
-        self._observe_memory(settings, result)
-        if result.get("oom_cause") != OOM_CAUSE_CARD:
-            ran_with = _whole(result.get("physical_batch_size"))
-            self._forecast.failures[trial_id] = MemoryFootprint.of(settings, batch_size=ran_with)
-
-    def _observe_memory(self, settings: TrainSettings, result: Mapping[str, Any]) -> None:
+    def _observe(self, settings: TrainSettings, result: Mapping[str, Any]) -> None:
         ran_with = _whole(result.get("physical_batch_size"))
-        memory = self._forecast.memory
+        memory = self.forecast.memory
         if ran_with is not None and memory is not None:
             limit = _number(result.get("memory_limit_mb"))
             memory.observe(settings, ran_with, _reserved_peak(result), limit)
 
-    def _tell_pruned(self, trial: optuna.Trial, status: str, detail: str, infeasible: bool):
-        trial.set_user_attr(STATUS_ATTR, status)
-        trial.set_user_attr(DETAIL_ATTR, detail)
-        if infeasible:
-            trial.set_constraint("feasible", 1.0)  # > 0: violated
-        self._study.tell(trial, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
 
-    # --- Tune saves the searcher with the experiment and restores it on --resume -----------
-
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as handle:
-            pickle.dump(self.__dict__, handle)
-
-    def restore(self, checkpoint_path: str) -> None:
-        """After a driver was killed, trials the study started after the last saved state
-        belong to no Tune trial; they are told FAIL so that none stays RUNNING."""
-        with open(checkpoint_path, "rb") as handle:
-            saved = pickle.load(handle)
-        if "_forecast" not in saved:  # saved before `OomForecast`: its sampler is unwrapped
-            saved["_forecast"] = OomForecast(saved.pop("_memory", None))
-            saved["_forecast"].failures.update(saved.pop("_failures", {}))
-        self.__dict__.update(saved)
-        running = {
-            trial.number
-            for trial in self._study.get_trials(
-                deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
-            )
-        }
-        # A trial told to Optuna after the last save is finished there; Tune runs it again,
-        # and its second result must not be told twice (Optuna refuses that).
-        self._live = {
-            trial_id: (trial, settings)
-            for trial_id, (trial, settings) in self._live.items()
-            if trial.number in running
-        }
-        live = {trial.number for trial, _ in self._live.values()}
-        for number in running - live:
-            self._study.tell(number, state=optuna.trial.TrialState.FAIL)
-
-    @property
-    def study(self) -> optuna.Study:
-        return self._study
-
-    @property
-    def failures(self) -> dict[str, MemoryFootprint]:
-        return dict(self._forecast.failures)
-
-    @property
-    def forecast(self) -> OomForecast:
-        return self._forecast
+def build_searcher(
+    space: Mapping[str, SpaceParam],
+    objectives: Mapping[str, str],
+    sampler: optuna.samplers.BaseSampler,
+    grid: Sequence[dict[str, Any]] = (),
+    fixed_config: Mapping[str, Any] | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    repeats: int = 1,
+    memory: MemoryModel | None = None,
+) -> MemoryLearning:
+    """The stack (see the module docstring). `storage`: an Optuna RDB URL, so the study
+    outlives the process (resume, review)."""
+    fixed = dict(fixed_config or {})
+    forecast = OomForecast(memory)  # what ran out, and the memory model: one for all layers
+    distributions = {key: param.to_optuna() for key, param in space.items()}
+    optuna_search = OptunaAskTell(
+        space,
+        objectives,
+        FeasibleCandidates(sampler, forecast, fixed, distributions),
+        grid=grid,
+        storage=storage,
+        study_name=study_name,
+    )
+    base_seed = TrainSettings.from_config(fixed).seed
+    return MemoryLearning(FeasibilityGate(Repeats(optuna_search, repeats, base_seed), fixed), fixed)
 
 
-class FeasibleCandidates(optuna.samplers.BaseSampler):
-    """The study's sampler, asked again while its sample is a config that will run out of
-    memory (`OomForecast`: like a trial that did, or over budget by the memory model).
+def optuna_searcher(searcher: Searcher) -> OptunaAskTell:
+    """The Optuna searcher at the bottom of a stack (its study, for review and tests)."""
+    if isinstance(searcher, FeasibilityAwareOptunaSearch):
+        searcher = searcher.stack
+    bottom = layers_of(searcher)[-1]
+    if not isinstance(bottom, OptunaAskTell):
+        raise TypeError(f"no Optuna searcher under {type(searcher).__name__}")
+    return bottom
 
-    A learning sampler (TPE, NSGA-II) proposes from what it has seen, and told an
-    infeasible point only as a bad one, TPE kept proposing the same over-budget region
-    (docs/RESULTS.md, section 4). Here each of up to `CANDIDATES_PER_SUGGESTION` samples
-    is its own best proposal, so the first that fits is the sampler's best among those
-    that fit. Only whole relative samples are judged: the random start-up (and random
-    search) are left as they are, and a suggestion that still runs out is caught at the
-    driver. Optuna's public `BaseSampler` interface, delegating every call.
-    """
 
-    def __init__(
-        self,
-        inner: optuna.samplers.BaseSampler,
-        forecast: OomForecast,
-        fixed_config: Mapping[str, Any],
-        distributions: Mapping[str, optuna.distributions.BaseDistribution],
-    ) -> None:
-        self.inner = inner
-        self.forecast = forecast  # the searcher's own: what it learns, this judges by
-        # a one-value entry of the space is never sampled: it joins the fixed settings
-        self._fixed_config = {
-            **fixed_config,
-            **{name: _only_value(d) for name, d in distributions.items() if d.single()},
-        }
-        self._sampled = frozenset(name for name, d in distributions.items() if not d.single())
+def forecast_of(searcher: Searcher) -> OomForecast:
+    """The stack's `OomForecast`: what ran out, and the memory model."""
+    return optuna_searcher(searcher).forecast
 
-    def infer_relative_search_space(
-        self, study: optuna.Study, trial: optuna.trial.FrozenTrial
-    ) -> dict[str, optuna.distributions.BaseDistribution]:
-        return self.inner.infer_relative_search_space(study, trial)
 
-    def sample_relative(
-        self,
-        study: optuna.Study,
-        trial: optuna.trial.FrozenTrial,
-        search_space: dict[str, optuna.distributions.BaseDistribution],
-    ) -> dict[str, Any]:
-        params: dict[str, Any] = {}
-        for _ in range(CANDIDATES_PER_SUGGESTION):
-            params = self.inner.sample_relative(study, trial, search_space)
-            if not self._sampled <= params.keys():  # not a whole config: nothing to judge
-                return params
-            settings = TrainSettings.from_config({**self._fixed_config, **params})
-            if not self.forecast.runs_out(settings):
-                return params
-        return params
+def settings_of(fixed_config: Mapping[str, Any], suggestion: Mapping[str, Any]) -> TrainSettings:
+    """The trainable settings a suggestion runs with: the fixed ones and the sampled."""
+    return TrainSettings.from_config({**fixed_config, **without_notes(suggestion)})
 
-    def sample_independent(
-        self,
-        study: optuna.Study,
-        trial: optuna.trial.FrozenTrial,
-        param_name: str,
-        param_distribution: optuna.distributions.BaseDistribution,
-    ) -> Any:
-        return self.inner.sample_independent(study, trial, param_name, param_distribution)
 
-    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        self.inner.before_trial(study, trial)
-
-    def after_trial(
-        self,
-        study: optuna.Study,
-        trial: optuna.trial.FrozenTrial,
-        state: optuna.trial.TrialState,
-        values: Sequence[float] | None,
-    ) -> None:
-        self.inner.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.inner.reseed_rng()
+def _skipped(reason: str, prediction: Prediction | None) -> dict[str, Any]:
+    """What the inner searcher is told of a suggestion the gate never started."""
+    result: dict[str, Any] = {
+        "status": STATUS_OOM_PREDICTED,
+        "status_detail": f"not started: {reason}",
+        STARTED_ATTR: False,
+    }
+    if prediction is not None:
+        result |= {PREDICTED_ATTR: prediction.predicted_mb, ALLOWED_ATTR: prediction.allowed_mb}
+    return result
 
 
 def _oom_reason(failed_like: str | None, prediction: Prediction | None) -> str:
@@ -372,11 +294,8 @@ def _oom_reason(failed_like: str | None, prediction: Prediction | None) -> str:
     return prediction.reason()
 
 
-def _only_value(distribution: optuna.distributions.BaseDistribution) -> Any:
-    """The one value a `single()` distribution takes."""
-    if isinstance(distribution, optuna.distributions.CategoricalDistribution):
-        return distribution.choices[0]
-    return distribution.low  # type: ignore[attr-defined]  (Float- or IntDistribution)
+def _whole(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 def _number(value: Any) -> float:
@@ -390,30 +309,84 @@ def _reserved_peak(result: Mapping[str, Any]) -> float:
     return reserved if math.isfinite(reserved) else _number(result.get("peak_mem_mb"))
 
 
-def _whole(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and math.isfinite(value) else None
+# --- searches saved before the stack ------------------------------------------------------
 
 
-def build_searcher(
-    space: Mapping[str, SpaceParam],
-    objectives: Mapping[str, str],
-    sampler: optuna.samplers.BaseSampler,
-    grid: Sequence[dict[str, Any]] = (),
-    fixed_config: Mapping[str, Any] | None = None,
-    storage: str | None = None,
-    study_name: str | None = None,
-    repeats: int = 1,
-    memory: MemoryModel | None = None,
-) -> FeasibilityAwareOptunaSearch:
-    """`storage`: an Optuna RDB URL, so the study outlives the process (resume, review)."""
-    return FeasibilityAwareOptunaSearch(
-        space,
-        objectives,
-        sampler,
-        grid=grid,
-        fixed_config=fixed_config,
-        repeats=repeats,
-        storage=storage,
-        study_name=study_name,
-        memory=memory,
-    )
+class FeasibilityAwareOptunaSearch(Searcher):
+    """The one searcher that held every concern before the stack. A search started then
+    pickled it in its tuner.pkl: unpickled on --resume it becomes the stack (`stack`), and
+    the state it saved (one dictionary of its attributes) the stack's. Tune sees it as one
+    searcher, not a wrapper, and saves and restores it whole."""
+
+    def __setstate__(self, old: dict[str, Any]) -> None:
+        self.stack = _stack_from(old)
+        Searcher.__init__(self, metric=self.stack.metric, mode=self.stack.mode)
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict, **spec: Any
+    ) -> bool:
+        return self.stack.set_search_properties(metric, mode, config, **spec)
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        return self.stack.suggest(trial_id)
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self.stack.on_trial_result(trial_id, result)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        self.stack.on_trial_complete(trial_id, result=result, error=error)
+
+    def save(self, checkpoint_path: str) -> None:
+        self.stack.save(checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.stack.restore(checkpoint_path)
+
+
+def _stack_from(old: dict[str, Any]) -> MemoryLearning:
+    """The stack with the layers an old searcher's attributes describe."""
+    classes = (MemoryLearning, FeasibilityGate, Repeats, OptunaAskTell)
+    layers = [kind.__new__(kind) for kind in classes]
+    for layer, below in itertools.pairwise(layers):
+        layer.searcher = below
+    for layer, state in zip(layers, _stack_states_of(old), strict=True):
+        Searcher.__init__(layer, metric=old.get("_metric"), mode=old.get("_mode"))
+        layer.set_state(state)
+    return layers[0]
+
+
+def _stack_states_of(old: dict[str, Any]) -> list[dict[str, Any]]:
+    """The states of the stack's layers, from the top, out of an old searcher's
+    attributes. A forecast saved before `OomForecast` (failures and memory model as two
+    attributes) is put together, and kept with the study's sampler; repeats that were
+    waiting go on as repeats, each told to Optuna as its own trial as before."""
+    forecast = old.get("_forecast")
+    if forecast is None:
+        forecast = OomForecast(old.get("_memory"))
+        forecast.failures.update(old.get("_failures", {}))
+    study = old["_study"]
+    if isinstance(study.sampler, FeasibleCandidates):
+        study.sampler.forecast = forecast
+    live = old.get("_live", {})
+    fixed = old.get("_fixed_config", {})
+    learning = {
+        "fixed_config": fixed,
+        "_live": {trial_id: settings for trial_id, (_, settings) in live.items()},
+    }
+    gate = {"fixed_config": fixed}
+    repeats = {
+        "repeats": old.get("_repeats", 1),
+        "base_seed": old.get("_base_seed", 0),
+        "_pending": list(old.get("_pending_repeats", [])),
+    }
+    asktell = {
+        "distributions": old["_distributions"],
+        "_objectives": old["_objectives"],
+        "study": study,
+        "_grid": old.get("_grid", []),
+        "_next": [],
+        "_live": {trial_id: trial for trial_id, (trial, _) in live.items()},
+    }
+    return [learning, gate, repeats, asktell]

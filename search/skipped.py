@@ -13,7 +13,13 @@ from typing import Any
 
 import optuna
 
-from search.searcher import ALLOWED_ATTR, DETAIL_ATTR, PREDICTED_ATTR, STARTED_ATTR, STATUS_ATTR
+from search.optuna_search import (
+    ALLOWED_ATTR,
+    DETAIL_ATTR,
+    PREDICTED_ATTR,
+    STARTED_ATTR,
+    STATUS_ATTR,
+)
 from search.trainable import PREDICTED_PEAK
 from trainables.metrics import STATUS_OOM_PREDICTED
 
