@@ -21,6 +21,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from matplotlib.ticker import ScalarFormatter
 
+from analysis.effects import trials_with
 from analysis.load import (
     CONFIG_PREFIX,
     PREDICTED_PEAK_COLUMN,
@@ -30,7 +31,6 @@ from analysis.load import (
     varied_settings,
 )
 from analysis.pareto import finished_mask, lower_is_better_signs
-from analysis.techniques import switched_on
 from trainables.metrics import STATUS_OK, STATUS_OOM, STATUS_OOM_PREDICTED
 from trainables.techniques import memory_techniques_shown
 
@@ -276,7 +276,7 @@ def parallel_chart(frame: pd.DataFrame, path: Path, title: str = "") -> Path | N
 def technique_labels(frame: pd.DataFrame, on_gpu: bool | None = None) -> pd.Series:
     """The techniques that change memory (the technique table's) each trial used, e.g.
     `AMP + checkpointing`, or `plain`; GPU-only ones not where the trials ran on CPUs."""
-    on = {t.shown: switched_on(frame, t.name) for t in memory_techniques_shown(on_gpu)}
+    on = {t.shown: trials_with(frame, t.name) for t in memory_techniques_shown(on_gpu)}
     labels = [" + ".join(shown for shown, mask in on.items() if mask[index]) or "plain"
               for index in frame.index]  # fmt: skip
     return pd.Series(labels, index=frame.index)

@@ -28,6 +28,7 @@ from trainables.metrics import (
     STATUS_STOPPED_EARLY,
     UNTIL_TARGET_METRICS,
 )
+from trainables.settings import under_new_names
 
 CONFIG_PREFIX = "config."
 # Config keys that are not settings of a trial: the repeat's seed and the search's notes.
@@ -45,6 +46,7 @@ def trial_row(
     error: str | None = None,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"trial_id": trial_id}
+    config = under_new_names(config)[0]  # a search run before a setting was renamed
     row.update({f"{CONFIG_PREFIX}{key}": value for key, value in flatten("", config).items()})
     row.update(metrics)
     if error is not None:

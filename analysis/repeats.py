@@ -25,7 +25,7 @@ def aggregate_repeats(frame: pd.DataFrame, objectives: Mapping[str, str]) -> pd.
     A config is ok only if every seed was ok; otherwise it takes its worst status.
     """
     keys = setting_columns(frame)
-    # compared as text: a setting may be a list (gap_epochs, checkpoint_modules)
+    # compared as text: a setting may be a list (gap_epochs, recomputed_modules)
     settings = frame[keys].map(repr)
     if not keys or not settings.duplicated(keep=False).any():
         return frame

@@ -30,6 +30,7 @@ from analysis.charts import (
     pairwise_front_chart,
     parallel_chart,
 )
+from analysis.effects import technique_effects
 from analysis.load import (
     CONFIG_PREFIX,
     PREDICTED_PEAK_COLUMN,
@@ -49,7 +50,6 @@ from analysis.pareto import (
 )
 from analysis.repeats import aggregate_repeats
 from analysis.tables import select, trend_table
-from analysis.techniques import technique_effects
 from trainables.metrics import (
     DEFAULT_MIN_ACCURACY,
     DEFAULT_OBJECTIVES,

@@ -220,10 +220,14 @@ def line_errors(model: str, image_size: int) -> list[LineError]:
     for amp in (False, True):
         for checkpointing in (False, True):
             label = " + ".join(
-                [name for name, on in (("AMP", amp), ("checkpointing", checkpointing)) if on]
+                [
+                    name
+                    for name, on in (("AMP", amp), ("activation checkpointing", checkpointing))
+                    if on
+                ]
                 or ["fp32"]
             )
-            settings = TrainSettings(model=model, amp=amp, grad_checkpointing=checkpointing,
+            settings = TrainSettings(model=model, amp=amp, activation_checkpointing=checkpointing,
                                      device="cuda" if on_gpu() else "cpu")  # fmt: skip
             prober = Prober(settings, image_size, budget_mb=None)
             measured = {}

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import torch
 
-from search.config import ConfigError, SearchConfig, load_config
+from search.config import ConfigError, SearchConfig, load_config, renamed_notes
 from search.errors import Problem
-from trainables.classifier import set_determinism, start_trial
+from trainables.classifier import set_determinism, start_run
 from trainables.cuda import TorchCudaCard, available, resolve_device, synchronize
 from trainables.memory import (
     CARD_PROBE_BATCHES,
@@ -139,14 +139,14 @@ class Prober:
         # On CUDA the budget is the share of the card; on CPU what the meter is held to.
         set_determinism(settings)
         budget = MemoryBudget(self.device, budget_mb, card=card)
-        self.trial = start_trial(settings, NUM_CLASSES, image_size, budget, None)
+        self.run = start_run(settings, NUM_CLASSES, image_size, budget, None)
         self._metered: MeteredStep | None = None
         if self.on_card:
             self.time_steps(1, 0)  # the first step allocates the optimizer's state
 
     @property
     def on_card(self) -> bool:
-        return self.trial.budget.card is not None
+        return self.run.budget.card is not None
 
     def batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = torch.randn(size, 3, self.image_size, self.image_size, device=self.device)
@@ -154,28 +154,26 @@ class Prober:
 
     def peak_bytes(self, size: int) -> float:
         """The CPU meter's peak for a step of `size` images, from two tiny batches."""
-        trial = self.trial
+        run = self.run
         if self._metered is None:
-            self._metered = metered_step(
-                trial.model, trial.optimizer, *self.batch(4), trial.precision
-            )
+            self._metered = metered_step(run.model, run.optimizer, *self.batch(4), run.precision)
         return self._metered.peak_bytes(size)
 
     def peak(self, size: int, fresh: bool = False) -> StepPeak | None:
         """A step of `size` images: its peak, or None where it does not fit the budget.
         `fresh`: from an empty allocator cache, as a trial's first step (see
         `MemoryBudget.step_peak`)."""
-        trial = self.trial
+        run = self.run
         self.probes += 1
         started = time.perf_counter()
         if self.on_card:
-            peak = trial.budget.step_peak(
-                trial.model, trial.optimizer, lambda: self.batch(size), trial.precision,
+            peak = run.budget.step_peak(
+                run.model, run.optimizer, lambda: self.batch(size), run.precision,
                 fresh=fresh,
             )  # fmt: skip
         else:
             metered = int(self.peak_bytes(size))
-            peak = StepPeak(metered, metered) if trial.budget.allows(metered) else None
+            peak = StepPeak(metered, metered) if run.budget.allows(metered) else None
         if self.say is not None:
             seconds = time.perf_counter() - started
             verdict = "does not fit" if peak is None else (
@@ -195,28 +193,26 @@ class Prober:
         if at_small is None or at_large is None:
             return small if at_small is not None else 1
         line = StepLine(small, large, at_small.reserved_bytes, at_large.reserved_bytes)
-        limit = self.trial.budget.limit_bytes
+        limit = self.run.budget.limit_bytes
         return MAX_BATCH if limit is None else line.largest_within(limit)
 
     def time_steps(self, size: int, steps: int) -> tuple[float, float]:
         """(median seconds per training step, peak MiB) at `size` images."""
-        trial = self.trial
+        run = self.run
         inputs, targets = self.batch(size)
-        trial.budget.reset_peak()
-        trial.model.train()
+        run.budget.reset_peak()
+        run.model.train()
         durations = []
         for _ in range(steps + 1):  # the first step warms up kernels and optimizer state
             started = time.perf_counter()
-            train_step(trial.model, trial.optimizer, [(inputs, targets)], trial.precision,
+            train_step(run.model, run.optimizer, [(inputs, targets)], run.precision,
                        images=size)  # fmt: skip
             synchronize(self.device)
             durations.append(time.perf_counter() - started)
         metered = 0
         if not self.on_card:
-            metered = step_peak_bytes(
-                trial.model, trial.optimizer, inputs, targets, trial.precision
-            )
-        peak = trial.budget.peak(metered).allocated_bytes
+            metered = step_peak_bytes(run.model, run.optimizer, inputs, targets, run.precision)
+        peak = run.budget.peak(metered).allocated_bytes
         return statistics.median(durations[1:] or durations), peak / MIB
 
 
@@ -383,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, args.overrides)
+        for note in renamed_notes(config):
+            print(note, file=sys.stderr)
         budget = budget_of(config)
     except ConfigError as error:
         print(error.render(), file=sys.stderr)

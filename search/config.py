@@ -24,7 +24,7 @@ from search.errors import (
 from search.space import SpaceParam, grid_points
 from trainables.data import DataSettings
 from trainables.metrics import DEFAULT_OBJECTIVES, OBJECTIVE_METRICS
-from trainables.settings import DEFAULT_EPOCHS, TRAIN_KEYS, TrainSettings
+from trainables.settings import DEFAULT_EPOCHS, TRAIN_KEYS, TrainSettings, under_new_names
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _STRICT_INT = {"strict": True}
@@ -57,6 +57,8 @@ class SearchSection(BaseModel):
     repeats: int = Field(
         1, gt=0, **_STRICT_INT
     )  # seeds per sampled config; the front uses the mean
+    # metric -> max or min: the front's axes (the metrics with a direction in
+    # trainables.metrics can be objectives)
     objectives: dict[str, Literal["max", "min"]] = Field(
         default_factory=lambda: dict(DEFAULT_OBJECTIVES), min_length=1
     )
@@ -65,7 +67,8 @@ class SearchSection(BaseModel):
     hypervolume_bounds: dict[str, tuple[float, float]] = Field(default_factory=dict)
     # null: every trial trains all its epochs
     early_stopping: EarlyStoppingSection | None = None
-    # never start a suggestion whose predicted step peak passes resources.memory_budget_mb
+    # never start a suggestion whose predicted step peak passes what its trial may reserve
+    # (resources.memory_budget_mb; on a GPU its share or budget less the process's context)
     predict_oom: bool = Field(True, strict=True)
 
     @field_validator("objectives")
@@ -145,6 +148,7 @@ class SearchConfig(BaseModel):
     run: RunSection = RunSection()
     tracking: TrackingSection = TrackingSection()
     source: str = ""  # the file it came from, for messages
+    renamed: tuple[str, ...] = ()  # keys given under an old name, as "old -> new" paths
 
     @field_validator("space", mode="before")
     @classmethod
@@ -174,7 +178,7 @@ class SearchConfig(BaseModel):
 
     def as_yaml_dict(self) -> dict[str, Any]:
         """The resolved config, as it would be written in a file."""
-        dumped = self.model_dump(mode="json", exclude={"space", "source"})
+        dumped = self.model_dump(mode="json", exclude={"space", "source", "renamed"})
         dumped["space"] = {key: param.as_yaml() for key, param in self.space.items()}
         return dumped
 
@@ -201,12 +205,33 @@ def load_config(
     problems = apply_overrides(raw, overrides)
     for key_path, value in given.items():
         problems += _set_key(raw, key_path.split("."), value)
+    raw["renamed"] = _to_new_names(raw)
     config, more = _validate(raw, source)
     problems += more
     if problems or config is None:
         set_here = [*(item.partition("=")[0].strip() for item in overrides), *given]
         raise ConfigError(source, [say_where_set(problem, set_here) for problem in problems])
     return _resolve_paths(config, cwd)
+
+
+def _to_new_names(raw: dict[str, Any]) -> tuple[str, ...]:
+    """Train settings and space entries given under an old name (`RENAMED_KEYS`) moved to
+    their new one; what was moved, as "section.old -> section.new"."""
+    moved: list[str] = []
+    for section in ("train", "space"):
+        if isinstance(raw.get(section), dict):
+            raw[section], notes = under_new_names(raw[section])
+            moved += [f"{section}.{old} -> {section}.{new}" for old, _, new in
+                      (note.partition(" -> ") for note in notes)]  # fmt: skip
+    return tuple(moved)
+
+
+def renamed_notes(config: SearchConfig) -> list[str]:
+    """One line per key the config gave under an old name, for the user to update."""
+    return [
+        f"note: {config.source}: {old} is now {new}; the old name still works for now"
+        for old, _, new in (item.partition(" -> ") for item in config.renamed)
+    ]
 
 
 def say_where_set(problem: Problem, set_on_command_line: Sequence[str]) -> Problem:

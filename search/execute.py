@@ -70,7 +70,7 @@ def run_search(
             say=say,
         )
     except BaseException:
-        stop_early(parent, config, experiment_dir, "the search failed")
+        end_unfinished(parent, config, experiment_dir, "the search failed")
         raise
     if result.outcome is not Outcome.FINISHED:
         reason = {
@@ -81,7 +81,7 @@ def run_search(
                 "search.max_concurrent_trials"
             ),
         }[result.outcome]
-        stop_early(parent, config, experiment_dir, reason)
+        end_unfinished(parent, config, experiment_dir, reason)
         return EXIT_INTERRUPTED if result.outcome is Outcome.INTERRUPTED else EXIT_STOPPED
     # The report needs no Ray: its processes end meanwhile (a second or more, else paid
     # at exit).
@@ -151,7 +151,9 @@ def resume_command(config: SearchConfig, experiment_dir: Path) -> str:
     return f"python -m search.run --config {config.source} --name {experiment_dir.name} --resume"
 
 
-def stop_early(parent: ParentRun, config: SearchConfig, experiment_dir: Path, reason: str) -> None:
+def end_unfinished(
+    parent: ParentRun, config: SearchConfig, experiment_dir: Path, reason: str
+) -> None:
     """Leave no run RUNNING, and say how to continue."""
     parent.close_unfinished_trials("interrupted")
     parent.finish("FAILED")

@@ -26,7 +26,7 @@ from trainables.memory import MIB
 from trainables.optimizers import OPTIMIZERS
 from trainables.schedules import epoch_plan
 from trainables.settings import TrainSettings
-from trainables.techniques import switched_on
+from trainables.techniques import techniques_on
 
 
 @dataclass(frozen=True)
@@ -57,17 +57,17 @@ class MemoryFootprint:
         )
         buffers = OPTIMIZERS[settings.optimizer].state_buffers(settings.momentum)
         checkpointing = None
-        if settings.grad_checkpointing:
-            checkpointing = (settings.checkpoint_modules, settings.checkpoint_segments)
+        if settings.activation_checkpointing:
+            checkpointing = (settings.recomputed_modules, settings.recomputed_segments)
         return cls(
             model=settings.model,
             image_size=settings.data.image_size,
             batch_size=batch_size if batch_size is not None else first.batch_size,
             eval_batch_size=settings.eval_batch_size or first.batch_size,
             optimizer_buffers=buffers,
-            savers=switched_on(settings, "saves"),
-            costs=switched_on(settings, "costs"),
-            mixed=switched_on(settings, "mixed"),
+            savers=techniques_on(settings, "saves"),
+            costs=techniques_on(settings, "costs"),
+            mixed=techniques_on(settings, "mixed"),
             checkpointing=checkpointing,
             memory_budget_mb=settings.memory_budget_mb or math.inf,
         )
@@ -229,15 +229,15 @@ class CpuMeterProbe:
     def __call__(self, settings: TrainSettings) -> Callable[[int], float]:
         import torch  # here: checking a config must not wait for torch
 
-        from trainables.classifier import start_trial
+        from trainables.classifier import start_run
         from trainables.memory import MemoryBudget, metered_step
 
         cpu = torch.device("cpu")
         size = settings.data.image_size
-        trial = start_trial(settings, self.num_classes, size, MemoryBudget(cpu), None)
+        run = start_run(settings, self.num_classes, size, MemoryBudget(cpu), None)
         inputs = torch.randn(4, 3, size, size)
         targets = torch.arange(4) % self.num_classes
-        step = metered_step(trial.model.train(), trial.optimizer, inputs, targets, trial.precision)
+        step = metered_step(run.model.train(), run.optimizer, inputs, targets, run.precision)
         return _InMiB(step.peak_bytes)
 
 

@@ -23,11 +23,11 @@ def check_models(config: SearchConfig) -> None:
     keys for every model of `config` that cannot train as configured (`search.run` says
     which of them were set on the command line)."""
     models = _values(config, "model", "small_cnn")
-    checkpointing = True in _values(config, "grad_checkpointing", False)
+    checkpointing = True in _values(config, "activation_checkpointing", False)
     pretrained = True in _values(config, "pretrained", False)
     if models == ["small_cnn"] and not checkpointing and not pretrained:
         return
-    from trainables.checkpointing import CheckpointingError, enable_checkpointing
+    from trainables.activation_checkpointing import CheckpointingError, enable_checkpointing
     from trainables.models import (
         ModelError,
         check_model,
@@ -38,8 +38,8 @@ def check_models(config: SearchConfig) -> None:
     )
 
     where = "space.model" if "model" in config.space else "train.model"
-    modules = config.train.get("checkpoint_modules")
-    segments = config.train.get("checkpoint_segments")
+    modules = config.train.get("recomputed_modules")
+    segments = config.train.get("recomputed_segments")
     problems = []
     for model in models:
         try:
@@ -79,7 +79,7 @@ def _values(config: SearchConfig, key: str, default: Any) -> list[Any]:
 def _checkpointing_key(modules: object, segments: object) -> str:
     """The key a checkpointing problem comes from: the one the user set, if any."""
     if modules is not None:
-        return "train.checkpoint_modules"
+        return "train.recomputed_modules"
     if segments is not None:
-        return "train.checkpoint_segments"
-    return "train.grad_checkpointing"
+        return "train.recomputed_segments"
+    return "train.activation_checkpointing"

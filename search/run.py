@@ -21,7 +21,13 @@ from search.cluster import (
     check_reachable,
     check_tracking_store,
 )
-from search.config import ConfigError, SearchConfig, load_config, say_where_set
+from search.config import (
+    ConfigError,
+    SearchConfig,
+    load_config,
+    renamed_notes,
+    say_where_set,
+)
 from search.errors import Problem
 from search.experiment import (
     ExperimentNotFound,
@@ -54,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     try:
         config = load_config(args.config, args.overrides, flags=flags)
+        for note in renamed_notes(config):
+            print(note, file=sys.stderr)
         check_trial_device(config)
         check_local_devices(config, options)
         check_models(config)

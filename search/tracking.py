@@ -74,7 +74,7 @@ def open_store(tracking_uri: str) -> None:
 
 def trial_run_name(config: Mapping[str, Any], trial_id: str) -> str:
     """What a trial trains with, readable in MLflow's runs list, e.g.
-    `bs64-adam-lr0.001-amp-ckpt-acc4-grow2every3-s1-9f3a`: the model when it is not the
+    `bs64-adam-lr0.001-amp-recompute-acc4-grow2every3-s1-9f3a`: the model when it is not the
     default small CNN, the batch, optimizer and lr, the techniques that are on (each as the
     technique table names it, `trainables.techniques`), the seed, and the end of the trial
     id, which keeps it unique."""

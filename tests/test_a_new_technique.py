@@ -6,8 +6,8 @@ import pytest
 
 import trainables.techniques as techniques
 from analysis.charts import technique_labels
+from analysis.effects import switches, technique_effects
 from analysis.load import CONFIG_PREFIX
-from analysis.techniques import switches, technique_effects
 from search.feasibility import MemoryFootprint, memory_group
 from search.tracking import trial_run_name
 from trainables.settings import TrainSettings
@@ -52,7 +52,7 @@ def test_where_it_changes_memory_it_is_a_capacity_row_and_splits_the_memory_mode
 ):
     rows = dict(capacity_rows())
     assert rows["pretrained"]["pretrained"] is True
-    assert "AMP + checkpointing + pretrained" in rows
+    assert "AMP + activation checkpointing + pretrained" in rows
     on, off = TrainSettings(pretrained=True), TrainSettings(pretrained=False)
     assert MemoryFootprint.of(on).savers == {"pretrained_weights"}
     assert memory_group(MemoryFootprint.of(on)) != memory_group(MemoryFootprint.of(off))

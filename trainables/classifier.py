@@ -22,7 +22,7 @@ import torch
 from ray import tune
 from torch import nn
 
-from trainables.checkpointing import enable_checkpointing
+from trainables.activation_checkpointing import enable_checkpointing
 from trainables.cuda import describe_device, resolve_device
 from trainables.data import PreparedData, Split, prepare_data
 from trainables.data.errors import first_line
@@ -154,7 +154,7 @@ def min_known(*limits: int | None) -> int | None:
     return min(known) if known else None
 
 
-def start_trial(
+def start_run(
     settings: TrainSettings,
     num_classes: int,
     image_size: int,
@@ -171,9 +171,9 @@ def start_trial(
     model = build_model(
         settings.model, num_classes, image_size, pretrained=settings.pretrained, device=device
     )
-    if settings.grad_checkpointing:
+    if settings.activation_checkpointing:
         model = enable_checkpointing(
-            model, modules=settings.checkpoint_modules, segments=settings.checkpoint_segments
+            model, modules=settings.recomputed_modules, segments=settings.recomputed_segments
         )
     optimizer = build_optimizer(settings, model.parameters())
     precision = precision_for(settings.amp, settings.amp_dtype, device)
@@ -221,8 +221,8 @@ def fit_classifier(
     augmentation of each epoch depend only on (seed, epoch), and the schedules on the epoch.
 
     A trial that runs out of memory in any phase (placement on the device, the memory
-    probe of a growing batch, training, evaluation, checkpointing) or whose loss stops
-    being finite is pruned: it reports `status` oom or diverged once, naming the phase,
+    probe of a growing batch, training, evaluation, saving the trial state) or whose loss
+    stops being finite is pruned: it reports `status` oom or diverged once, naming the phase,
     and returns. Other errors propagate. Every report names the device it ran on and the
     versions of what drove it (`trainables.metrics.DEVICE_RECORD`).
     """
@@ -231,38 +231,38 @@ def fit_classifier(
     state = RunState.from_dict(resume_state["state"]) if resume_state else RunState()
     phase, epoch, plan = "placement on the device", state.epoch + 1, None
     budget: MemoryBudget | None = None
-    trial: TrainingRun | None = None
+    run: TrainingRun | None = None
     try:
         set_determinism(settings)  # before the budget's warm-up starts cuBLAS
         budget = MemoryBudget(device, settings.memory_budget_mb, gpu_share)
         record = describe_device(budget.memory_device)
-        trial = start_trial(settings, data.num_classes, data.image_size, budget, resume_state)
-        trial.device_record = record
+        run = start_run(settings, data.num_classes, data.image_size, budget, resume_state)
+        run.device_record = record
         splits = TrialData.of(data, device, settings)
-        for epoch in range(trial.state.epoch + 1, settings.epochs + 1):
+        for epoch in range(run.state.epoch + 1, settings.epochs + 1):
             phase, plan = "memory probe", None
-            plan = plan_that_fits(trial, epoch, splits)
+            plan = plan_that_fits(run, epoch, splits)
             phase = "training"
-            result = train_one_epoch(trial, epoch, plan, splits)
+            result = train_one_epoch(run, epoch, plan, splits)
             if result.diverged:
                 detail = _divergence(result, epoch)
                 return _report_pruned(
-                    trial.state, report, epoch, STATUS_DIVERGED, detail, plan, **record
+                    run.state, report, epoch, STATUS_DIVERGED, detail, plan, **record
                 )
             phase = "evaluation"
-            metrics, progress = evaluate_epoch(trial, epoch, plan, result, splits)
-            phase = "checkpointing"
-            trial.state = replace(
-                trial.state,
+            metrics, progress = evaluate_epoch(run, epoch, plan, result, splits)
+            phase = "saving the trial state"
+            run.state = replace(
+                run.state,
                 epoch=epoch,
                 progress=progress,
                 last_metrics=metrics,
                 skipped_streak=result.skipped_streak,
-                growths=trial.growths_after(plan, result, len(splits.train)),
-                eval_seconds_per_image=dict(trial.eval_batch.seconds_per_image),
+                growths=run.growths_after(plan, result, len(splits.train)),
+                eval_seconds_per_image=dict(run.eval_batch.seconds_per_image),
             )
-            _save_and_report(trial, report)
-        return trial.state.last_metrics
+            _save_and_report(run, report)
+        return run.state.last_metrics
     except Exception as error:
         if not is_out_of_memory(error):
             raise
@@ -273,8 +273,8 @@ def fit_classifier(
     note, card_full = budget.explain_oom(message) if budget else ("", False)
     limit = budget.limit_bytes if budget else None
     memory_device = budget.memory_device if budget else device
-    state = trial.state if trial else state
-    trial = splits = budget = None  # the trial's tensors go before the cache is emptied
+    state = run.state if run else state
+    run = splits = budget = None  # the trial's tensors go before the cache is emptied
     release_memory(memory_device)
     cause = OOM_CAUSE_CARD if card_full else OOM_CAUSE_SHARE
     return _report_pruned(
@@ -333,54 +333,54 @@ def _input_stats(
     return data.mean, data.std
 
 
-def plan_that_fits(trial: TrainingRun, epoch: int, splits: TrialData) -> EpochPlan:
+def plan_that_fits(run: TrainingRun, epoch: int, splits: TrialData) -> EpochPlan:
     """The epoch's plan; when AdaBatch grows the physical batch beyond what fits in memory,
     the previous batch becomes the trial's capacity and the growth goes to accumulation."""
-    plan = trial.plan(epoch, len(splits.train))
-    previous = trial.state.last_metrics.get("physical_batch_size")
+    plan = run.plan(epoch, len(splits.train))
+    previous = run.state.last_metrics.get("physical_batch_size")
     if previous is None or plan.batch_size <= previous:
         return plan
-    device = trial.budget.device
+    device = run.budget.device
     pixels, labels = splits.train.gather(slice(0, plan.batch_size), pin=False)
 
     def batch_on_device() -> tuple[torch.Tensor, torch.Tensor]:
         return splits.normalise(pixels.to(device)), labels.to(device)
 
-    if trial.budget.fits(trial.model, trial.optimizer, batch_on_device, trial.precision):
+    if run.budget.fits(run.model, run.optimizer, batch_on_device, run.precision):
         return plan
-    trial.state = replace(trial.state, batch_capacity=int(previous))
-    return trial.plan(epoch, len(splits.train))
+    run.state = replace(run.state, batch_capacity=int(previous))
+    return run.plan(epoch, len(splits.train))
 
 
 def train_one_epoch(
-    trial: TrainingRun, epoch: int, plan: EpochPlan, splits: TrialData
+    run: TrainingRun, epoch: int, plan: EpochPlan, splits: TrialData
 ) -> EpochResult:
     """The epoch's steps drawn (the order and the augmentation depend on seed and epoch
     only), the CPU meter's check of the first, then the training itself."""
-    settings = trial.settings
+    settings = run.settings
     generator = torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch))
     steps = EpochSteps.drawn(len(splits.train), plan, generator, settings.noise_probe_steps)
-    metered = meter_first_step(trial.budget, trial.model, trial.optimizer, splits.train,
-                               splits.normalise, steps, trial.precision)  # fmt: skip
+    metered = meter_first_step(run.budget, run.model, run.optimizer, splits.train,
+                               splits.normalise, steps, run.precision)  # fmt: skip
     return train_epoch(
-        trial.model,
-        trial.optimizer,
+        run.model,
+        run.optimizer,
         splits.train,
         splits.normalise,
         steps,
-        precision=trial.precision,
+        precision=run.precision,
         generator=generator,
-        budget=trial.budget,
+        budget=run.budget,
         metered=metered,
         augment=settings.augment,
-        lr_at=trial.lr_schedule(epoch, plan),
-        skipped=SkippedSteps(streak=trial.state.skipped_streak),
-        noise=NoiseMeter(trial.model) if steps.measured else None,
+        lr_at=run.lr_schedule(epoch, plan),
+        skipped=SkippedSteps(streak=run.state.skipped_streak),
+        noise=NoiseMeter(run.model) if steps.measured else None,
     )
 
 
 def evaluate_epoch(
-    trial: TrainingRun, epoch: int, plan: EpochPlan, result: EpochResult, splits: TrialData
+    run: TrainingRun, epoch: int, plan: EpochPlan, result: EpochResult, splits: TrialData
 ) -> tuple[dict[str, Any], Progress]:
     """The epoch's metrics after scoring the model on the eval splits.
 
@@ -391,15 +391,15 @@ def evaluate_epoch(
     (`settings.gap_epochs`, the early-stopping rungs). A best-val epoch between them keeps a
     copy of its weights in host memory, scored at the next gap epoch or the last, unless a
     better epoch replaces it first; its own `train_eval_acc` and `test_acc` stay NaN."""
-    settings = trial.settings
+    settings = run.settings
 
     def score(split: HostSplit) -> tuple[float, float]:
-        return trial.eval_batch.score(
+        return run.eval_batch.score(
             plan.batch_size,
             len(split),
             lambda batch_size: evaluate(
-                trial.model, split, splits.normalise, batch_size=batch_size,
-                precision=trial.precision,
+                run.model, split, splits.normalise, batch_size=batch_size,
+                precision=run.precision,
             ),
         )  # fmt: skip
 
@@ -407,24 +407,24 @@ def evaluate_epoch(
         return score(splits.train_eval)[0], score(splits.test)[0]
 
     val_acc, val_loss = score(splits.val)
-    improved = trial.state.progress.improved_by(val_acc)
+    improved = run.state.progress.improved_by(val_acc)
     last = epoch == settings.epochs
     gaps_due = last or epoch in settings.gap_epochs
     train_eval_acc = test_acc = math.nan
     if last or (improved and gaps_due):
         train_eval_acc, test_acc = accuracies_beside_val()
     scores = EvalScores(train_eval_acc=train_eval_acc, val_acc=val_acc, test_acc=test_acc)
-    progress = trial.state.progress.advance(
+    progress = run.state.progress.advance(
         epoch, scores, result.seconds, settings.target_acc, steps=result.optimizer_steps
     )
     if improved:
-        trial.best_weights = None if gaps_due else host_copy(trial.model)
+        run.best_weights = None if gaps_due else host_copy(run.model)
     if gaps_due and progress.gap_pending:
-        if trial.best_weights is None:
+        if run.best_weights is None:
             raise RuntimeError(f"epoch {progress.best_epoch}'s weights were not kept to score")
-        with weights_of(trial.model, trial.best_weights):
+        with weights_of(run.model, run.best_weights):
             progress = progress.with_best_scored(*accuracies_beside_val())
-        trial.best_weights = None
+        run.best_weights = None
     metrics = epoch_metrics(
         epoch=epoch,
         result=result,
@@ -432,11 +432,11 @@ def evaluate_epoch(
         val_loss=val_loss,
         progress=progress,
         plan=plan,
-        lr=trial.optimizer.param_groups[0]["lr"],
+        lr=run.optimizer.param_groups[0]["lr"],
         data_bytes=splits.nbytes,
-        memory_limit_bytes=trial.budget.limit_bytes,
+        memory_limit_bytes=run.budget.limit_bytes,
     )
-    return {**metrics, **trial.device_record}, progress
+    return {**metrics, **run.device_record}, progress
 
 
 def host_copy(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -479,17 +479,17 @@ def _report_pruned(
     return metrics
 
 
-def _save_and_report(trial: TrainingRun, report: Reporter) -> None:
+def _save_and_report(run: TrainingRun, report: Reporter) -> None:
     with tempfile.TemporaryDirectory(prefix="trial-state-") as directory:
         save_run_state(
             Path(directory),
-            model=trial.model,
-            optimizer=trial.optimizer,
-            precision=trial.precision,
-            state=trial.state,
-            best_weights=trial.best_weights,
+            model=run.model,
+            optimizer=run.optimizer,
+            precision=run.precision,
+            state=run.state,
+            best_weights=run.best_weights,
         )
-        report(trial.state.last_metrics, Path(directory))
+        report(run.state.last_metrics, Path(directory))
 
 
 def epoch_metrics(

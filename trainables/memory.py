@@ -16,7 +16,7 @@ the moment backward starts:
     parameters + gradients + optimizer state + the input batch
     + every tensor autograd saved for backward (each storage once, parameters excluded)
 
-With activation checkpointing (`trainables.checkpointing`) the forward keeps only each
+With activation checkpointing (`trainables.activation_checkpointing`) the forward keeps only each
 recomputed region's input (a block, or a segment of a sequence); the region's own
 activations come back while it is recomputed in backward. So the peak is the largest of:
 everything saved when backward starts, and for each region, while it is recomputed, what
@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.checkpointing import recording_regions
+from trainables.activation_checkpointing import recording_regions
 from trainables.cuda import TorchCudaCard, indexed
 from trainables.oom import MemoryBudgetExceeded, is_out_of_memory, release_memory
 from trainables.precision import Precision

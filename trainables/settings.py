@@ -7,6 +7,8 @@ out takes the default below, and an unknown key is an error, not silently ignore
 from __future__ import annotations
 
 import re
+import warnings
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -25,21 +27,49 @@ _MODEL_NAME = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")
 _DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
 DEVICE_NAMES = "auto, cpu, cuda or cuda:N (N: a CUDA device index)"
 
+# Settings that were renamed, old name -> new. "checkpoint" meant both the recomputation
+# of activations and Tune's saved trial state; now it is the latter only. The old names
+# still work, with a warning, in configs, trials' configs and searches saved before.
+RENAMED_KEYS: dict[str, str] = {
+    "grad_checkpointing": "activation_checkpointing",
+    "checkpoint_modules": "recomputed_modules",
+    "checkpoint_segments": "recomputed_segments",
+}
+
+
+def under_new_names(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`config` (a trainable's settings, or a search's `space`) with renamed keys under
+    their new names, and what was renamed, as "old -> new". Both names at once: the new
+    one stays and the old is left for validation to refuse."""
+    renamed, notes = dict(config), []
+    for old, new in RENAMED_KEYS.items():
+        if old in renamed and new not in renamed:
+            renamed[new] = renamed.pop(old)
+            notes.append(f"{old} -> {new}")
+    return renamed, notes
+
 
 class TrainSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # a name (this project's small_cnn, any torchvision classifier) or "module:function",
-    # a factory called with num_classes= and image_size= (trainables.models)
+    # a name (this project's small_cnn: conv 32 3x3, max-pool, dense 128; any torchvision
+    # classifier, e.g. resnet18, mobilenet_v3_small, vit_b_16) or "module:function", your
+    # factory called with num_classes= and image_size= (trainables.models)
     model: str = "small_cnn"
-    pretrained: bool = Field(False, **_STRICT)  # torchvision's weights, with a new head
+    # torchvision's ImageNet weights with a new head, from torch's hub cache (downloaded
+    # there once); inputs are then normalised with the weights' own mean and std
+    pretrained: bool = Field(False, **_STRICT)
     batch_size: int = Field(32, gt=0, **_STRICT)  # images per forward pass (AdaBatch: at start)
+    # sgd (with momentum), sgd_nesterov, adam (weight decay as L2), adamw (decoupled weight
+    # decay): trainables.optimizers
     optimizer: OptimizerName = "sgd"
     lr: float | None = Field(None, gt=0)  # per optimizer step; None: sgd 0.01, adam(w) 0.001
-    lr_scaling_batch: int | None = Field(None, gt=0, **_STRICT)  # lr is per this many images
+    # lr is per this many images: a step's lr is lr x effective batch / this (Goyal et al.'s
+    # linear scaling rule)
+    lr_scaling_batch: int | None = Field(None, gt=0, **_STRICT)
     momentum: float = Field(0.9, ge=0, lt=1)  # SGD and SGD with Nesterov only
     weight_decay: float = Field(1e-4, ge=0)  # L2, coupled (torch's weight_decay)
-    epochs: int = Field(5, gt=0, **_STRICT)
+    epochs: int = Field(5, gt=0, **_STRICT)  # passes over the training split
     seed: int = Field(0, **_STRICT)  # model init and data order
     target_acc: float = Field(0.75, gt=0, le=1)  # val_acc that stops the time_to_target_s clock
     train_eval_size: int = Field(400, gt=0, **_STRICT)  # training images scored in eval mode
@@ -54,31 +84,45 @@ class TrainSettings(BaseModel):
     # --- large-batch techniques, each a switch of the one training loop ---
     amp: bool = Field(False, **_STRICT)  # autocast: fp16 + GradScaler on CUDA, bf16 on CPU
     amp_dtype: AmpDtype = "float16"  # on CUDA; bfloat16 where the GPU supports it
-    grad_checkpointing: bool = Field(False, **_STRICT)  # recompute activations in backward
-    # what is recomputed: None, the model's repeated blocks (found by type) or, without any,
-    # its main nn.Sequential; or these module class names (trainables.checkpointing)
-    checkpoint_modules: tuple[str, ...] | None = None
-    # a model checkpointed as a sequence: segments; None: about sqrt(layers), at least 2
-    checkpoint_segments: int | None = Field(None, ge=2, **_STRICT)
+    # keep each repeated block's input and recompute its activations in backward (torch's
+    # non-reentrant checkpoint): ResNet's BasicBlock, MobileNet's InvertedResidual, ... found
+    # by type; a model without repeated blocks (VGG, small_cnn) by its main nn.Sequential
+    activation_checkpointing: bool = Field(False, **_STRICT)
+    # module class names to recompute instead of the blocks found, e.g. [_DenseLayer]
+    # (trainables.activation_checkpointing)
+    recomputed_modules: tuple[str, ...] | None = None
+    # a model recomputed as a sequence: its segments, all but the last recomputed; None:
+    # about sqrt(layers), at least 2; refused for a model recomputed by blocks
+    recomputed_segments: int | None = Field(None, ge=2, **_STRICT)
     accumulation_steps: int = Field(1, gt=0, **_STRICT)  # micro-batches per optimizer step
     adabatch_growth: int = Field(1, ge=1, **_STRICT)  # beta: effective batch x beta; 1 = off
-    adabatch_interval: int = Field(1, gt=0, **_STRICT)  # epochs between growths
-    adabatch_lr_decay: float = Field(1.0, gt=0, le=1)  # lr/effective batch x this per growth
+    # epochs between growths; the effective batch never passes the training split (there
+    # accumulation is cut to whole micro-batches and lr scaled by achieved / asked)
+    adabatch_interval: int = Field(1, gt=0, **_STRICT)
+    # lr/effective batch x this per growth: 1 keeps the ratio (the paper's rule), 0.25 is the
+    # paper's CIFAR-100 schedule (batch x2, lr x0.5)
+    adabatch_lr_decay: float = Field(1.0, gt=0, le=1)
     # interval: grow every adabatch_interval epochs (the paper); noise_scale: grow when the
     # measured gradient noise scale has reached the next batch size (checked every epoch)
     adabatch_rule: Literal["interval", "noise_scale"] = "interval"
     # steps per epoch trained as two halves to measure the gradient noise scale when there is
-    # no accumulation (accumulated steps are all measured, for free); 0: not measured then
+    # no accumulation, never the first (it trains the whole physical batch and sets
+    # peak_mem_mb); accumulated steps are all measured, for free; 0: not measured then
     noise_probe_steps: int = Field(4, ge=0, **_STRICT)
     warmup_epochs: int = Field(0, ge=0, **_STRICT)  # gradual lr warmup (Goyal et al. 2017)
     warmup_start_factor: float = Field(0.1, gt=0, le=1)  # warmup starts at lr x this
     max_batch_size: int | None = Field(None, gt=0, **_STRICT)  # physical cap; then accumulate
     cudnn_benchmark: bool = Field(False, **_STRICT)  # cuDNN autotuner: faster, more memory
-    # Same seed, same numbers on CUDA too: deterministic kernels (ops without one warn) and
-    # the cuDNN autotuner off, at some cost in speed. CPU runs repeat exactly either way.
+    # Same seed, same numbers on CUDA too: deterministic kernels (ops without one warn), the
+    # cuDNN autotuner off (so not with cudnn_benchmark), CUBLAS_WORKSPACE_CONFIG=:4096:8, at
+    # some cost in speed. CPU runs repeat exactly either way.
     deterministic: bool = Field(False, **_STRICT)
-    augment: bool = Field(False, **_STRICT)  # random crop (padding 1/8 side) + horizontal flip
-    memory_budget_mb: float | None = Field(None, gt=0)  # per trial; CPU: by the meter
+    # random crop (padding 1/8 of the side) + horizontal flip, on the device
+    augment: bool = Field(False, **_STRICT)
+    # MiB per trial, like a card of that size: on CUDA the allocator is held to it, CUDA
+    # context included (and always to the GPU share); on CPU a step the memory meter puts
+    # above it is an out-of-memory error. A search sets it from resources.memory_budget_mb
+    memory_budget_mb: float | None = Field(None, gt=0)
     # auto: the current CUDA device when torch sees one, else cpu; cuda: the current one
     # (under Ray, the one the trial was given); cuda:N the N-th torch sees
     device: str = "auto"
@@ -95,6 +139,18 @@ class TrainSettings(BaseModel):
             )
         return model
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        renamed, notes = under_new_names(data)
+        for note in notes:
+            old, _, new = note.partition(" -> ")
+            warnings.warn(f"the setting {old} is now {new}; the old name still works for now",
+                          FutureWarning, stacklevel=2)  # fmt: skip
+        return renamed
+
     @field_validator("device")
     @classmethod
     def _a_device(cls, device: str) -> str:
@@ -102,7 +158,7 @@ class TrainSettings(BaseModel):
             raise ValueError(f"must be one of {DEVICE_NAMES}")
         return device
 
-    @field_validator("checkpoint_modules")
+    @field_validator("recomputed_modules")
     @classmethod
     def _some_modules(cls, modules: tuple[str, ...] | None) -> tuple[str, ...] | None:
         if modules is not None and not modules:

@@ -4,7 +4,7 @@ to the memory of a training step at the same physical batch, and how it is named
 Everything that lists techniques reads this table: the trial's run name in MLflow, the
 memory chart's groups, the report's technique effects, the capacity table's rows
 (`python -m search.capacity`), the memory model's groups and the out-of-memory rule (a
-config needs at least the memory of one that ran out), and `bench/techniques.py`. Adding a
+config needs at least the memory of one that ran out), and `bench/technique_costs.py`. Adding a
 technique is one entry here plus the code that applies it in the training loop (and its
 tests: tests/trainables/test_techniques.py adds one and finds it everywhere). Torch-free:
 the search's CLI reads it before torch loads.
@@ -85,8 +85,8 @@ TECHNIQUES: dict[str, Technique] = {
     for technique in (
         Technique("amp", "amp", _is_true, "mixed", _tag("amp"), label="AMP"),
         Technique(
-            "grad_checkpointing", "grad_checkpointing", _is_true, "saves", _tag("ckpt"),
-            label="checkpointing",
+            "activation_checkpointing", "activation_checkpointing", _is_true, "saves",
+            _tag("recompute"), label="activation checkpointing",
         ),
         Technique(
             "accumulation", "accumulation_steps", _above(1), "none",
@@ -120,7 +120,7 @@ def memory_techniques_shown(on_gpu: bool | None = None) -> list[Technique]:
     ]  # fmt: skip
 
 
-def switched_on(settings: object, effect: MemoryEffect) -> frozenset[str]:
+def techniques_on(settings: object, effect: MemoryEffect) -> frozenset[str]:
     """The techniques with memory `effect` that `settings` (a TrainSettings) has on."""
     return frozenset(
         name

@@ -148,7 +148,7 @@ def test_the_batch_size_chart_names_the_memory_techniques_each_trial_used():
     frame = pd.DataFrame({
         "config.batch_size": [16, 32, 64],
         "config.amp": [True, False, True],
-        "config.grad_checkpointing": [True, False, False],
+        "config.activation_checkpointing": [True, False, False],
         "peak_mem_mb": [10.0, 20.0, 30.0],
     })  # fmt: skip
-    assert technique_labels(frame).tolist() == ["AMP + checkpointing", "plain", "AMP"]
+    assert technique_labels(frame).tolist() == ["AMP + activation checkpointing", "plain", "AMP"]

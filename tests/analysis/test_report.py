@@ -30,7 +30,7 @@ def trials(n: int = 12) -> pd.DataFrame:
             "config.amp": rng.choice([True, False], n),
             "config.lr": rng.uniform(1e-4, 1e-1, n),
             "config.gap_epochs": [[2, 4]] * n,  # settings may be lists
-            "config.checkpoint_modules": [["BasicBlock"], None] * (n // 2) + [None] * (n % 2),
+            "config.recomputed_modules": [["BasicBlock"], None] * (n // 2) + [None] * (n % 2),
             "throughput": rng.uniform(100, 2000, n),
             "best_val_acc": rng.uniform(0.6, 0.9, n),
             "gen_gap": rng.uniform(0.0, 0.3, n),
@@ -63,7 +63,7 @@ def test_a_search_with_oom_trials_gets_every_chart_and_both_report_pages(tmp_pat
     assert "## The front" in markdown and "Hypervolume" in markdown and "oom_predicted" in markdown
     page = (tmp_path / "report.html").read_text()
     assert "batch_size = " in page  # a trial's config is on hover
-    assert "gap_epochs = [2, 4]" in page and "checkpoint_modules = ['BasicBlock']" in page
+    assert "gap_epochs = [2, 4]" in page and "recomputed_modules = ['BasicBlock']" in page
     assert (page.count("plotly") > 10 and "Parcoords" in page) or "parcoords" in page
 
 

@@ -80,11 +80,13 @@ def test_on_the_fake_card_two_probes_predict_the_largest_batch_and_a_few_more_ve
 
 
 def test_the_cpu_probe_solves_the_meter_exactly_because_it_is_affine_in_the_batch():
-    settings = TrainSettings(model="resnet18", optimizer="adam", amp=True, grad_checkpointing=True)
+    settings = TrainSettings(
+        model="resnet18", optimizer="adam", amp=True, activation_checkpointing=True
+    )
     prober = Prober(settings, image_size=32, budget_mb=100)
-    trial = prober.trial
+    run = prober.run
     assert not prober.on_card
-    measured = step_peak_bytes(trial.model, trial.optimizer, *prober.batch(13), trial.precision)
+    measured = step_peak_bytes(run.model, run.optimizer, *prober.batch(13), run.precision)
     assert prober.peak_bytes(13) == pytest.approx(measured, rel=1e-6)
 
 
@@ -98,9 +100,9 @@ def test_the_capacity_table_ranks_the_techniques_like_the_seed_article(tmp_path,
     rows = {row["technique"]: row for row in csv.DictReader(out.open())}
     batch = {name: int(row["max_batch_size"]) for name, row in rows.items()}
     assert batch["AMP"] > batch["baseline"]
-    assert batch["AMP + checkpointing"] >= batch["AMP"]
-    accumulated = rows["AMP + checkpointing + accumulation x2"]
-    assert int(accumulated["effective_batch_size"]) == 2 * batch["AMP + checkpointing"]
+    assert batch["AMP + activation checkpointing"] >= batch["AMP"]
+    accumulated = rows["AMP + activation checkpointing + accumulation x2"]
+    assert int(accumulated["effective_batch_size"]) == 2 * batch["AMP + activation checkpointing"]
     for row in rows.values():
         assert 0 < float(row["peak_mem_mb"]) <= 40.0  # the config's budget
     assert "largest batch" in capsys.readouterr().out
@@ -113,8 +115,8 @@ def test_the_capacity_table_measures_a_torchvision_model_and_its_checkpointed_bl
     budget = "resources.memory_budget_mb=60"
     assert main(["--config", config, "--out", str(out), "--steps", "1", budget]) == 0
     batch = {row["technique"]: int(row["max_batch_size"]) for row in csv.DictReader(out.open())}
-    assert batch["checkpointing"] > 1.3 * batch["baseline"]  # 16 InvertedResidual blocks
-    assert batch["AMP + checkpointing"] > batch["checkpointing"]
+    assert batch["activation checkpointing"] > 1.3 * batch["baseline"]  # 16 InvertedResidual blocks
+    assert batch["AMP + activation checkpointing"] > batch["activation checkpointing"]
 
 
 def test_without_a_budget_on_a_cpu_machine_the_command_says_which_key_to_set(tmp_path, capsys):

@@ -295,7 +295,7 @@ def stopped_search(tmp_path_factory):
                 "--config", str(CONFIGS / "smoke.yaml"), "--name", "early", "--num-samples", "2",
                 "search.max_concurrent_trials=1", "search.objectives={peak_mem_mb: min}",
                 "search.early_stopping={rungs: [1], min_peers: 2}",
-                "space.grad_checkpointing={grid: [true, false]}", "space.batch_size=null",
+                "space.activation_checkpointing={grid: [true, false]}", "space.batch_size=null",
                 "train.batch_size=64", "space.optimizer=null", "space.lr=null",
             ]
         )  # fmt: skip
@@ -315,7 +315,7 @@ def test_a_stopped_trial_says_so_in_the_table_mlflow_and_optuna_and_is_off_the_f
     from mlflow.tracking import MlflowClient
 
     trials = pd.read_csv(stopped_search / "ray_results" / "early" / "report" / "trials.csv")
-    by_checkpointing = trials.set_index("config.grad_checkpointing")
+    by_checkpointing = trials.set_index("config.activation_checkpointing")
     kept = by_checkpointing.loc[True]
     assert kept["status"] == "ok" and kept["epoch"] == 3
     stopped = by_checkpointing.loc[False]
@@ -328,11 +328,11 @@ def test_a_stopped_trial_says_so_in_the_table_mlflow_and_optuna_and_is_off_the_f
     runs = client.search_runs([experiment.experiment_id], "tags.status = 'stopped_early'")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert runs[0].info.run_name.startswith("[stopped_early] bs64")
-    assert "ckpt" not in runs[0].info.run_name
+    assert "recompute" not in runs[0].info.run_name
 
     storage = f"sqlite:///{stopped_search / 'ray_results' / 'early' / 'optuna.db'}"
     study = optuna.load_study(study_name="early", storage=storage)
-    states = {t.params["grad_checkpointing"]: t.state for t in study.trials}
+    states = {t.params["activation_checkpointing"]: t.state for t in study.trials}
     pruned, complete = optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE
     assert states == {True: complete, False: pruned}
 

@@ -33,7 +33,10 @@ def test_the_same_config_or_a_larger_batch_needs_at_least_as_much():
         ({"model": "small_cnn"}, "another model"),
         ({"data": {"image_size": 32}}, "smaller images"),
         ({"amp": True}, "AMP, which the failed trial lacked"),
-        ({"grad_checkpointing": True}, "checkpointing, which the failed trial lacked"),
+        (
+            {"activation_checkpointing": True},
+            "activation checkpointing, which the failed trial lacked",
+        ),
         ({"eval_batch_size": 64}, "a smaller evaluation batch"),
         ({"momentum": 0.0}, "an optimizer with less state"),
         ({"memory_budget_mb": 2000.0}, "a larger budget"),
@@ -46,7 +49,7 @@ def test_a_config_that_may_need_less_is_never_predicted(change, why):
 
 
 def test_dropping_a_memory_saving_switch_the_failed_trial_had_needs_more():
-    failed = footprint(model="resnet18", batch_size=64, grad_checkpointing=True)
+    failed = footprint(model="resnet18", batch_size=64, activation_checkpointing=True)
     assert needs_at_least(footprint(model="resnet18", batch_size=64), failed)
     assert needs_at_least(footprint(model="resnet18", batch_size=64, optimizer="adam"), failed)
 
@@ -60,9 +63,9 @@ def test_amp_on_one_side_only_is_never_predicted_either_way():
 
 
 def test_checkpointing_with_other_segments_is_not_comparable():
-    failed = footprint(model="resnet18", batch_size=64, grad_checkpointing=True)
+    failed = footprint(model="resnet18", batch_size=64, activation_checkpointing=True)
     other = footprint(
-        model="resnet18", batch_size=64, grad_checkpointing=True, checkpoint_segments=2
+        model="resnet18", batch_size=64, activation_checkpointing=True, recomputed_segments=2
     )
     assert not needs_at_least(other, failed)
 

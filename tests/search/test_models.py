@@ -28,10 +28,10 @@ def run(capsys, *overrides: str) -> tuple[int, str]:
         (["train.model=not a name"], "train.model", "module:function"),
         (["train.model=small_cnn", "train.pretrained=true"], "train.pretrained",
          "'small_cnn' has no torchvision weights"),
-        (["train.model=resnet18", "train.grad_checkpointing=true",
-          "train.checkpoint_segments=3"], "train.checkpoint_segments", "BasicBlock x8"),
-        (["train.model=resnet18", "train.grad_checkpointing=true",
-          "train.checkpoint_modules=[Fire]"], "train.checkpoint_modules",
+        (["train.model=resnet18", "train.activation_checkpointing=true",
+          "train.recomputed_segments=3"], "train.recomputed_segments", "BasicBlock x8"),
+        (["train.model=resnet18", "train.activation_checkpointing=true",
+          "train.recomputed_modules=[Fire]"], "train.recomputed_modules",
          "no module of type Fire"),
         (["train.optimizer=sgd_nesterov", "train.momentum=0"], "train", "needs momentum > 0"),
         (["train.model=vit_b_16", "train.pretrained=true"], "train.pretrained",
@@ -62,10 +62,10 @@ def test_every_sampled_model_is_checked(nothing_runs, capsys, tmp_path):
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["train.model=mobilenet_v3_small", "train.grad_checkpointing=true"],
-        [f"train.model={USER}:tiny", "space.grad_checkpointing={choice: [true, false]}"],
-        ["train.model=vit_b_16", "train.checkpoint_modules=[EncoderBlock]",
-         "train.grad_checkpointing=true"],
+        ["train.model=mobilenet_v3_small", "train.activation_checkpointing=true"],
+        [f"train.model={USER}:tiny", "space.activation_checkpointing={choice: [true, false]}"],
+        ["train.model=vit_b_16", "train.recomputed_modules=[EncoderBlock]",
+         "train.activation_checkpointing=true"],
     ],
 )  # fmt: skip
 def test_a_model_that_can_train_as_configured_starts_the_search(overrides, nothing_runs, capsys):

@@ -180,7 +180,7 @@ def test_the_readmes_own_model_example_is_searched_with_checkpointing_of_its_blo
     env = cli_env(PYTHONPATH=f"{REPO}{os.pathsep}{tmp_path}")
     finished = run_cli(
         ["--config", str(SMOKE), "--name", "own-model", "train.model=my_models:build",
-         "train.grad_checkpointing=true", "train.epochs=2", "search.num_samples=2"],
+         "train.activation_checkpointing=true", "train.epochs=2", "search.num_samples=2"],
         tmp_path, env,
     )  # fmt: skip
     assert finished.returncode == 0, finished.stderr[-3000:]

@@ -30,9 +30,12 @@ def test_the_gpu_studys_capacity_table_runs_on_cpu_with_the_meter(tmp_path):
     assert capacity.main([*args, "--host-limit-mb", "300", "data.image_size=64"]) == 0
     batch = {row["technique"]: int(row["max_batch_size"]) for row in csv.DictReader(out.open())}
     assert batch["AMP"] > 1.5 * batch["baseline"]
-    assert batch["checkpointing"] > batch["baseline"]
-    assert batch["AMP + checkpointing"] > batch["AMP"]
-    assert batch["AMP + checkpointing + accumulation x2"] == batch["AMP + checkpointing"]
+    assert batch["activation checkpointing"] > batch["baseline"]
+    assert batch["AMP + activation checkpointing"] > batch["AMP"]
+    assert (
+        batch["AMP + activation checkpointing + accumulation x2"]
+        == batch["AMP + activation checkpointing"]
+    )
 
 
 @pytest.mark.ray

@@ -38,15 +38,15 @@ def test_each_trial_becomes_a_child_run_nested_under_the_search(parent, store):
 def test_a_trial_run_is_named_by_what_it_trains_with_and_stays_unique(parent, store):
     callback = callback_for(parent, store)
     config = {"batch_size": 64, "optimizer": "adam", "lr": 0.001, "amp": True,
-              "grad_checkpointing": True, "accumulation_steps": 4, "adabatch_growth": 2,
+              "activation_checkpointing": True, "accumulation_steps": 4, "adabatch_growth": 2,
               "adabatch_interval": 3}  # fmt: skip
     first, repeat = FakeTrial("5c1e9f3a", config), FakeTrial("5c1e77b0", {**config, "seed": 1})
     for trial in (first, repeat):
         callback.on_trial_start(0, [], trial)
     client = MlflowClient(store)
     names = [client.get_run(callback.run_id_for(t)).info.run_name for t in (first, repeat)]
-    assert names == ["bs64-adam-lr0.001-amp-ckpt-acc4-grow2every3-9f3a",
-                     "bs64-adam-lr0.001-amp-ckpt-acc4-grow2every3-s1-77b0"]  # fmt: skip
+    assert names == ["bs64-adam-lr0.001-amp-recompute-acc4-grow2every3-9f3a",
+                     "bs64-adam-lr0.001-amp-recompute-acc4-grow2every3-s1-77b0"]  # fmt: skip
 
 
 def test_plain_trials_get_short_names_and_the_noise_rule_says_so():

@@ -11,7 +11,7 @@ from trainables.metrics import MACHINE_METRICS, METRICS, STATUS_OK, STATUS_OOM
 MODELS = ["shufflenet_v2_x0_5", "tests.trainables.user_models:tiny"]
 EVERYTHING = {
     "amp": True,
-    "grad_checkpointing": True,
+    "activation_checkpointing": True,
     "accumulation_steps": 2,
     "adabatch_growth": 2,
     "warmup_epochs": 1,
@@ -45,7 +45,9 @@ def test_checkpointing_lowers_the_reported_peak_of_the_same_step(tiny_data, mode
     peaks = {}
     for on in (False, True):
         reports = Reports()
-        fit_classifier(settings(model=model, epochs=1, grad_checkpointing=on), tiny_data, reports)
+        fit_classifier(
+            settings(model=model, epochs=1, activation_checkpointing=on), tiny_data, reports
+        )
         peaks[on] = reports.metrics[-1]["peak_mem_mb"]
     assert peaks[True] < peaks[False]
 

@@ -151,7 +151,7 @@ SWITCHES = {
         "max_batch_size": 8,  # the growth after the stop goes through accumulation
         "warmup_epochs": 2,
         "augment": True,
-        "grad_checkpointing": True,
+        "activation_checkpointing": True,
     },
     "the noise-scale rule, growing at the stop": {
         "batch_size": 4,

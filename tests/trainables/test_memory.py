@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from tests.fake_cuda import GIB, MIB, FakeCard, FakeCuda
-from trainables.checkpointing import enable_checkpointing
+from trainables.activation_checkpointing import enable_checkpointing
 from trainables.cuda import FALLBACK_OUTSIDE_ALLOCATOR_MB, TorchCudaCard
 from trainables.memory import (
     MemoryBudget,

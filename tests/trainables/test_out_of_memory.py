@@ -215,7 +215,7 @@ def inject_outside_the_epoch(monkeypatch, phase: str, error) -> None:
         monkeypatch.setattr(classifier.Normaliser, "from_stats", RaiseWhen(error, at=1))
     elif phase == "memory probe":
         monkeypatch.setattr(classifier.MemoryBudget, "fits", RaiseWhen(error, at=1))
-    elif phase == "checkpointing":
+    elif phase == "saving the trial state":
         monkeypatch.setattr(classifier, "save_run_state", RaiseWhen(error, at=2))
 
 
@@ -225,7 +225,7 @@ def inject_outside_the_epoch(monkeypatch, phase: str, error) -> None:
         ("placement on the device", "placement on the device", 1),
         ("data", "placement on the device", 1),  # the normaliser goes to the device then
         ("memory probe", "memory probe", 2),
-        ("checkpointing", "checkpointing", 2),
+        ("saving the trial state", "saving the trial state", 2),
     ],
 )
 def test_an_oom_before_during_or_after_the_epoch_prunes_the_trial_naming_the_phase(
@@ -256,7 +256,7 @@ def test_the_next_trial_in_the_same_process_starts_clean_after_an_oom_at_placeme
 def test_the_adabatch_probe_measures_in_training_mode_where_checkpointing_acts():
     """After an epoch's evaluation the model is in eval mode, where checkpointing is off;
     a probe there measured resnet18 at 32 px without it and stopped the batch growing."""
-    from trainables.checkpointing import enable_checkpointing
+    from trainables.activation_checkpointing import enable_checkpointing
     from trainables.data import DataSettings, prepare_data
     from trainables.memory import step_peak_bytes
     from trainables.models import build_model
@@ -275,7 +275,7 @@ def test_the_adabatch_probe_measures_in_training_mode_where_checkpointing_acts()
     assert in_train < in_eval
     budget_mb = (in_train + in_eval) / 2 / (1 << 20)
     reports = Reports()
-    grown = settings(model="resnet18", grad_checkpointing=True, epochs=2, batch_size=32,
+    grown = settings(model="resnet18", activation_checkpointing=True, epochs=2, batch_size=32,
                      adabatch_growth=2, memory_budget_mb=budget_mb, train_eval_size=8)  # fmt: skip
     fit_classifier(grown, data, reports)
     batches = [

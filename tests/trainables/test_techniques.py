@@ -1,7 +1,7 @@
 import pytest
 
 from trainables.settings import TRAIN_KEYS, TrainSettings
-from trainables.techniques import TECHNIQUES, capacity_rows, switched_on
+from trainables.techniques import TECHNIQUES, capacity_rows, techniques_on
 
 
 @pytest.mark.parametrize("name", sorted(TECHNIQUES))
@@ -21,9 +21,11 @@ def test_the_defaults_switch_no_technique_on():
 
 def test_the_memory_effects_sort_settings_for_the_feasibility_rule():
     settings = TrainSettings(amp=True, cudnn_benchmark=True, accumulation_steps=4)
-    assert switched_on(settings, "mixed") == {"amp"}
-    assert switched_on(settings, "costs") == {"cudnn_benchmark"}
-    assert switched_on(TrainSettings(grad_checkpointing=True), "saves") == {"grad_checkpointing"}
+    assert techniques_on(settings, "mixed") == {"amp"}
+    assert techniques_on(settings, "costs") == {"cudnn_benchmark"}
+    assert techniques_on(TrainSettings(activation_checkpointing=True), "saves") == {
+        "activation_checkpointing"
+    }
 
 
 def test_amp_is_mixed_because_it_needs_more_memory_at_small_batches_and_less_at_large():
@@ -48,14 +50,22 @@ def test_amp_is_mixed_because_it_needs_more_memory_at_small_batches_and_less_at_
 def test_the_capacity_rows_are_the_seed_articles_from_the_table():
     rows = dict(capacity_rows())
     assert list(rows) == [
-        "baseline", "cuDNN autotuner off", "AMP", "checkpointing", "AMP + checkpointing"
+        "baseline", "cuDNN autotuner off", "AMP", "activation checkpointing",
+        "AMP + activation checkpointing",
     ]  # fmt: skip
-    assert rows["baseline"] == {"cudnn_benchmark": True, "amp": False, "grad_checkpointing": False}
-    assert rows["AMP + checkpointing"]["amp"] and rows["AMP + checkpointing"]["grad_checkpointing"]
+    assert rows["baseline"] == {
+        "cudnn_benchmark": True,
+        "amp": False,
+        "activation_checkpointing": False,
+    }
+    assert (
+        rows["AMP + activation checkpointing"]["amp"]
+        and rows["AMP + activation checkpointing"]["activation_checkpointing"]
+    )
 
 
 def test_the_rows_that_save_memory_run_without_the_autotuner_so_no_probe_re_tunes_cudnn():
     rows = dict(capacity_rows())
     assert rows["cuDNN autotuner off"]["cudnn_benchmark"] is False  # its cost: these two rows
-    for saver in ("AMP", "checkpointing", "AMP + checkpointing"):
+    for saver in ("AMP", "activation checkpointing", "AMP + activation checkpointing"):
         assert rows[saver]["cudnn_benchmark"] is False

@@ -33,8 +33,8 @@ class DataSettings(BaseModel):
     image_size: int = Field(64, ge=16, le=1024, strict=True)  # px, square; the seed used 200
     # images per class, as in the seed study; "all": every image left after val and test
     train_per_class: Annotated[int, Field(gt=0)] | Literal["all"] = 600
-    val_per_class: int = Field(200, gt=0, strict=True)
-    test_per_class: int = Field(200, gt=0, strict=True)
+    val_per_class: int = Field(200, gt=0, strict=True)  # images per class to validate on
+    test_per_class: int = Field(200, gt=0, strict=True)  # images per class, scored at the end
     seed: int = Field(0, ge=0, strict=True)  # which images are drawn / how the split falls
 
     # A field validator on `root` (not a model validator) so that the message is reported

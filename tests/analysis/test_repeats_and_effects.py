@@ -2,9 +2,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.effects import switch_column, technique_effects
 from analysis.pareto import feasible_mask, mark_front
 from analysis.repeats import aggregate_repeats
-from analysis.techniques import switch_column, technique_effects
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max"}
 
@@ -28,7 +28,7 @@ def test_settings_that_are_lists_group_seeds_like_any_other_setting():
     frame = pd.DataFrame({
         "trial_id": ["a", "b", "c"],
         "config.gap_epochs": [[2, 4], [2, 4], [2, 4]],
-        "config.checkpoint_modules": [["BasicBlock"], ["BasicBlock"], None],
+        "config.recomputed_modules": [["BasicBlock"], ["BasicBlock"], None],
         "config.seed": [0, 1, 0],
         "throughput": [100.0, 140.0, 300.0],
         "best_val_acc": [0.7, 0.8, 0.6],

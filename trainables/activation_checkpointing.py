@@ -4,7 +4,7 @@ Blocks are found by module type: walking down from the model, the first modules 
 occurs two or more times in the model and that hold modules of their own (ResNet's
 `BasicBlock`, MobileNet's `InvertedResidual`, ConvNeXt's `CNBlock`, ViT's `EncoderBlock`);
 containers (`nn.Sequential` and subclasses that keep its forward, `nn.ModuleList`,
-`nn.ModuleDict`) are looked into, not taken. `checkpoint_modules` names the types instead.
+`nn.ModuleDict`) are looked into, not taken. `recomputed_modules` names the types instead.
 A model without repeated blocks (VGG, this project's small CNN) is checkpointed as a
 sequence: the plain `nn.Sequential` nearest the top with the most children, split into
 segments, all but the last recomputed.
@@ -268,7 +268,7 @@ def enable_checkpointing(
     if blocks:
         if segments is not None:
             raise CheckpointingError(
-                f"checkpoint_segments splits a sequence, but this model is checkpointed by "
+                f"recomputed_segments splits a sequence, but this model is checkpointed by "
                 f"its {len(blocks)} repeated blocks ({_block_types(model, blocks)}); leave it out"
             )
         for path in blocks:
@@ -278,7 +278,7 @@ def enable_checkpointing(
     if path is None:
         raise CheckpointingError(
             "found no repeated blocks and no nn.Sequential to checkpoint; name the model's "
-            "block types in train.checkpoint_modules"
+            "block types in train.recomputed_modules"
         )
     sequence = model.get_submodule(path)
     count = min(segments or default_segments(len(sequence)), len(sequence))

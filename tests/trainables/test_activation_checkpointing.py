@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainables.checkpointing import (
+from trainables.activation_checkpointing import (
     Checkpointed,
     CheckpointingError,
     checkpointed_parts,
@@ -117,7 +117,7 @@ def test_named_layers_that_take_a_list_of_tensors_are_recomputed_and_metered():
     assert step_peak_bytes(checkpointed, optimizer, x, targets, cpu) < plain_peak
 
 
-def test_checkpoint_modules_names_the_types_to_recompute():
+def test_recomputed_modules_names_the_types_to_recompute():
     _, model = twins("mobilenet_v3_small", modules=["SqueezeExcitation"])
     assert describe_checkpointing(model) == "SqueezeExcitation x9"
 

@@ -76,7 +76,7 @@ def not_measurable(why: str) -> Effect:
     return Effect(np.nan, np.nan, np.nan, f"not measurable here: {why}")
 
 
-def switched_on(frame: pd.DataFrame, switch: str) -> pd.Series:
+def trials_with(frame: pd.DataFrame, switch: str) -> pd.Series:
     """True/False per trial for `switch` (False where the config does not have its key)."""
     spec = switches()[switch]
     column = f"{CONFIG_PREFIX}{spec.key}"
@@ -87,7 +87,7 @@ def switched_on(frame: pd.DataFrame, switch: str) -> pd.Series:
 
 def switch_column(frame: pd.DataFrame, switch: str) -> pd.Series | None:
     """True/False per trial for `switch`, or None when the search did not vary it."""
-    on = switched_on(frame, switch)
+    on = trials_with(frame, switch)
     return on if on.nunique() > 1 else None
 
 

@@ -5,7 +5,7 @@ The meter counts what a step holds at its peak (parameters, gradients, optimizer
 the batch and what autograd saves; see `trainables.memory`), so the figures are the same on
 any CPU and no training is needed. SGD with momentum, fp32.
 
-    python bench/checkpointing_memory.py [--models resnet18 mobilenet_v3_small ...]
+    python bench/activation_checkpointing_memory.py [--models resnet18 mobilenet_v3_small ...]
         [--image-size 64] [--batch-size 64]
 """
 
@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from trainables.checkpointing import describe_checkpointing, enable_checkpointing
+from trainables.activation_checkpointing import describe_checkpointing, enable_checkpointing
 from trainables.memory import MIB, step_peak_bytes
 from trainables.models import build_model
 from trainables.precision import precision_for

@@ -7,7 +7,7 @@ process, alternating rows over several rounds so that drift in the machine's spe
 all of them; times are the median over rounds of the trainable's own `epoch_time_s` (the
 training part of an epoch), memory is its `peak_mem_mb` (the CPU meter, or CUDA's peak).
 
-    python bench/techniques.py [--model resnet18] [--image-size 64] [--batch-size 64]
+    python bench/technique_costs.py [--model resnet18] [--image-size 64] [--batch-size 64]
         [--rounds 3] [--train-per-class 256] [--threads 2]
 """
 

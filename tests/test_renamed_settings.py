@@ -1,0 +1,46 @@
+"""Settings renamed so that a word means one thing ("checkpoint" is Tune's saved trial
+state; recomputing activations is `activation_checkpointing`): the old names still work
+everywhere a user or an old search has them, saying what they are now."""
+
+import pytest
+
+from analysis.load import trial_row
+from search.config import load_config, renamed_notes
+from search.experiment import SearchState
+from tests.conftest import CONFIGS
+from trainables.settings import TrainSettings
+
+
+def test_a_trainable_config_with_an_old_name_trains_with_the_new_one_and_is_told():
+    with pytest.warns(FutureWarning, match="grad_checkpointing is now activation_checkpointing"):
+        settings = TrainSettings.from_config({"grad_checkpointing": True, "checkpoint_segments": 3})
+    assert settings.activation_checkpointing and settings.recomputed_segments == 3
+
+
+def test_a_search_config_with_old_names_loads_under_the_new_ones_with_a_note(tmp_path):
+    config = load_config(CONFIGS / "smoke.yaml", [
+        "train.grad_checkpointing=true", "space.checkpoint_segments={choice: [2, 3]}",
+    ])  # fmt: skip
+    assert config.train["activation_checkpointing"] is True
+    assert "recomputed_segments" in config.space and "checkpoint_segments" not in config.space
+    assert renamed_notes(config) == [
+        f"note: {CONFIGS / 'smoke.yaml'}: train.grad_checkpointing is now "
+        "train.activation_checkpointing; the old name still works for now",
+        f"note: {CONFIGS / 'smoke.yaml'}: space.checkpoint_segments is now "
+        "space.recomputed_segments; the old name still works for now",
+    ]
+    assert "renamed" not in config.as_yaml_dict()
+
+
+def test_a_search_started_with_an_old_name_resumes_with_the_new_one():
+    started = SearchState("run", "sqlite:///x.db", "e", {"train": {"grad_checkpointing": True}})
+    assert started.differences({"train": {"activation_checkpointing": True}}) == []
+    assert started.differences({"train": {"activation_checkpointing": False}}) == [
+        ("train.activation_checkpointing", True, False)
+    ]
+
+
+def test_the_trials_of_a_search_run_before_the_rename_load_under_the_new_names():
+    row = trial_row("t", {"grad_checkpointing": True, "batch_size": 64}, {"status": "ok"})
+    assert row["config.activation_checkpointing"] is True
+    assert "config.grad_checkpointing" not in row
