@@ -172,9 +172,9 @@ def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_
 
 
 @pytest.mark.slow
-def test_the_readmes_own_model_example_is_searched_with_checkpointing_of_its_blocks(tmp_path):
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Your own model", 1)[1]
+def test_the_guides_own_model_example_is_searched_with_checkpointing_of_its_blocks(tmp_path):
+    guide = (REPO / "docs" / "GUIDE.md").read_text()
+    section = guide.split("## Your own model", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     (tmp_path / "my_models.py").write_text(example)
     env = cli_env(PYTHONPATH=f"{REPO}{os.pathsep}{tmp_path}")
