@@ -48,29 +48,39 @@ __all__ = ["build_sampler", "build_searcher", "optuna_searcher"]
 MAX_SKIPS_PER_SUGGESTION = 50
 
 
-class Wrapper(Searcher):
-    """A searcher that delegates everything to `searcher`; a subclass takes on one concern.
-    Its state is its own attributes (Tune finds the inner searcher's itself)."""
+class Delegating(Searcher):
+    """A searcher that hands every call on to another (`inner`)."""
+
+    def inner(self) -> Searcher:
+        raise NotImplementedError
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict, **spec: Any
+    ) -> bool:
+        return self.inner().set_search_properties(metric, mode, config, **spec)
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        return self.inner().suggest(trial_id)
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self.inner().on_trial_result(trial_id, result)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        self.inner().on_trial_complete(trial_id, result=result, error=error)
+
+
+class Wrapper(Delegating):
+    """A layer of the stack: it delegates everything to `searcher`, and a subclass takes on
+    one concern. Its state is its own attributes (Tune finds the inner searcher's itself)."""
 
     def __init__(self, searcher: Searcher) -> None:
         super().__init__(metric=searcher.metric, mode=searcher.mode)
         self.searcher = searcher
 
-    def set_search_properties(
-        self, metric: str | None, mode: str | None, config: dict, **spec: Any
-    ) -> bool:
-        return self.searcher.set_search_properties(metric, mode, config, **spec)
-
-    def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        return self.searcher.suggest(trial_id)
-
-    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        self.searcher.on_trial_result(trial_id, result)
-
-    def on_trial_complete(
-        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
-    ) -> None:
-        self.searcher.on_trial_complete(trial_id, result=result, error=error)
+    def inner(self) -> Searcher:
+        return self.searcher
 
     @property
     def forecast(self) -> OomForecast:
@@ -312,31 +322,18 @@ def _reserved_peak(result: Mapping[str, Any]) -> float:
 # --- searches saved before the stack ------------------------------------------------------
 
 
-class FeasibilityAwareOptunaSearch(Searcher):
+class FeasibilityAwareOptunaSearch(Delegating):
     """The one searcher that held every concern before the stack. A search started then
     pickled it in its tuner.pkl: unpickled on --resume it becomes the stack (`stack`), and
     the state it saved (one dictionary of its attributes) the stack's. Tune sees it as one
-    searcher, not a wrapper, and saves and restores it whole."""
+    searcher, not a wrapper (it has no `searcher`), and saves and restores it whole."""
 
     def __setstate__(self, old: dict[str, Any]) -> None:
         self.stack = _stack_from(old)
         Searcher.__init__(self, metric=self.stack.metric, mode=self.stack.mode)
 
-    def set_search_properties(
-        self, metric: str | None, mode: str | None, config: dict, **spec: Any
-    ) -> bool:
-        return self.stack.set_search_properties(metric, mode, config, **spec)
-
-    def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        return self.stack.suggest(trial_id)
-
-    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        self.stack.on_trial_result(trial_id, result)
-
-    def on_trial_complete(
-        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
-    ) -> None:
-        self.stack.on_trial_complete(trial_id, result=result, error=error)
+    def inner(self) -> Searcher:
+        return self.stack
 
     def save(self, checkpoint_path: str) -> None:
         self.stack.save(checkpoint_path)
