@@ -27,7 +27,7 @@ from trainables.models import build_model
 from trainables.noise_scale import NoiseMeter
 from trainables.precision import Precision
 from trainables.schedules import EpochPlan
-from trainables.settings import TrainSettings
+from trainables.settings import DEFAULT_NOISE_PROBES, TrainSettings
 from trainables.training import EpochSteps, HostSplit, Normaliser, train_epoch
 
 
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--accumulation", type=int, default=4)
-    parser.add_argument("--probes", type=int, default=TrainSettings().noise_probe_steps)
+    parser.add_argument("--probes", type=int, default=DEFAULT_NOISE_PROBES)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()

@@ -37,7 +37,7 @@ import torch
 
 from search.config import ConfigError, SearchConfig, load_config, renamed_notes
 from search.errors import Problem
-from trainables.classifier import set_determinism, start_run
+from trainables.classifier import choose_kernels, start_run
 from trainables.cuda import TorchCudaCard, available, resolve_device, synchronize
 from trainables.memory import (
     CARD_PROBE_BATCHES,
@@ -137,7 +137,7 @@ class Prober:
         self.say = say
         self.probes = 0
         # On CUDA the budget is the share of the card; on CPU what the meter is held to.
-        set_determinism(settings)
+        choose_kernels(settings)
         budget = MemoryBudget(self.device, budget_mb, card=card)
         self.run = start_run(settings, NUM_CLASSES, image_size, budget, None)
         self._metered: MeteredStep | None = None
@@ -149,8 +149,12 @@ class Prober:
         return self.run.budget.card is not None
 
     def batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random images in the row's layout, as its trials would feed them."""
         inputs = torch.randn(size, 3, self.image_size, self.image_size, device=self.device)
-        return inputs, torch.randint(0, 2, (size,), device=self.device)
+        layout = torch.channels_last if self.run.settings.channels_last else torch.contiguous_format
+        return inputs.contiguous(memory_format=layout), torch.randint(
+            0, 2, (size,), device=self.device
+        )
 
     def peak_bytes(self, size: int) -> float:
         """The CPU meter's peak for a step of `size` images, from two tiny batches."""

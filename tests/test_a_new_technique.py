@@ -52,7 +52,7 @@ def test_where_it_changes_memory_it_is_a_capacity_row_and_splits_the_memory_mode
 ):
     rows = dict(capacity_rows())
     assert rows["pretrained"]["pretrained"] is True
-    assert "AMP + activation checkpointing + pretrained" in rows
+    assert "AMP + activation checkpointing + channels-last + pretrained" in rows
     on, off = TrainSettings(pretrained=True), TrainSettings(pretrained=False)
     assert MemoryFootprint.of(on).savers == {"pretrained_weights"}
     assert memory_group(MemoryFootprint.of(on)) != memory_group(MemoryFootprint.of(off))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -23,7 +24,7 @@ from ray import tune
 from torch import nn
 
 from trainables.activation_checkpointing import enable_checkpointing
-from trainables.cuda import describe_device, resolve_device
+from trainables.cuda import describe_device, resolve_device, synchronize
 from trainables.data import PreparedData, Split, prepare_data
 from trainables.data.errors import first_line
 from trainables.eval_batch import EvalBatch
@@ -31,6 +32,7 @@ from trainables.memory import MIB, MemoryBudget
 from trainables.metrics import (
     OOM_CAUSE_CARD,
     OOM_CAUSE_SHARE,
+    STATUS_COMPILE_FAILED,
     STATUS_DIVERGED,
     STATUS_OK,
     STATUS_OOM,
@@ -47,6 +49,7 @@ from trainables.precision import Precision, precision_for
 from trainables.run_state import RunState, load_run_state, renamed_from_staged, save_run_state
 from trainables.schedules import EpochPlan, epoch_plan, grows_by_noise, warmup_factor
 from trainables.settings import TrainSettings
+from trainables.step import dry_step
 from trainables.training import (
     DIVERGED_AFTER_SKIPPED_STEPS,
     EpochResult,
@@ -111,8 +114,15 @@ class TrainingRun:
     eval_batch: EvalBatch
     # the best-val epoch's weights, in host memory, while its gaps wait to be scored
     best_weights: dict[str, torch.Tensor] | None = None
-    # the device and software it trains on, in every report (trainables.cuda)
-    device_record: dict[str, str] = field(default_factory=dict)
+    # what the training steps call: the model, or torch.compile of it (same parameters)
+    step_model: nn.Module | None = None
+    # the device, the software and the kernels it trains with, in every report
+    record: dict[str, str] = field(default_factory=dict)
+    compiled_sizes: set[int] = field(default_factory=set)  # batch sizes compiled so far
+
+    @property
+    def stepper(self) -> nn.Module:
+        return self.step_model if self.step_model is not None else self.model
 
     def plan(self, epoch: int, train_size: int) -> EpochPlan:
         settings = self.settings
@@ -175,7 +185,9 @@ def start_run(
         model = enable_checkpointing(
             model, modules=settings.recomputed_modules, segments=settings.recomputed_segments
         )
-    optimizer = build_optimizer(settings, model.parameters())
+    if settings.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(settings, model.parameters(), fused=device.type == "cuda")
     precision = precision_for(settings.amp, settings.amp_dtype, device)
     state, best_weights = RunState(), None
     if resume is not None:
@@ -189,15 +201,18 @@ def start_run(
         timed=not settings.deterministic,
         seconds_per_image=state.eval_seconds_per_image,  # a resumed trial keeps its choice
     )
+    step_model = torch.compile(model) if settings.compile else None  # compiled when first run
     return TrainingRun(
-        settings, model, optimizer, precision, state, budget, eval_batch, best_weights
+        settings, model, optimizer, precision, state, budget, eval_batch, best_weights, step_model
     )
 
 
-def set_determinism(settings: TrainSettings) -> None:
+def choose_kernels(settings: TrainSettings) -> None:
     """Kernel choices of this trial. Set per trial, not per process: Tune reuses a worker
     process for the next trial. The cuDNN autotuner picks kernels by timing them, so it is
-    off when the trial must repeat exactly; ops without a deterministic kernel warn."""
+    off when the trial must repeat exactly; ops without a deterministic kernel warn. Float32
+    matmuls take the trial's precision (TF32 by default on CUDA, as a tuned loop does)."""
+    torch.set_float32_matmul_precision(settings.matmul_precision)
     if settings.deterministic:
         # cuBLAS is deterministic only with a fixed workspace, read when it starts.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -233,11 +248,11 @@ def fit_classifier(
     budget: MemoryBudget | None = None
     run: TrainingRun | None = None
     try:
-        set_determinism(settings)  # before the budget's warm-up starts cuBLAS
+        choose_kernels(settings)  # before the budget's warm-up starts cuBLAS
         budget = MemoryBudget(device, settings.memory_budget_mb, gpu_share)
-        record = describe_device(budget.memory_device)
         run = start_run(settings, data.num_classes, data.image_size, budget, resume_state)
-        run.device_record = record
+        record = describe_device(budget.memory_device) | describe_run(run)
+        run.record = record
         splits = TrialData.of(data, device, settings)
         for epoch in range(run.state.epoch + 1, settings.epochs + 1):
             phase, plan = "memory probe", None
@@ -260,9 +275,14 @@ def fit_classifier(
                 skipped_streak=result.skipped_streak,
                 growths=run.growths_after(plan, result, len(splits.train)),
                 eval_seconds_per_image=dict(run.eval_batch.seconds_per_image),
+                compile_seconds=run.state.compile_seconds + result.compile_seconds,
             )
             _save_and_report(run, report)
         return run.state.last_metrics
+    except CompileFailed as error:
+        detail = f"torch.compile failed in epoch {epoch}: {error}"
+        state = run.state if run else state
+        return _report_pruned(state, report, epoch, STATUS_COMPILE_FAILED, detail, plan, **record)
     except Exception as error:
         if not is_out_of_memory(error):
             raise
@@ -315,7 +335,9 @@ class TrialData:
             train_eval=train.subset(_train_eval_indices(len(train), settings)),
             val=val,
             test=test,
-            normalise=Normaliser.from_stats(*_input_stats(data, settings), device),
+            normalise=Normaliser.from_stats(
+                *_input_stats(data, settings), device, channels_last=settings.channels_last
+            ),
         )
 
     @property
@@ -359,11 +381,12 @@ def train_one_epoch(
     only), the CPU meter's check of the first, then the training itself."""
     settings = run.settings
     generator = torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch))
-    steps = EpochSteps.drawn(len(splits.train), plan, generator, settings.noise_probe_steps)
+    steps = EpochSteps.drawn(len(splits.train), plan, generator, settings.noise_probes)
     metered = meter_first_step(run.budget, run.model, run.optimizer, splits.train,
                                splits.normalise, steps, run.precision)  # fmt: skip
-    return train_epoch(
-        run.model,
+    compile_seconds = compile_new_shapes(run, steps, splits)
+    result = train_epoch(
+        run.stepper,
         run.optimizer,
         splits.train,
         splits.normalise,
@@ -377,6 +400,50 @@ def train_one_epoch(
         skipped=SkippedSteps(streak=run.state.skipped_streak),
         noise=NoiseMeter(run.model) if steps.measured else None,
     )
+    return replace(result, compile_seconds=compile_seconds)
+
+
+class CompileFailed(Exception):
+    """torch.compile could not compile the model: the trial ends, the search goes on."""
+
+
+def compile_new_shapes(run: TrainingRun, steps: EpochSteps, splits: TrialData) -> float:
+    """With `compile`, each micro-batch size of the epoch not compiled yet is compiled
+    before the epoch's clock starts, by a step that trains nothing (`dry_step`): a new
+    shape (the first epoch, a last partial batch, a grown AdaBatch batch) never compiles
+    inside the timed training. The seconds it took; 0 without compile."""
+    if run.step_model is None:
+        return 0.0
+    first_of_size = {len(batch): batch for group in steps.batches for batch in group}
+    new = [batch for size, batch in first_of_size.items() if size not in run.compiled_sizes]
+    if not new:
+        return 0.0
+    device = run.budget.device
+    synchronize(device)
+    started = time.perf_counter()
+    for indices in new:
+        pixels, labels = splits.train.gather(indices, pin=False)
+        batch = splits.normalise(pixels.to(device)), labels.to(device)
+        try:
+            dry_step(run.step_model, run.optimizer, batch, run.precision)
+        except Exception as error:
+            if is_out_of_memory(error):
+                raise
+            raise CompileFailed(f"{type(error).__name__}: {first_line(error)}") from error
+        run.compiled_sizes.add(len(indices))
+    synchronize(device)
+    return time.perf_counter() - started
+
+
+def describe_run(run: TrainingRun) -> dict[str, str]:
+    """What the trial's steps actually ran with, for its record (`RUN_RECORD`)."""
+    settings = run.settings
+    return {
+        "precision": run.precision.name,
+        "memory_format": "channels_last" if settings.channels_last else "contiguous",
+        "compile_mode": "compiled" if run.step_model is not None else "eager",
+        "matmul_precision": torch.get_float32_matmul_precision(),
+    }
 
 
 def evaluate_epoch(
@@ -415,8 +482,9 @@ def evaluate_epoch(
         train_eval_acc, test_acc = accuracies_beside_val()
     scores = EvalScores(train_eval_acc=train_eval_acc, val_acc=val_acc, test_acc=test_acc)
     progress = run.state.progress.advance(
-        epoch, scores, result.seconds, settings.target_acc, steps=result.optimizer_steps
-    )
+        epoch, scores, result.seconds + result.compile_seconds, settings.target_acc,
+        steps=result.optimizer_steps,
+    )  # fmt: skip
     if improved:
         run.best_weights = None if gaps_due else host_copy(run.model)
     if gaps_due and progress.gap_pending:
@@ -435,8 +503,9 @@ def evaluate_epoch(
         lr=run.optimizer.param_groups[0]["lr"],
         data_bytes=splits.nbytes,
         memory_limit_bytes=run.budget.limit_bytes,
+        compile_seconds=run.state.compile_seconds + result.compile_seconds,
     )
-    return {**metrics, **run.device_record}, progress
+    return {**metrics, **run.record}, progress
 
 
 def host_copy(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -480,6 +549,12 @@ def _report_pruned(
 
 
 def _save_and_report(run: TrainingRun, report: Reporter) -> None:
+    """The epoch's report, with the trial's state saved every `checkpoint_every` epochs and
+    at the last: a retried or resumed trial continues from the last save, exactly."""
+    epoch, settings = run.state.epoch, run.settings
+    if epoch % settings.checkpoint_every and epoch != settings.epochs:
+        report(run.state.last_metrics, None)
+        return
     with tempfile.TemporaryDirectory(prefix="trial-state-") as directory:
         save_run_state(
             Path(directory),
@@ -503,6 +578,7 @@ def epoch_metrics(
     lr: float,
     data_bytes: int,
     memory_limit_bytes: int | None = None,
+    compile_seconds: float = 0.0,
 ) -> dict[str, Any]:
     """One epoch's values under the schema's names (`trainables.metrics.METRICS`)."""
     return {
@@ -521,6 +597,7 @@ def epoch_metrics(
         "epoch_time_s": result.seconds,
         "train_time_s": progress.train_seconds,
         "time_to_target_s": progress.time_to_target_s,
+        "compile_s": compile_seconds,
         "train_steps": progress.train_steps,
         "steps_to_target": progress.steps_to_target,
         "noise_scale": result.noise.value,
@@ -541,11 +618,15 @@ def epoch_metrics(
 
 
 def build_optimizer(
-    settings: TrainSettings, parameters: Iterable[nn.Parameter]
+    settings: TrainSettings, parameters: Iterable[nn.Parameter], fused: bool = False
 ) -> torch.optim.Optimizer:
-    """The settings' optimizer (`trainables.optimizers.OPTIMIZERS`) at the first lr."""
+    """The settings' optimizer (`trainables.optimizers.OPTIMIZERS`) at the first lr;
+    `fused`: one kernel for all parameters' update (on CUDA), and, under a GradScaler, no
+    wait for the device to learn whether the gradients overflowed."""
     kind = OPTIMIZERS[settings.optimizer]
-    return kind.build(parameters, settings.base_lr, settings.momentum, settings.weight_decay)
+    return kind.build(
+        parameters, settings.base_lr, settings.momentum, settings.weight_decay, fused=fused
+    )
 
 
 def _host_split(split: Split) -> HostSplit:

@@ -47,7 +47,7 @@ from trainables.activation_checkpointing import recording_regions
 from trainables.cuda import TorchCudaCard, indexed
 from trainables.oom import MemoryBudgetExceeded, is_out_of_memory, release_memory
 from trainables.precision import Precision
-from trainables.step import train_step
+from trainables.step import dry_step, statistics_kept
 
 MIB = 1024 * 1024
 
@@ -83,18 +83,6 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
             buffers = 1 if group.get("momentum", 0) else 0
         total += buffers * sum(p.numel() * p.element_size() for p in group["params"])
     return total
-
-
-@contextmanager
-def _buffers_restored(model: nn.Module) -> Iterator[None]:
-    """Batch-norm running statistics as they were: a measuring pass must not train."""
-    saved = {name: buffer.clone() for name, buffer in model.named_buffers()}
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for name, buffer in model.named_buffers():
-                buffer.copy_(saved[name])
 
 
 class _Timeline:
@@ -170,7 +158,7 @@ def saved_parts(
     exclude = {_storage_key(p) for p in model.parameters()} | {_storage_key(inputs)}
     timeline = _Timeline(exclude)
     with (
-        _buffers_restored(model),
+        statistics_kept(model),
         torch.enable_grad(),
         torch.autograd.graph.saved_tensors_hooks(timeline.pack, lambda tensor: tensor),
         recording_regions(timeline),
@@ -498,9 +486,7 @@ class MemoryBudget:
                 if fresh:
                     self.card.release_cached()
                 self.card.reset_peak()
-                with _buffers_restored(model):
-                    train_step(model, optimizer, [(inputs, targets)], precision,
-                               images=len(inputs), update=False)  # fmt: skip
+                dry_step(model, optimizer, (inputs, targets), precision)
                 peak = StepPeak(self.card.peak_bytes(), self.card.peak_reserved_bytes())
         except Exception as error:
             if not is_out_of_memory(error):

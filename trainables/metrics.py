@@ -51,9 +51,16 @@ METRICS: dict[str, MetricSpec] = {
     ),
     "throughput": MetricSpec("training images per second over the epoch, eval excluded", "max"),
     "epoch_time_s": MetricSpec("wall seconds of the epoch's training part", "min"),
-    "train_time_s": MetricSpec("training seconds of all epochs so far, eval excluded", "min"),
+    "train_time_s": MetricSpec(
+        "training seconds of all epochs so far, eval excluded, compile_s included", "min"
+    ),
     "time_to_target_s": MetricSpec(
-        "training seconds until val_acc >= target_acc; inf if never", "min"
+        "training seconds (compile_s included) until val_acc >= target_acc; inf if never", "min"
+    ),
+    "compile_s": MetricSpec(
+        "seconds torch.compile took so far (each new batch shape is compiled before its "
+        "epoch's clock starts): in train_time_s and time_to_target_s, never in throughput; 0 "
+        "without compile"
     ),
     "train_steps": MetricSpec("optimizer steps of all epochs so far"),
     "steps_to_target": MetricSpec(
@@ -104,7 +111,8 @@ METRICS: dict[str, MetricSpec] = {
     "status": MetricSpec(
         "ok; oom (pruned: out of memory); oom_predicted (never started: a trial that needed "
         "no more memory ran out, or its predicted peak passed its budget); diverged "
-        "(non-finite loss); stopped_early (dominated by the trials at an early-stopping rung)"
+        "(non-finite loss); stopped_early (dominated by the trials at an early-stopping rung); "
+        "compile_failed (torch.compile could not compile the model)"
     ),
     "status_detail": MetricSpec("why a trial was pruned: the error, or the trial it follows"),
     "oom_cause": MetricSpec(
@@ -117,12 +125,25 @@ METRICS: dict[str, MetricSpec] = {
     "torch_version": MetricSpec("PyTorch's version"),
     "cuda_version": MetricSpec("the CUDA version PyTorch was built with"),
     "cudnn_version": MetricSpec("cuDNN's version as PyTorch loads it"),
+    "precision": MetricSpec(
+        "the float type the steps ran in: fp32, float16 (with a GradScaler) or bfloat16 (asked "
+        "for on a card without it, float16 runs instead)"
+    ),
+    "memory_format": MetricSpec("the model's and the batches' layout: contiguous or channels_last"),
+    "compile_mode": MetricSpec("how the training steps ran: eager, or compiled (torch.compile)"),
+    "matmul_precision": MetricSpec(
+        "torch's float32 matmul precision in the trial: highest, high (TF32 on CUDA), medium"
+    ),
 }
 
 # What every report says of the device a trial ran on (trainables.cuda.describe_device).
 DEVICE_RECORD = ("device_name", "driver_version", "torch_version", "cuda_version",
                  "cudnn_version")  # fmt: skip
-TEXT_METRICS = frozenset({"status", "status_detail", "oom_cause", "node", *DEVICE_RECORD})
+# What every report says of the kernels it trained with (trainables.classifier.describe_run).
+RUN_RECORD = ("precision", "memory_format", "compile_mode", "matmul_precision")
+TEXT_METRICS = frozenset(
+    {"status", "status_detail", "oom_cause", "node", *DEVICE_RECORD, *RUN_RECORD}
+)
 # Measurements of the machine rather than of the training: they vary between runs of the
 # same seed, everything else repeats exactly (on the same device and thread count).
 MACHINE_METRICS = frozenset(
@@ -134,8 +155,10 @@ MACHINE_METRICS = frozenset(
         "peak_mem_mb",
         "peak_reserved_mb",
         "memory_limit_mb",
+        "compile_s",
         "node",
         *DEVICE_RECORD,
+        *RUN_RECORD,
     }
 )
 NUMERIC_METRICS: tuple[str, ...] = tuple(name for name in METRICS if name not in TEXT_METRICS)
@@ -148,13 +171,16 @@ STATUS_OOM = "oom"
 STATUS_OOM_PREDICTED = "oom_predicted"
 STATUS_DIVERGED = "diverged"
 STATUS_STOPPED_EARLY = "stopped_early"  # trailing the trials at an early-stopping rung
+STATUS_COMPILE_FAILED = "compile_failed"  # torch.compile could not compile the model
 STATUS_ERROR = "error"  # the trial raised: a bug or a crash, not a pruned trial
 PRUNED_STATUSES = frozenset(
-    {STATUS_OOM, STATUS_OOM_PREDICTED, STATUS_DIVERGED, STATUS_STOPPED_EARLY}
-)
+    {STATUS_OOM, STATUS_OOM_PREDICTED, STATUS_DIVERGED, STATUS_STOPPED_EARLY,
+     STATUS_COMPILE_FAILED}
+)  # fmt: skip
 # Worst first: a config whose seeds ended differently takes its worst status.
 STATUS_ORDER = (
     STATUS_ERROR,
+    STATUS_COMPILE_FAILED,
     STATUS_DIVERGED,
     STATUS_OOM,
     STATUS_OOM_PREDICTED,

@@ -20,31 +20,41 @@ if TYPE_CHECKING:
 class OptimizerKind:
     default_lr: float  # Keras' and the seed study's defaults
     state_buffers: Callable[[float], int]  # tensors the size of a parameter, given momentum
-    build: Callable[..., torch.optim.Optimizer]  # (parameters, lr, momentum, weight_decay)
+    # (parameters, lr, momentum, weight_decay, fused=): fused, one kernel for every parameter
+    build: Callable[..., torch.optim.Optimizer]
     uses_momentum: bool = False  # reads the `momentum` setting
 
 
 def _sgd(nesterov: bool) -> Callable[..., torch.optim.Optimizer]:
     def build(
-        parameters: Iterable[nn.Parameter], lr: float, momentum: float, weight_decay: float
+        parameters: Iterable[nn.Parameter],
+        lr: float,
+        momentum: float,
+        weight_decay: float,
+        fused: bool = False,
     ) -> torch.optim.Optimizer:
         import torch
 
         return torch.optim.SGD(
-            parameters, lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov
-        )
+            parameters, lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov,
+            fused=fused or None,
+        )  # fmt: skip
 
     return build
 
 
 def _adam(decoupled: bool) -> Callable[..., torch.optim.Optimizer]:
     def build(
-        parameters: Iterable[nn.Parameter], lr: float, momentum: float, weight_decay: float
+        parameters: Iterable[nn.Parameter],
+        lr: float,
+        momentum: float,
+        weight_decay: float,
+        fused: bool = False,
     ) -> torch.optim.Optimizer:
         import torch
 
         kind = torch.optim.AdamW if decoupled else torch.optim.Adam
-        return kind(parameters, lr=lr, weight_decay=weight_decay)
+        return kind(parameters, lr=lr, weight_decay=weight_decay, fused=fused or None)
 
     return build
 

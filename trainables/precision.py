@@ -7,6 +7,8 @@ the only autocast dtype the CPU backend offers. Off: plain fp32.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -31,20 +33,23 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
-    def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Apply the step; False when the GradScaler skipped it (the gradients overflowed).
-
-        The scaler lowers its scale exactly when it skips, so comparing the scale is the
-        public way to tell. Reading the scale after `update` waits for the step's kernels:
-        one synchronisation per fp16 step (the scaler's own step already waits once).
-        """
+    def step(
+        self, optimizer: torch.optim.Optimizer, parameters: Iterable[torch.Tensor]
+    ) -> torch.Tensor | None:
+        """Apply the step. With a GradScaler: a 0-dim tensor on the device, true where the
+        step was skipped (a gradient overflowed: the scaler leaves the weights and lowers
+        its scale), found without waiting for the device (the scaler skips exactly when the
+        gradients' norm is not finite). Nothing here reads a value back: with a fused
+        optimizer (on CUDA) an fp16 step never waits for the device. Without a scaler,
+        nothing skips: None."""
         if self.scaler is None:
             optimizer.step()
-            return True
-        scale = self.scaler.get_scale()
+            return None
+        grads = [p.grad for p in parameters if p.grad is not None]
+        overflowed = ~torch.isfinite(torch.nn.utils.get_total_norm(grads))
         self.scaler.step(optimizer)
         self.scaler.update()
-        return self.scaler.get_scale() >= scale
+        return overflowed
 
     def loss_scale(self) -> float:
         """What the loss is multiplied by before backward (so the gradients are too)."""
@@ -68,5 +73,10 @@ def precision_for(amp: bool, amp_dtype: AmpDtype, device: torch.device) -> Preci
     if device.type == "cuda":
         if amp_dtype == "bfloat16" and bf16_supported():
             return Precision("cuda", torch.bfloat16)
+        if amp_dtype == "bfloat16":  # the trial's record says float16 too (`precision`)
+            warnings.warn(
+                "amp_dtype bfloat16 was asked for, but this card has no native bfloat16: the "
+                "trial runs float16 with a GradScaler", stacklevel=2,
+            )  # fmt: skip
         return Precision("cuda", torch.float16, torch.amp.GradScaler("cuda"))
     return Precision(device.type, torch.bfloat16)

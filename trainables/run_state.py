@@ -35,6 +35,7 @@ class RunState:
     # the evaluation batches timed so far (trainables.eval_batch), so that a resumed trial
     # scores at the batch it chose
     eval_seconds_per_image: dict[int, float] = field(default_factory=dict)
+    compile_seconds: float = 0.0  # torch.compile so far (compile_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "progress": asdict(self.progress)}

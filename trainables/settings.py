@@ -26,6 +26,7 @@ _STRICT = {"strict": True}
 _MODEL_NAME = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")
 _DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
 DEVICE_NAMES = "auto, cpu, cuda or cuda:N (N: a CUDA device index)"
+DEFAULT_NOISE_PROBES = 4  # probed steps an epoch where the noise-scale rule needs them
 
 # Settings that were renamed, old name -> new. "checkpoint" meant both the recomputation
 # of activations and Tune's saved trial state; now it is the latter only. The old names
@@ -107,12 +108,20 @@ class TrainSettings(BaseModel):
     adabatch_rule: Literal["interval", "noise_scale"] = "interval"
     # steps per epoch trained as two halves to measure the gradient noise scale when there is
     # no accumulation, never the first (it trains the whole physical batch and sets
-    # peak_mem_mb); accumulated steps are all measured, for free; 0: not measured then
-    noise_probe_steps: int = Field(4, ge=0, **_STRICT)
+    # peak_mem_mb); accumulated steps are all measured, for free. None: 4 where the
+    # noise-scale rule needs them (adabatch_rule: noise_scale), else 0 (a probe costs steps)
+    noise_probe_steps: int | None = Field(None, ge=0, **_STRICT)
     warmup_epochs: int = Field(0, ge=0, **_STRICT)  # gradual lr warmup (Goyal et al. 2017)
     warmup_start_factor: float = Field(0.1, gt=0, le=1)  # warmup starts at lr x this
     max_batch_size: int | None = Field(None, gt=0, **_STRICT)  # physical cap; then accumulate
     cudnn_benchmark: bool = Field(False, **_STRICT)  # cuDNN autotuner: faster, more memory
+    # the model and every batch in channels-last layout, training and evaluation: the
+    # layout tensor cores take their convolutions in (on a CPU oneDNN's channels-last path)
+    channels_last: bool = Field(False, **_STRICT)
+    # torch.compile of the model for its training steps (evaluation runs it uncompiled: no
+    # compile per evaluation batch); each new batch shape is compiled before the epoch's
+    # clock starts, its seconds reported as compile_s, kept out of throughput
+    compile: bool = Field(False, **_STRICT)
     # Same seed, same numbers on CUDA too: deterministic kernels (ops without one warn), the
     # cuDNN autotuner off (so not with cudnn_benchmark), CUBLAS_WORKSPACE_CONFIG=:4096:8, at
     # some cost in speed. CPU runs repeat exactly either way.
@@ -127,6 +136,13 @@ class TrainSettings(BaseModel):
     # (under Ray, the one the trial was given); cuda:N the N-th torch sees
     device: str = "auto"
     num_threads: int | None = Field(None, gt=0, **_STRICT)  # torch threads; None: trial's CPU share
+    # float32 matmuls: highest (true fp32), high (TF32 on CUDA cards that have it: a tuned
+    # loop's default), medium; recorded with every report
+    matmul_precision: Literal["highest", "high", "medium"] = "high"
+    # epochs between saves of the trial's state (Tune's checkpoint: what a retried or resumed
+    # trial continues from); the last epoch always saves. A save is the weights and
+    # optimizer state: ~200 MB for ResNet-50, seconds of an epoch on a GPU
+    checkpoint_every: int = Field(1, gt=0, **_STRICT)
     data: DataSettings = DataSettings()  # used when no prepared data is passed in
 
     @field_validator("model")
@@ -186,6 +202,13 @@ class TrainSettings(BaseModel):
                 "cannot hold; turn one of the two off"
             )
         return self
+
+    @property
+    def noise_probes(self) -> int:
+        """Steps per epoch probed for the gradient noise scale (see `noise_probe_steps`)."""
+        if self.noise_probe_steps is not None:
+            return self.noise_probe_steps
+        return DEFAULT_NOISE_PROBES if self.adabatch_rule == "noise_scale" else 0
 
     @property
     def base_lr(self) -> float:

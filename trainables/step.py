@@ -1,13 +1,14 @@
 """One training step: the forward, backward and update that every part of a trial runs.
 
-The epoch loop trains with it, the AdaBatch memory probe and the capacity prober measure
-with it, so what is measured is exactly what is trained.
+The epoch loop trains with it; the AdaBatch memory probe, the capacity prober and the
+compile of a new batch shape run it without the update (`dry_step`), so what is measured
+and compiled is exactly what is trained.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from contextlib import nullcontext
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +24,10 @@ class StepOutcome:
     loss_sum: torch.Tensor  # summed over images, on the device: reading it waits for it
     correct: torch.Tensor  # images classified right, on the device
     images: int
-    applied: bool  # False: a probe (update=False), or the GradScaler skipped the step
+    updated: bool  # False: a step that trains nothing (update=False)
+    # with a GradScaler, a 0-dim tensor on the device: true where the step was skipped
+    # (its gradients overflowed); None: it could not be skipped
+    skipped: torch.Tensor | None = None
 
 
 def train_step(
@@ -64,6 +68,37 @@ def train_step(
             seen += len(targets)
         if noise:
             noise.step_done(precision.loss_scale())
-    applied = precision.step(optimizer) if update else False
+    skipped = precision.step(optimizer, model.parameters()) if update else None
     optimizer.zero_grad(set_to_none=True)
-    return StepOutcome(loss_sum=loss_sum, correct=correct, images=seen, applied=applied)
+    return StepOutcome(loss_sum, correct, seen, updated=update, skipped=skipped)
+
+
+@contextmanager
+def statistics_kept(model: nn.Module) -> Iterator[None]:
+    """Batch-norm running statistics (every buffer) as they were: a pass that measures or
+    compiles must not train."""
+    saved = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buffer in model.named_buffers():
+                buffer.copy_(saved[name])
+
+
+def dry_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    precision: Precision,
+) -> None:
+    """A training step on `batch` (inputs, targets on the device) that changes nothing:
+    training mode, the update left out, gradients dropped, batch-norm statistics kept. What
+    the memory probes measure and what compiles a new batch shape ahead of its epoch."""
+    was_training = model.training
+    model.train()
+    try:
+        with statistics_kept(model):
+            train_step(model, optimizer, [batch], precision, images=len(batch[1]), update=False)
+    finally:
+        model.train(was_training)

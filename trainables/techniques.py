@@ -68,6 +68,7 @@ class Technique:
     run_tag: RunTag  # its part of a trial's run name where it is on
     label: str = ""  # in the capacity table's rows and the charts; "": the name
     gpu_only: bool = False  # does nothing on a CPU
+    capacity_row: bool = True  # a row of the capacity table where it changes memory
     on: object = True  # the setting's value when the capacity table switches it on
     off: object = False
 
@@ -102,6 +103,13 @@ TECHNIQUES: dict[str, Technique] = {
             "cudnn_benchmark", "cudnn_benchmark", _is_true, "costs", _tag("cudnn"),
             label="cuDNN autotuner", gpu_only=True,
         ),
+        # other convolution kernels, other workspaces: more or less memory by model
+        Technique("channels_last", "channels_last", _is_true, "mixed", _tag("nhwc"),
+                  label="channels-last"),
+        # fused kernels keep fewer intermediates, compiled graphs their own buffers; its
+        # memory is measured where it trains, not in the capacity table's probes
+        Technique("compile", "compile", _is_true, "mixed", _tag("compiled"),
+                  label="torch.compile", capacity_row=False),
     )
 }  # fmt: skip
 
@@ -140,8 +148,8 @@ def capacity_rows() -> list[tuple[str, dict[str, object]]]:
     together, with the memory-costing ones off. What those cost is measured once, by the
     first rows; off, a saving technique's row does not re-tune cuDNN at every batch shape
     its probes try."""
-    costs = memory_techniques("costs")
-    savers = [t for t in TECHNIQUES.values() if t.memory in ("mixed", "saves")]
+    costs = [t for t in memory_techniques("costs") if t.capacity_row]
+    savers = [t for t in TECHNIQUES.values() if t.memory in ("mixed", "saves") and t.capacity_row]
     baseline = {t.key: t.on for t in costs} | {t.key: t.off for t in savers}
     rows = [("baseline", baseline)]
     rows += [(f"{t.shown} off", baseline | {t.key: t.off}) for t in costs]

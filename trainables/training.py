@@ -105,21 +105,30 @@ def device_batches(
 
 @dataclass(frozen=True)
 class Normaliser:
-    """uint8 -> float, (x / 255 - mean) / std per channel, as one multiply-add."""
+    """uint8 -> float, (x / 255 - mean) / std per channel, as one multiply-add, in the
+    trial's memory layout (channels-last where the trial trains so): every batch the model
+    sees, in training and evaluation, comes through here."""
 
     scale: torch.Tensor  # (1, 3, 1, 1)
     shift: torch.Tensor  # (1, 3, 1, 1)
+    memory_format: torch.memory_format = torch.contiguous_format
 
     @classmethod
     def from_stats(
-        cls, mean: tuple[float, ...], std: tuple[float, ...], device: torch.device
+        cls,
+        mean: tuple[float, ...],
+        std: tuple[float, ...],
+        device: torch.device,
+        channels_last: bool = False,
     ) -> Normaliser:
         mean_t = torch.tensor(mean, device=device).view(1, -1, 1, 1)
         std_t = torch.tensor(std, device=device).view(1, -1, 1, 1)
-        return cls(scale=1.0 / (255.0 * std_t), shift=-mean_t / std_t)
+        layout = torch.channels_last if channels_last else torch.contiguous_format
+        return cls(scale=1.0 / (255.0 * std_t), shift=-mean_t / std_t, memory_format=layout)
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        return torch.addcmul(self.shift, images.float(), self.scale)
+        normalised = torch.addcmul(self.shift, images.float(), self.scale)
+        return normalised.contiguous(memory_format=self.memory_format)
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,7 @@ class EpochResult:
     skipped_steps: int = 0  # steps the GradScaler skipped (fp16 overflow)
     skipped_streak: int = 0  # consecutive skipped steps at the end of the epoch
     noise: NoiseScale = field(default_factory=NoiseScale)  # noise-scale estimates, summed
+    compile_seconds: float = 0.0  # compiling new batch shapes before the clock (compile_s)
 
     @property
     def diverged(self) -> bool:
@@ -202,21 +212,37 @@ class EpochSteps:
         return self.batches[0][0]
 
 
-@dataclass
+# Steps between readings of the skipped steps' run: reading waits for the device, so it is
+# done every few dozen steps (and at the end of the epoch), and a run long enough to call
+# the trial diverged is caught at most this many steps late.
+READ_SKIPPED_EVERY = 32
+
+
 class SkippedSteps:
     """The steps fp16's GradScaler skipped (their gradients overflowed): how many in this
-    epoch, and the run of them at its end, carried over from the epoch before. A long run
-    means the gradients stay non-finite at any loss scale: the trial diverged."""
+    epoch, and the run of them at its end, carried over from the epoch before, counted on
+    the device (no step waits for it). A long run means the gradients stay non-finite at
+    any loss scale: the trial diverged."""
 
-    streak: int = 0
-    count: int = 0
+    def __init__(self, streak: int = 0) -> None:
+        self._streak: torch.Tensor | int = streak
+        self._count: torch.Tensor | int = 0
 
-    def after(self, applied: bool) -> None:
-        if applied:
-            self.streak = 0
-        else:
-            self.count += 1
-            self.streak += 1
+    def after(self, skipped: torch.Tensor | None) -> None:
+        """After a step: `skipped` as `Precision.step` says it (None: it could not skip)."""
+        if skipped is None:
+            self._streak = 0
+            return
+        self._count = self._count + skipped.long()
+        self._streak = (self._streak + 1) * skipped.long()  # back to 0 when applied
+
+    @property
+    def streak(self) -> int:
+        return int(self._streak)  # waits for the device
+
+    @property
+    def count(self) -> int:
+        return int(self._count)
 
     @property
     def diverged(self) -> bool:
@@ -262,11 +288,13 @@ def train_epoch(
 
     Each optimizer step averages the loss over the images of its micro-batches (weighted
     by their sizes), so k micro-batches of b give the update of one batch of k*b.
-    `lr_at(fraction of the epoch done)` sets the learning rate before every step. The
-    epoch stops early once `skipped` says the trial diverged. `noise` measures the steps
-    `steps.measured` names. The peak memory is that of the first step, which always trains
-    the full physical batch (the allocator's statistics, read on the host: no wait for the
-    device; on CPU `metered`, the meter's figure from `meter_first_step`).
+    `lr_at(fraction of the epoch done)` sets the learning rate before every step. Skipped
+    steps are counted on the device and read every `READ_SKIPPED_EVERY` steps: the epoch
+    stops early, at such a reading, once `skipped` says the trial diverged. `noise`
+    measures the steps `steps.measured` names. The peak memory is that of the first step,
+    which always trains the full physical batch (the allocator's statistics, read on the
+    host: no wait for the device; on CPU `metered`, the meter's figure from
+    `meter_first_step`).
     """
     device = next(model.parameters()).device
     budget = budget or MemoryBudget(device)
@@ -282,7 +310,8 @@ def train_epoch(
 
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
-    images = scored = trained = 0
+    scored = torch.zeros((), device=device, dtype=torch.long)  # images of applied steps
+    images = trained = 0
     first_step_peak = None
     budget.reset_peak()
     synchronize(device)
@@ -304,19 +333,25 @@ def train_epoch(
             images += outcome.images
             trained += 1
             first_step_peak = first_step_peak or budget.peak(metered)
-            skipped.after(outcome.applied)
-            if outcome.applied:
+            skipped.after(outcome.skipped)
+            if outcome.skipped is None:
                 loss_sum += outcome.loss_sum
                 correct += outcome.correct
                 scored += outcome.images
-            elif skipped.diverged:
+                continue
+            applied = ~outcome.skipped  # a skipped step trained nothing: its loss is left out
+            loss_sum += torch.where(applied, outcome.loss_sum, 0.0)
+            correct += torch.where(applied, outcome.correct, 0)
+            scored += applied.long() * outcome.images
+            if step % READ_SKIPPED_EVERY == 0 and skipped.diverged:
                 break
     synchronize(device)
     seconds = time.perf_counter() - started
     peak = first_step_peak or budget.peak(metered)
+    scored_images = int(scored)  # the epoch's one wait to read its sums
     return EpochResult(
-        train_loss=float(loss_sum) / scored if scored else math.nan,
-        train_acc=float(correct) / scored if scored else math.nan,
+        train_loss=float(loss_sum) / scored_images if scored_images else math.nan,
+        train_acc=float(correct) / scored_images if scored_images else math.nan,
         images=images,
         optimizer_steps=trained,
         seconds=seconds,
@@ -337,12 +372,8 @@ def evaluate(
     batch_size: int,
     precision: Precision | None = None,
 ) -> tuple[float, float]:
-    """(accuracy, mean loss) of `model` on `split` in eval mode, on the model's device.
-
-    On CPU the batch goes in channels-last: the convolutions then take oneDNN's
-    channels-last kernels, faster for the small CNN's forward pass on this project's
-    machine; the numbers are the same up to float rounding. On CUDA the format is left as
-    it is (not measured there)."""
+    """(accuracy, mean loss) of `model` on `split` in eval mode, on the model's device, in
+    the layout `normalise` gives and the precision the trial trains in."""
     device = next(model.parameters()).device
     model.eval()
     loss_sum = torch.zeros((), device=device)
@@ -350,8 +381,6 @@ def evaluate(
     batches = [slice(start, start + batch_size) for start in range(0, len(split), batch_size)]
     for pixels, targets in device_batches(split, batches, device):
         inputs = normalise(pixels)
-        if device.type == "cpu":
-            inputs = inputs.contiguous(memory_format=torch.channels_last)
         with precision.autocast() if precision else nullcontext():
             logits = model(inputs)
         loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum")

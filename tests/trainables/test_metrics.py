@@ -27,7 +27,8 @@ def test_the_schema_names_every_metric_of_the_design_once():
         "effective_batch_size", "scheduled_batch_size", "lr", "peak_mem_mb",
         "peak_reserved_mb", "memory_limit_mb", "data_mb", "skipped_steps", "status",
         "status_detail", "oom_cause", "node", "device_name", "driver_version",
-        "torch_version", "cuda_version", "cudnn_version",
+        "torch_version", "cuda_version", "cudnn_version", "compile_s", "precision",
+        "memory_format", "compile_mode", "matmul_precision",
     }  # fmt: skip
     assert not {"status", "status_detail", "oom_cause", "node"} & set(NUMERIC_METRICS)
     assert {"throughput", "best_val_acc", "gen_gap", "time_to_target_s", "steps_to_target"} <= set(

@@ -53,3 +53,13 @@ def test_nesterov_without_momentum_is_refused():
 def test_an_unknown_optimizer_is_refused_listing_the_table():
     with pytest.raises(ValueError, match="'sgd', 'sgd_nesterov', 'adam' or 'adamw'"):
         TrainSettings(optimizer="lamb")
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_every_optimizer_can_update_all_parameters_in_one_fused_kernel(name):
+    """As a trial on CUDA builds it; under a GradScaler a fused step never waits for the
+    device to learn whether the gradients overflowed."""
+    model = torch.nn.Linear(3, 2)
+    fused = build_optimizer(TrainSettings(optimizer=name), model.parameters(), fused=True)
+    plain = build_optimizer(TrainSettings(optimizer=name), model.parameters())
+    assert fused.defaults["fused"] is True and not plain.defaults["fused"]

@@ -11,7 +11,7 @@ import trainables.classifier as classifier
 from tests.fakes import OOM_ERRORS, RaiseWhen
 from trainables.classifier import fit_classifier
 from trainables.data import PreparedData
-from trainables.metrics import DEVICE_RECORD, METRICS, NUMERIC_METRICS
+from trainables.metrics import DEVICE_RECORD, METRICS, NUMERIC_METRICS, RUN_RECORD
 from trainables.oom import MemoryBudgetExceeded, is_out_of_memory
 from trainables.settings import TrainSettings
 
@@ -202,7 +202,7 @@ def test_adabatch_growth_that_would_exceed_the_budget_continues_through_accumula
 
 
 def test_the_numeric_schema_leaves_out_only_the_text_fields():
-    text = {"status", "status_detail", "oom_cause", "node", *DEVICE_RECORD}
+    text = {"status", "status_detail", "oom_cause", "node", *DEVICE_RECORD, *RUN_RECORD}
     assert set(METRICS) - set(NUMERIC_METRICS) == text
 
 

@@ -21,7 +21,8 @@ def test_amp_on_cpu_is_bf16_autocast_without_a_scaler():
 @pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled")
 def test_amp_on_cuda_is_fp16_with_a_grad_scaler_whose_state_is_kept(fake_cuda):
     fake_cuda.cards[0].major = 7  # a V100: no bfloat16
-    precision = precision_for(True, "bfloat16", torch.device("cuda"))
+    with pytest.warns(UserWarning, match="no native bfloat16: the trial runs float16"):
+        precision = precision_for(True, "bfloat16", torch.device("cuda"))
     assert precision.dtype is torch.float16 and precision.scaler is not None
     assert isinstance(precision.state_dict(), dict)
 

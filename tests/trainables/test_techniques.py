@@ -50,22 +50,19 @@ def test_amp_is_mixed_because_it_needs_more_memory_at_small_batches_and_less_at_
 def test_the_capacity_rows_are_the_seed_articles_from_the_table():
     rows = dict(capacity_rows())
     assert list(rows) == [
-        "baseline", "cuDNN autotuner off", "AMP", "activation checkpointing",
-        "AMP + activation checkpointing",
+        "baseline", "cuDNN autotuner off", "AMP", "activation checkpointing", "channels-last",
+        "AMP + activation checkpointing + channels-last",
     ]  # fmt: skip
-    assert rows["baseline"] == {
-        "cudnn_benchmark": True,
-        "amp": False,
-        "activation_checkpointing": False,
-    }
-    assert (
-        rows["AMP + activation checkpointing"]["amp"]
-        and rows["AMP + activation checkpointing"]["activation_checkpointing"]
-    )
+    baseline = {"cudnn_benchmark": True, "amp": False, "activation_checkpointing": False,
+                "channels_last": False}  # fmt: skip
+    assert rows["baseline"] == baseline
+    together = rows["AMP + activation checkpointing + channels-last"]
+    assert together["amp"] and together["activation_checkpointing"] and together["channels_last"]
+    assert not any("compile" in row for row in rows.values())  # compile is no capacity row
 
 
 def test_the_rows_that_save_memory_run_without_the_autotuner_so_no_probe_re_tunes_cudnn():
     rows = dict(capacity_rows())
     assert rows["cuDNN autotuner off"]["cudnn_benchmark"] is False  # its cost: these two rows
-    for saver in ("AMP", "activation checkpointing", "AMP + activation checkpointing"):
+    for saver in ("AMP", "activation checkpointing", "channels-last"):
         assert rows[saver]["cudnn_benchmark"] is False

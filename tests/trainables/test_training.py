@@ -60,15 +60,20 @@ def one_epoch(
                        **switches)  # fmt: skip
 
 
+SKIPPED, APPLIED = torch.tensor(True), torch.tensor(False)  # as a GradScaler's step says
+
+
 def test_a_run_of_skipped_steps_long_enough_says_the_trial_diverged():
     skipped = SkippedSteps(streak=DIVERGED_AFTER_SKIPPED_STEPS - 2)  # carried over
-    skipped.after(applied=False)
+    skipped.after(SKIPPED)
     assert not skipped.diverged and skipped.count == 1
-    skipped.after(applied=True)
+    skipped.after(APPLIED)
     assert skipped.streak == 0 and skipped.count == 1  # an applied step ends the run
     for _ in range(DIVERGED_AFTER_SKIPPED_STEPS):
-        skipped.after(applied=False)
+        skipped.after(SKIPPED)
     assert skipped.diverged and skipped.count == 1 + DIVERGED_AFTER_SKIPPED_STEPS
+    skipped.after(None)  # a step without a scaler cannot skip
+    assert skipped.streak == 0
 
 
 def test_an_epochs_steps_cover_the_split_once_in_the_drawn_order_first_step_whole():
@@ -202,5 +207,5 @@ def test_a_step_the_grad_scaler_skips_leaves_the_weights_and_the_epochs_loss_alo
     before = [p.detach().clone() for p in model.parameters()]
     inputs = torch.full((4, 3, 16, 16), math.inf), torch.zeros(4, dtype=torch.long)
     outcome = train_step(model, optimizer, [inputs], scaled, images=4)
-    assert not outcome.applied
+    assert outcome.updated and bool(outcome.skipped)  # told on the device, read here
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before, strict=True))

@@ -1,0 +1,89 @@
+"""channels_last and torch.compile as switches of the one loop: applied where they say, in
+training and evaluation, recorded, and (compile) kept out of the clock."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import trainables.classifier as classifier
+from tests.trainables.test_out_of_memory import Reports, settings, with_stage
+from trainables.classifier import fit_classifier
+from trainables.data import PreparedData
+
+
+class LayoutSpy(nn.Module):
+    """Records the memory layout of every batch the model sees, by mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, set[bool]] = {"train": set(), "eval": set()}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mode = "train" if self.training else "eval"
+        self.seen[mode].add(x.is_contiguous(memory_format=torch.channels_last))
+        return x
+
+
+def test_channels_last_puts_the_model_and_every_batch_in_that_layout_and_says_so(
+    tiny_data: PreparedData, monkeypatch
+):
+    spy = LayoutSpy()
+    with_stage(monkeypatch, spy)
+    built = []
+    real_start = classifier.start_run
+    monkeypatch.setattr(classifier, "start_run",
+                        lambda *a, **k: built.append(real_start(*a, **k)) or built[-1])  # fmt: skip
+    last = fit_classifier(settings(epochs=1, channels_last=True), tiny_data, Reports())
+    assert spy.seen == {"train": {True}, "eval": {True}}  # training and evaluation alike
+    conv = next(m for m in built[0].model.modules() if isinstance(m, nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert last["memory_format"] == "channels_last" and last["compile_mode"] == "eager"
+
+
+def test_without_it_the_batches_stay_contiguous(tiny_data: PreparedData, monkeypatch):
+    spy = LayoutSpy()
+    with_stage(monkeypatch, spy)
+    last = fit_classifier(settings(epochs=1), tiny_data, Reports())
+    assert spy.seen == {"train": {False}, "eval": {False}}
+    assert last["memory_format"] == "contiguous" and last["precision"] == "fp32"
+    assert last["matmul_precision"] == "high"
+
+
+def test_a_compiled_trial_compiles_each_batch_shape_once_before_its_clock(
+    tiny_data: PreparedData,
+):
+    """The one compile of the suite: a tiny model, two epochs of 48 images in batches of 20
+    (two shapes: 20 and the last 8)."""
+    reports = Reports()
+    fit_classifier(settings(epochs=2, batch_size=20, compile=True), tiny_data, reports)
+    first, second = reports.metrics
+    assert first["status"] == second["status"] == "ok"
+    assert first["compile_mode"] == "compiled"
+    assert first["compile_s"] > 0 and second["compile_s"] == first["compile_s"]  # no new shape
+    # throughput is the training part's alone; train_time_s holds the compile too
+    assert first["train_time_s"] > first["compile_s"] > first["epoch_time_s"]
+    assert first["throughput"] == pytest.approx(48 / first["epoch_time_s"])
+    assert math.isfinite(second["val_acc"])
+
+
+def test_a_model_that_cannot_be_compiled_ends_its_trial_as_compile_failed(
+    tiny_data: PreparedData, monkeypatch
+):
+    class Uncompilable(nn.Module):
+        def __init__(self, model: nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("backend compiler failed: no C++ compiler found")
+
+    monkeypatch.setattr(torch, "compile", Uncompilable)
+    reports = Reports()
+    last = fit_classifier(settings(compile=True), tiny_data, reports)
+    assert [m["status"] for m in reports.metrics] == ["compile_failed"]
+    assert last["status_detail"] == (
+        "torch.compile failed in epoch 1: RuntimeError: backend compiler failed: no C++ "
+        "compiler found"
+    )
