@@ -305,6 +305,7 @@ HEADINGS = ("technique", "batch", "accum", "effective", "step s", "peak MiB", "p
 def render(rows: list[CapacityRow]) -> str:
     """The table; a step time scaled from a smaller timed batch is marked ~."""
     widths = [int(spec.rstrip("sdf").split(".")[0]) for _, spec in COLUMNS]
+    widths[0] = max(widths[0], *(len(row.technique) for row in rows))
     header = " ".join(
         f"{title:{width}s}" if i == 0 else f"{title:>{width}s}"
         for i, (title, width) in enumerate(zip(HEADINGS, widths, strict=True))
@@ -313,6 +314,7 @@ def render(rows: list[CapacityRow]) -> str:
     for row in rows:
         values = asdict(row)
         cells = [format(values[name], spec) for name, spec in COLUMNS]
+        cells[0] = f"{row.technique:{widths[0]}s}"
         if row.timed_batch_size != row.max_batch_size:
             cells[4] = "~" + cells[4].lstrip()
             cells[4] = f"{cells[4]:>8s}"

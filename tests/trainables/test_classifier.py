@@ -161,6 +161,7 @@ SWITCHES = {
         "adabatch_rule": "noise_scale",
         "adabatch_growth": 2,
     },
+    "channels-last, augmented": {"channels_last": True, "augment": True},
 }
 
 

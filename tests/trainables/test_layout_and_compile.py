@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 import trainables.classifier as classifier
-from tests.trainables.test_out_of_memory import Reports, settings, with_stage
+from tests.trainables.test_classifier import Reports
+from tests.trainables.test_out_of_memory import settings, with_stage
 from trainables.classifier import fit_classifier
 from trainables.data import PreparedData
 
@@ -66,6 +67,13 @@ def test_a_compiled_trial_compiles_each_batch_shape_once_before_its_clock(
     assert first["train_time_s"] > first["compile_s"] > first["epoch_time_s"]
     assert first["throughput"] == pytest.approx(48 / first["epoch_time_s"])
     assert math.isfinite(second["val_acc"])
+    # stopped after its first epoch and resumed, compiled again, it ends the same
+    resumed = Reports()
+    fit_classifier(settings(epochs=2, batch_size=20, compile=True), tiny_data, resumed,
+                   resume_state=reports.states[0])  # fmt: skip
+    for name in ("train_loss", "val_acc", "val_loss", "test_acc", "best_val_acc", "gen_gap"):
+        assert resumed.metrics[-1][name] == pytest.approx(second[name]), name
+    assert resumed.metrics[-1]["compile_s"] > first["compile_s"]  # its own compile, added
 
 
 def test_a_model_that_cannot_be_compiled_ends_its_trial_as_compile_failed(
