@@ -364,10 +364,12 @@ def _stack_states_of(old: dict[str, Any]) -> list[dict[str, Any]]:
         forecast = OomForecast(old.get("_memory"))
         forecast.failures.update(old.get("_failures", {}))
     study = old["_study"]
-    if isinstance(study.sampler, FeasibleCandidates):
-        study.sampler.forecast = forecast
     live = old.get("_live", {})
     fixed = old.get("_fixed_config", {})
+    if isinstance(study.sampler, FeasibleCandidates):
+        study.sampler.forecast = forecast
+    else:  # saved before the sampler was asked again: it is, from now on
+        study.sampler = FeasibleCandidates(study.sampler, forecast, fixed, old["_distributions"])
     learning = {
         "fixed_config": fixed,
         "_live": {trial_id: settings for trial_id, (_, settings) in live.items()},

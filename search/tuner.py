@@ -135,11 +135,13 @@ def run_config(
 
 
 def restore_tuner(config: SearchConfig, data: PreparedData, experiment_dir: Path) -> tune.Tuner:
-    """Continue an interrupted search: finished trials are kept, unfinished ones resume."""
+    """Continue an interrupted search: finished trials are kept, unfinished ones resume.
+    The param space is the one the search started with, as Tune saved it (it holds no
+    object references to refresh): a search started before a setting was renamed keeps
+    its keys, which the trials still accept (`trainables.settings.RENAMED_KEYS`)."""
     return tune.Tuner.restore(
         str(experiment_dir),
         trainable=trainable(config, data),
         resume_unfinished=True,
         resume_errored=True,
-        param_space=param_space(config),
     )

@@ -29,7 +29,7 @@ def imported(path: Path) -> set[str]:
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
-    return {name for name in names if name.split(".")[0] in (*PACKAGES, "tests")}
+    return {name for name in names if name.split(".")[0] in (*PACKAGES, "bench", "tests")}
 
 
 def files_of(part: str) -> list[Path]:

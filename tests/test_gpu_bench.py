@@ -23,10 +23,12 @@ def test_without_a_gpu_the_bench_runs_its_stand_in_and_names_what_it_could_not_m
     assert finished.stdout.startswith("device: CPU (no GPU: a stand-in run)")
     rows = list(csv.DictReader(out.open()))
     measured = {row["measurement"]: row for row in rows if row["value"]}
-    for precision in ("fp32", "AMP"):
-        for part in ("bare loop", "trainable training part", "trainable whole epoch"):
-            assert float(measured[f"{part}, {precision}"]["value"]) > 0
-    assert "x the bare loop" in measured["trainable whole epoch, AMP"]["note"]
+    for loop, label in (("bare loop", "fp32"), ("bare loop", "AMP"),
+                        ("tuned loop", "channels_last + AMP")):  # fmt: skip
+        for part in (loop, "trainable training part", "trainable whole run"):
+            assert float(measured[f"{part}, {label}"]["value"]) > 0
+        assert f"x the {loop}" in measured[f"trainable training part, {label}"]["note"]
+        assert f"x the {loop}'s whole run" in measured[f"trainable whole run, {label}"]["note"]
     for combination in (
         "fp32",
         "AMP",
@@ -35,6 +37,6 @@ def test_without_a_gpu_the_bench_runs_its_stand_in_and_names_what_it_could_not_m
     ):
         assert 0 <= float(measured[f"line MAPE, {combination}, batches 16-512"]["value"]) < 5
     missing = {row["part"] for row in rows if not row["value"]}
-    assert missing == {"capacity", "packing", "oom"}
+    assert missing == {"capacity", "packing", "oom", "loop"}  # "loop": its compiled row
     assert all("needs a GPU" in row["note"] for row in rows if not row["value"])
     assert "not here" in finished.stdout

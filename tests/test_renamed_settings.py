@@ -12,9 +12,15 @@ from trainables.settings import TrainSettings
 
 
 def test_a_trainable_config_with_an_old_name_trains_with_the_new_one_and_is_told():
-    with pytest.warns(FutureWarning, match="grad_checkpointing is now activation_checkpointing"):
+    with pytest.warns(FutureWarning) as told:
         settings = TrainSettings.from_config({"grad_checkpointing": True, "checkpoint_segments": 3})
     assert settings.activation_checkpointing and settings.recomputed_segments == 3
+    assert sorted(str(warning.message) for warning in told) == [
+        "the setting checkpoint_segments is now recomputed_segments; the old name still works "
+        "for now",
+        "the setting grad_checkpointing is now activation_checkpointing; the old name still "
+        "works for now",
+    ]
 
 
 def test_a_search_config_with_old_names_loads_under_the_new_ones_with_a_note(tmp_path):

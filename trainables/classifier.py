@@ -201,7 +201,12 @@ def start_run(
         timed=not settings.deterministic,
         seconds_per_image=state.eval_seconds_per_image,  # a resumed trial keeps its choice
     )
-    step_model = torch.compile(model) if settings.compile else None  # compiled when first run
+    step_model = None
+    if settings.compile:
+        # A reused worker holds the last trial's compiled graphs (and counts them towards
+        # torch's recompile limit): each trial compiles afresh, its compile_s its own.
+        torch.compiler.reset()
+        step_model = torch.compile(model)  # compiled when it first runs
     return TrainingRun(
         settings, model, optimizer, precision, state, budget, eval_batch, best_weights, step_model
     )
@@ -308,9 +313,10 @@ def _in_mib(nbytes: int | None) -> float:
 
 
 def _divergence(result: EpochResult, epoch: int) -> str:
-    if result.skipped_streak >= DIVERGED_AFTER_SKIPPED_STEPS:
+    run = max(result.skipped_streak, result.longest_skipped_run)
+    if run >= DIVERGED_AFTER_SKIPPED_STEPS:
         return (
-            f"the GradScaler skipped {result.skipped_streak} steps in a row in epoch {epoch}: "
+            f"the GradScaler skipped {run} steps in a row in epoch {epoch}: "
             "the gradients stayed non-finite at every loss scale"
         )
     return f"training loss became {result.train_loss} in epoch {epoch}"
@@ -429,6 +435,9 @@ def compile_new_shapes(run: TrainingRun, steps: EpochSteps, splits: TrialData) -
         except Exception as error:
             if is_out_of_memory(error):
                 raise
+            # The compiler's failure only if the same step runs uncompiled: a bug of the
+            # model or the config stays an error, as it would without compile.
+            dry_step(run.model, run.optimizer, batch, run.precision)
             raise CompileFailed(f"{type(error).__name__}: {first_line(error)}") from error
         run.compiled_sizes.add(len(indices))
     synchronize(device)

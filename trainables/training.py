@@ -2,7 +2,7 @@
 
 Every technique is a switch of this one loop: the physical batch and accumulation steps
 come from the epoch's plan (AdaBatch), the learning rate per optimizer step from `lr_at`
-(warmup), precision from `Precision` (AMP), checkpointing lives in the model, and
+(warmup), precision from `Precision` (AMP), activation checkpointing lives in the model, and
 augmentation is one call on the batch. The step itself is `train_step`. No DataLoader: a
 batch is an index into the split, moved to the device on its own, and normalisation is
 one fused op on it there.
@@ -127,8 +127,11 @@ class Normaliser:
         return cls(scale=1.0 / (255.0 * std_t), shift=-mean_t / std_t, memory_format=layout)
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        normalised = torch.addcmul(self.shift, images.float(), self.scale)
-        return normalised.contiguous(memory_format=self.memory_format)
+        # The uint8 batch takes the layout (a quarter of the float's bytes to move); the
+        # multiply-add keeps it.
+        laid_out = images.contiguous(memory_format=self.memory_format)
+        normalised = torch.addcmul(self.shift, laid_out.float(), self.scale)
+        return normalised.contiguous(memory_format=self.memory_format)  # as it is: no copy
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ class EpochResult:
     peak_reserved_bytes: int  # the allocator's reserved memory at that step's peak
     skipped_steps: int = 0  # steps the GradScaler skipped (fp16 overflow)
     skipped_streak: int = 0  # consecutive skipped steps at the end of the epoch
+    longest_skipped_run: int = 0  # the longest run of them, the one carried over included
     noise: NoiseScale = field(default_factory=NoiseScale)  # noise-scale estimates, summed
     compile_seconds: float = 0.0  # compiling new batch shapes before the clock (compile_s)
 
@@ -149,7 +153,7 @@ class EpochResult:
     def diverged(self) -> bool:
         """The loss stopped being finite: without a GradScaler one step is enough (the
         weights took a non-finite update); with one, a long run of skipped steps."""
-        if self.skipped_streak >= DIVERGED_AFTER_SKIPPED_STEPS:
+        if max(self.skipped_streak, self.longest_skipped_run) >= DIVERGED_AFTER_SKIPPED_STEPS:
             return True
         applied_any = self.optimizer_steps > self.skipped_steps  # else: no loss to judge
         return applied_any and not math.isfinite(self.train_loss)
@@ -227,6 +231,8 @@ class SkippedSteps:
     def __init__(self, streak: int = 0) -> None:
         self._streak: torch.Tensor | int = streak
         self._count: torch.Tensor | int = 0
+        # the longest run so far: a run that ends between two readings still counts
+        self._longest: torch.Tensor | int = streak
 
     def after(self, skipped: torch.Tensor | None) -> None:
         """After a step: `skipped` as `Precision.step` says it (None: it could not skip)."""
@@ -235,10 +241,16 @@ class SkippedSteps:
             return
         self._count = self._count + skipped.long()
         self._streak = (self._streak + 1) * skipped.long()  # back to 0 when applied
+        self._longest = torch.maximum(torch.as_tensor(self._longest), self._streak)
 
     @property
     def streak(self) -> int:
-        return int(self._streak)  # waits for the device
+        """The run at the end (carried over to the next epoch); waits for the device."""
+        return int(self._streak)
+
+    @property
+    def longest(self) -> int:
+        return int(self._longest)
 
     @property
     def count(self) -> int:
@@ -246,7 +258,7 @@ class SkippedSteps:
 
     @property
     def diverged(self) -> bool:
-        return self.streak >= DIVERGED_AFTER_SKIPPED_STEPS
+        return self.longest >= DIVERGED_AFTER_SKIPPED_STEPS
 
 
 def meter_first_step(
@@ -359,6 +371,7 @@ def train_epoch(
         peak_reserved_bytes=peak.reserved_bytes,
         skipped_steps=skipped.count,
         skipped_streak=skipped.streak,
+        longest_skipped_run=skipped.longest,
         noise=noise.result() if noise else NoiseScale(),
     )
 

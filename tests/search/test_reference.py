@@ -56,6 +56,9 @@ def test_a_changed_comment_or_metric_changes_what_the_pages_say(monkeypatch):
     monkeypatch.setitem(metrics.METRICS, "new_metric", metrics.MetricSpec("something new"))
     monkeypatch.setattr("search.reference.METRICS", metrics.METRICS)
     assert metric_schema() != before and "| `new_metric` |  | something new |" in metric_schema()
+
+
+def test_a_setting_is_written_with_its_default_rule_and_comment():
     assert "`train.epochs` | `5` | whole number > 0 | passes over the training split |" in (
         configuration_reference()
     )

@@ -8,10 +8,17 @@ import torch
 from torch import nn
 
 import trainables.classifier as classifier
+from tests.trainables.stages import insert_stage
 from tests.trainables.test_classifier import Reports
-from tests.trainables.test_out_of_memory import settings, with_stage
+from tests.trainables.test_out_of_memory import settings
 from trainables.classifier import fit_classifier
 from trainables.data import PreparedData
+
+
+def first_stage(monkeypatch, stage: nn.Module) -> None:
+    """`stage` before the model's first layer: it sees each batch as the loop hands it over
+    (a channels-last convolution would make any input's output channels-last)."""
+    insert_stage(monkeypatch, stage, at=0)
 
 
 class LayoutSpy(nn.Module):
@@ -31,7 +38,7 @@ def test_channels_last_puts_the_model_and_every_batch_in_that_layout_and_says_so
     tiny_data: PreparedData, monkeypatch
 ):
     spy = LayoutSpy()
-    with_stage(monkeypatch, spy)
+    first_stage(monkeypatch, spy)
     built = []
     real_start = classifier.start_run
     monkeypatch.setattr(classifier, "start_run",
@@ -45,7 +52,7 @@ def test_channels_last_puts_the_model_and_every_batch_in_that_layout_and_says_so
 
 def test_without_it_the_batches_stay_contiguous(tiny_data: PreparedData, monkeypatch):
     spy = LayoutSpy()
-    with_stage(monkeypatch, spy)
+    first_stage(monkeypatch, spy)
     last = fit_classifier(settings(epochs=1), tiny_data, Reports())
     assert spy.seen == {"train": {False}, "eval": {False}}
     assert last["memory_format"] == "contiguous" and last["precision"] == "fp32"
@@ -53,10 +60,17 @@ def test_without_it_the_batches_stay_contiguous(tiny_data: PreparedData, monkeyp
 
 
 def test_a_compiled_trial_compiles_each_batch_shape_once_before_its_clock(
-    tiny_data: PreparedData,
+    tiny_data: PreparedData, monkeypatch
 ):
     """The one compile of the suite: a tiny model, two epochs of 48 images in batches of 20
-    (two shapes: 20 and the last 8)."""
+    (two shapes: 20 and the last 8). The timed epochs run where a recompile would raise."""
+    timed_epoch = classifier.train_epoch
+
+    def never_recompiling(*args, **kwargs):
+        with torch.compiler.set_stance("fail_on_recompile"):
+            return timed_epoch(*args, **kwargs)
+
+    monkeypatch.setattr(classifier, "train_epoch", never_recompiling)
     reports = Reports()
     fit_classifier(settings(epochs=2, batch_size=20, compile=True), tiny_data, reports)
     first, second = reports.metrics
@@ -95,3 +109,15 @@ def test_a_model_that_cannot_be_compiled_ends_its_trial_as_compile_failed(
         "torch.compile failed in epoch 1: RuntimeError: backend compiler failed: no C++ "
         "compiler found"
     )
+
+
+def test_a_model_that_fails_uncompiled_too_is_an_error_not_a_compile_failure(
+    tiny_data: PreparedData, monkeypatch
+):
+    class Broken(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("the model's own bug")
+
+    first_stage(monkeypatch, Broken())
+    with pytest.raises(ValueError, match="the model's own bug"):
+        fit_classifier(settings(compile=True), tiny_data, Reports())

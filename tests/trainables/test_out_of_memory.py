@@ -9,6 +9,7 @@ from torch import nn
 
 import trainables.classifier as classifier
 from tests.fakes import OOM_ERRORS, RaiseWhen
+from tests.trainables.stages import insert_stage
 from trainables.classifier import fit_classifier
 from trainables.data import PreparedData
 from trainables.metrics import DEVICE_RECORD, METRICS, NUMERIC_METRICS, RUN_RECORD
@@ -66,14 +67,8 @@ class BackwardStage(nn.Module):
 
 
 def with_stage(monkeypatch, stage: nn.Module) -> None:
-    build = classifier.build_model
-
-    def build_with_stage(*args, **kwargs):
-        model = build(*args, **kwargs)
-        model.insert(1, stage)
-        return model
-
-    monkeypatch.setattr(classifier, "build_model", build_with_stage)
+    """`stage` after the model's first layer."""
+    insert_stage(monkeypatch, stage, at=1)
 
 
 def inject(monkeypatch, phase: str, error) -> None:

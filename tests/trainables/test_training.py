@@ -76,6 +76,14 @@ def test_a_run_of_skipped_steps_long_enough_says_the_trial_diverged():
     assert skipped.streak == 0
 
 
+def test_a_long_run_of_skipped_steps_that_ends_between_two_readings_still_counts():
+    skipped = SkippedSteps()
+    for _ in range(DIVERGED_AFTER_SKIPPED_STEPS):
+        skipped.after(SKIPPED)
+    skipped.after(APPLIED)  # the run is over by the time it is read
+    assert skipped.streak == 0 and skipped.diverged
+
+
 def test_an_epochs_steps_cover_the_split_once_in_the_drawn_order_first_step_whole():
     steps = EpochSteps.drawn(40, plan(8), torch.Generator().manual_seed(3), noise_probes=2)
     drawn = torch.cat([batch for group in steps.batches for batch in group])
