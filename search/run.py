@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             print(note, file=sys.stderr)
         check_trial_device(config)
         check_local_devices(config, options)
+        check_bfloat16(config, options)
         check_models(config)
         check_storage(Path(config.run.storage_path), config.source)
         check_tracking_store(config.tracking.uri or "", config.source)
@@ -96,6 +97,33 @@ def check_local_devices(config: SearchConfig, options: RunOptions) -> None:
                     "GPU that torch can use; run on a GPU machine, or set resources.gpu=0 "
                     "and train.device=cpu",
                 )
+            ],
+        )
+
+
+def check_bfloat16(config: SearchConfig, options: RunOptions) -> None:
+    """Refuse bfloat16 where a card of this machine lacks it: its trials would run float16
+    under a bfloat16 setting, and a sampled bfloat16 would spend trials repeating float16."""
+    asked = [("train.amp_dtype", "is")] if config.train.get("amp_dtype") == "bfloat16" else []
+    sampled = config.space.get("amp_dtype")
+    if sampled is not None and "bfloat16" in sampled.values:
+        asked.append(("space.amp_dtype", "samples"))
+    if not asked or config.resources.gpu == 0 or options.address is not None:
+        return  # CPU trials autocast in bfloat16 anyway; a cluster's cards are its own
+    from trainables.cuda import cards_without_bf16
+
+    lacking = cards_without_bf16()
+    if lacking:
+        raise ConfigError(
+            config.source,
+            [
+                Problem(
+                    key,
+                    f"{verb} bfloat16, but {', '.join(lacking)} has no native bfloat16 "
+                    "(compute capability 8.0 or later): its trials would run float16; use "
+                    "float16",
+                )
+                for key, verb in asked
             ],
         )
 

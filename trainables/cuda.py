@@ -100,6 +100,14 @@ def bf16_supported() -> bool:
     return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
+def cards_without_bf16() -> list[str]:
+    """The visible cards that do not compute in bfloat16 natively (compute capability below
+    8, before Ampere), as `cuda:N (name)`. Reads properties only: no CUDA context is made,
+    so a search's driver can ask before its trials take the cards."""
+    cards = (torch.cuda.get_device_properties(index) for index in range(torch.cuda.device_count()))
+    return [f"cuda:{index} ({card.name})" for index, card in enumerate(cards) if card.major < 8]
+
+
 def load_kernels(device: torch.device) -> None:
     """A tiny convolution and matmul with their backward, in both float types a trial may
     use, so that the CUDA context, cuDNN and cuBLAS are loaded before what the process holds

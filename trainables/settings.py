@@ -84,7 +84,7 @@ class TrainSettings(BaseModel):
     gap_epochs: tuple[int, ...] = ()
     # --- large-batch techniques, each a switch of the one training loop ---
     amp: bool = Field(False, **_STRICT)  # autocast: fp16 + GradScaler on CUDA, bf16 on CPU
-    amp_dtype: AmpDtype = "float16"  # on CUDA; bfloat16 where the GPU supports it
+    amp_dtype: AmpDtype = "float16"  # on CUDA; bfloat16 needs compute capability 8.0+
     # keep each repeated block's input and recompute its activations in backward (torch's
     # non-reentrant checkpoint): ResNet's BasicBlock, MobileNet's InvertedResidual, ... found
     # by type; a model without repeated blocks (VGG, small_cnn) by its main nn.Sequential

@@ -14,6 +14,7 @@ import yaml
 
 from search.run import main
 from tests.conftest import CONFIGS, REPO
+from tests.fake_cuda import FakeCard, FakeCuda
 
 SHIPPED = sorted(CONFIGS.glob("*.yaml"))
 NEEDS_GPU = {"cats_dogs_gpu.yaml", "deelvin_resnet50.yaml"}
@@ -159,6 +160,33 @@ def test_a_device_the_trials_cannot_see_is_one_message_before_anything_starts(
     assert main(["--config", str(CONFIGS / "smoke.yaml"), *overrides]) == 2
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (["train.amp_dtype=bfloat16"],
+         "train.amp_dtype: is bfloat16, but cuda:1 (Tesla V100) has no native bfloat16"),
+        (["space.amp_dtype={choice: [float16, bfloat16]}"],
+         "space.amp_dtype: samples bfloat16, but cuda:1 (Tesla V100) has no native bfloat16"),
+    ],
+)  # fmt: skip
+def test_bfloat16_on_a_machine_with_a_card_without_it_is_one_message_before_anything_starts(
+    overrides, said, nothing_runs, monkeypatch, capsys
+):
+    FakeCuda([FakeCard(), FakeCard(name="Tesla V100", major=7)]).install(monkeypatch)
+    args = ["--config", str(CONFIGS / "smoke.yaml"), "resources.gpu=0.5", *overrides]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert said in err and "use float16 (set on the command line)" in err
+    assert not nothing_runs
+
+
+def test_bfloat16_where_every_card_has_it_starts(nothing_runs, monkeypatch):
+    FakeCuda([FakeCard(), FakeCard(name="A100", major=8)]).install(monkeypatch)
+    args = ["--config", str(CONFIGS / "smoke.yaml"), "resources.gpu=0.5",
+            "space.amp_dtype={choice: [float16, bfloat16]}"]  # fmt: skip
+    assert main(args) == 0 and len(nothing_runs) == 1
 
 
 @pytest.mark.parametrize("args", [["--config"], ["--num-samples", "x", "--config", "c.yaml"], []])
