@@ -1,11 +1,12 @@
 """Each batch-size technique's training time and memory relative to the baseline.
 
 The rows are the technique table's (`trainables.techniques`): the baseline, each technique
-switched on, and those that change memory together. Every row trains the same model on the
-same data at the same effective batch (accumulation divides the physical batch), in one
-process, alternating rows over several rounds so that drift in the machine's speed falls on
-all of them; times are the median over rounds of the trainable's own `epoch_time_s` (the
-training part of an epoch), memory is its `peak_mem_mb` (the CPU meter, or CUDA's peak).
+switched on, and those that may save memory together (as in the capacity table). Every row
+trains the same model on the same data at the same effective batch (accumulation divides
+the physical batch), in one process, alternating rows over several rounds so that drift in
+the machine's speed falls on all of them; times are the median over rounds of the
+trainable's own `epoch_time_s` (the training part of an epoch), memory is its `peak_mem_mb`
+(the CPU meter, or CUDA's peak).
 
     python bench/technique_costs.py [--model resnet18] [--image-size 64] [--batch-size 64]
         [--rounds 3] [--train-per-class 256] [--threads 2]
@@ -29,7 +30,9 @@ from trainables.techniques import TECHNIQUES
 
 def rows() -> dict[str, dict[str, Any]]:
     """Row name -> the settings it switches on, from the technique table."""
-    savers = [t for t in TECHNIQUES.values() if t.memory in ("saves", "mixed")]
+    # together: those that may save memory, as the capacity table's last row combines them
+    # (compile, whose memory is its own graph's, stays a row of its own)
+    savers = [t for t in TECHNIQUES.values() if t.memory in ("saves", "mixed") and t.capacity_row]
     table = {"baseline": {}}
     table |= {t.shown: {t.key: t.on} for t in TECHNIQUES.values()}
     if len(savers) > 1:

@@ -1,9 +1,10 @@
 """`python -m search.capacity --config FILE`: the largest batch each technique fits.
 
 Like the seed article's tables 1-4: for the config's model and image size, under the
-trial's memory budget, the largest physical batch for the baseline, with the cuDNN
-autotuner off, with AMP, with gradient checkpointing and with both, then the effective
-batch that accumulation reaches on top; with the step time and peak memory at that batch.
+trial's memory budget, the largest physical batch for the baseline, with each technique
+that costs memory off, with each that saves memory on, and with all of those together
+(`trainables.techniques.capacity_rows`), then the effective batch that accumulation reaches
+on top; with the step time and peak memory at that batch.
 
 Each row predicts its largest batch from two probes (a step's peak is a line in the batch:
 `trainables.memory.StepLine`), then verifies it with a few more around the prediction,
@@ -191,7 +192,8 @@ class Prober:
 
     def predicted_largest(self) -> int:
         """The largest batch the two probe batches' line allows under the budget's limit;
-        where even the larger probe does not fit, that probe (the search goes down)."""
+        where the larger probe does not fit, the smaller (1 if neither does): the search
+        goes up from there."""
         small, large = CARD_PROBE_BATCHES
         at_small, at_large = self.peak(small, fresh=True), self.peak(large, fresh=True)
         if at_small is None or at_large is None:
@@ -259,8 +261,11 @@ def capacity_table(
     host_limit_mb: float,
     say: Callable[[str], None] = print,
     card: TorchCudaCard | None = None,
+    base: TrainSettings | None = None,
 ) -> list[CapacityRow]:
-    base = on_this_machine(TrainSettings.from_config(config.train_config()))
+    """A row per technique of `capacity_rows`; `base`: the config's train settings on this
+    machine (`machine_settings`), when the caller has them already."""
+    base = base or machine_settings(config)
     rows = []
     for name, switches in capacity_rows():  # the technique table's; the seed's baseline
         # ran the cuDNN autotuner
@@ -338,13 +343,18 @@ def on_this_machine(settings: TrainSettings) -> TrainSettings:
     return settings
 
 
-def budget_of(config: SearchConfig) -> float:
-    """The trial's memory budget in MiB: the configured one, or its share of the GPU."""
+def machine_settings(config: SearchConfig) -> TrainSettings:
+    """The config's train settings as this machine runs them (`on_this_machine`)."""
+    return on_this_machine(TrainSettings.from_config(config.train_config()))
+
+
+def budget_of(config: SearchConfig, card: TorchCudaCard | None) -> float:
+    """The trial's memory budget in MiB: the configured one, or its share of `card` (None:
+    no GPU here)."""
     if config.resources.memory_budget_mb is not None:
         return config.resources.memory_budget_mb
-    device = on_this_machine(TrainSettings.from_config(config.train_config())).device
-    if device != "cpu":
-        total = TorchCudaCard(resolve_device(device)).total_bytes() / MIB
+    if card is not None:
+        total = card.total_bytes() / MIB
         share = config.resources.gpu if 0 < config.resources.gpu < 1 else 1.0
         return total * share
     raise ConfigError(
@@ -387,20 +397,20 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, args.overrides)
         for note in renamed_notes(config):
             print(note, file=sys.stderr)
-        budget = budget_of(config)
+        settings = machine_settings(config)
+        card = None if settings.device == "cpu" else TorchCudaCard(resolve_device(settings.device))
+        budget = budget_of(config, card)
     except ConfigError as error:
         print(error.render(), file=sys.stderr)
         return EXIT_USAGE
     torch.set_num_threads(max(1, min(int(config.resources.cpu), os.cpu_count() or 1)))
-    settings = on_this_machine(TrainSettings.from_config(config.train_config()))
-    device = "CPU (memory meter)"
-    if settings.device != "cpu":
-        device = TorchCudaCard(resolve_device(settings.device)).describe()["device_name"]
+    device = "CPU (memory meter)" if card is None else card.describe()["device_name"]
     print(
         f"Capacity of {config.train.get('model', 'small_cnn')} at {config.data.image_size} px "
         f"under {budget:.0f} MiB per trial, {device}:"
     )
-    rows = capacity_table(config, budget, args.accumulation_steps, args.steps, args.host_limit_mb)
+    rows = capacity_table(config, budget, args.accumulation_steps, args.steps,
+                          args.host_limit_mb, card=card, base=settings)  # fmt: skip
     out = (
         Path(args.out)
         if args.out

@@ -148,7 +148,7 @@ class SearchConfig(BaseModel):
     run: RunSection = RunSection()
     tracking: TrackingSection = TrackingSection()
     source: str = ""  # the file it came from, for messages
-    renamed: tuple[str, ...] = ()  # keys given under an old name, as "old -> new" paths
+    renamed: tuple[tuple[str, str], ...] = ()  # key paths given under an old name: (old, new)
 
     @field_validator("space", mode="before")
     @classmethod
@@ -205,7 +205,8 @@ def load_config(
     problems = apply_overrides(raw, overrides)
     for key_path, value in given.items():
         problems += _set_key(raw, key_path.split("."), value)
-    raw["renamed"] = _to_new_names(raw)
+    raw, renamed = sections_under_new_names(raw)
+    raw["renamed"] = renamed
     config, more = _validate(raw, source)
     problems += more
     if problems or config is None:
@@ -214,23 +215,24 @@ def load_config(
     return _resolve_paths(config, cwd)
 
 
-def _to_new_names(raw: dict[str, Any]) -> tuple[str, ...]:
-    """Train settings and space entries given under an old name (`RENAMED_KEYS`) moved to
-    their new one; what was moved, as "section.old -> section.new"."""
-    moved: list[str] = []
+def sections_under_new_names(
+    raw: Mapping[str, Any],
+) -> tuple[dict[str, Any], tuple[tuple[str, str], ...]]:
+    """A search config with the train settings and space entries given under an old name
+    (`RENAMED_KEYS`) moved to their new one; what was moved, as (section.old, section.new)."""
+    config, moved = dict(raw), []
     for section in ("train", "space"):
-        if isinstance(raw.get(section), dict):
-            raw[section], notes = under_new_names(raw[section])
-            moved += [f"{section}.{old} -> {section}.{new}" for old, _, new in
-                      (note.partition(" -> ") for note in notes)]  # fmt: skip
-    return tuple(moved)
+        if isinstance(config.get(section), dict):
+            config[section], pairs = under_new_names(config[section])
+            moved += [(f"{section}.{old}", f"{section}.{new}") for old, new in pairs]
+    return config, tuple(moved)
 
 
 def renamed_notes(config: SearchConfig) -> list[str]:
     """One line per key the config gave under an old name, for the user to update."""
     return [
         f"note: {config.source}: {old} is now {new}; the old name still works for now"
-        for old, _, new in (item.partition(" -> ") for item in config.renamed)
+        for old, new in config.renamed
     ]
 
 

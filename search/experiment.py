@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from analysis.flat import flatten
+from search.config import sections_under_new_names
 from search.errors import ConfigError, Problem
-from trainables.settings import under_new_names
 
 STATE_FILE = "search_state.json"
 
@@ -28,10 +28,7 @@ class SearchState:
     def differences(self, config: dict) -> list[tuple[str, object, object]]:
         """(key path, value the search started with, value now) for every change; a key
         renamed since (`RENAMED_KEYS`) is compared under its new name."""
-        started_with = dict(self.config)
-        for section in ("train", "space"):
-            if isinstance(started_with.get(section), dict):
-                started_with[section] = under_new_names(started_with[section])[0]
+        started_with = sections_under_new_names(self.config)[0]
         before, now = flatten("", started_with), flatten("", config)
         changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
         return [(key, before.get(key), now.get(key)) for key in changed]

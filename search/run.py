@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
             print(note, file=sys.stderr)
         check_trial_device(config)
         check_local_devices(config, options)
-        check_bfloat16(config, options)
         check_models(config)
         check_storage(Path(config.run.storage_path), config.source)
         check_tracking_store(config.tracking.uri or "", config.source)
@@ -84,10 +83,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check_local_devices(config: SearchConfig, options: RunOptions) -> None:
-    """Refuse a GPU share on a machine without one: Ray would never schedule the trial."""
-    if options.address is not None:
-        return  # a cluster's GPUs are checked once connected
-    if config.resources.gpu > 0 and not _torch_sees_cuda():
+    """Refuse a GPU share on a machine without one (Ray would never schedule the trial),
+    and bfloat16 where one of its cards lacks it."""
+    if options.address is not None or config.resources.gpu == 0:
+        return  # a cluster's GPUs are checked once connected; CPU trials need no card
+    if not _torch_sees_cuda():
         raise ConfigError(
             config.source,
             [
@@ -99,17 +99,18 @@ def check_local_devices(config: SearchConfig, options: RunOptions) -> None:
                 )
             ],
         )
+    check_bfloat16(config)
 
 
-def check_bfloat16(config: SearchConfig, options: RunOptions) -> None:
+def check_bfloat16(config: SearchConfig) -> None:
     """Refuse bfloat16 where a card of this machine lacks it: its trials would run float16
     under a bfloat16 setting, and a sampled bfloat16 would spend trials repeating float16."""
     asked = [("train.amp_dtype", "is")] if config.train.get("amp_dtype") == "bfloat16" else []
     sampled = config.space.get("amp_dtype")
     if sampled is not None and "bfloat16" in sampled.values:
         asked.append(("space.amp_dtype", "samples"))
-    if not asked or config.resources.gpu == 0 or options.address is not None:
-        return  # CPU trials autocast in bfloat16 anyway; a cluster's cards are its own
+    if not asked:
+        return
     from trainables.cuda import cards_without_bf16
 
     lacking = cards_without_bf16()
@@ -120,7 +121,7 @@ def check_bfloat16(config: SearchConfig, options: RunOptions) -> None:
                 Problem(
                     key,
                     f"{verb} bfloat16, but {', '.join(lacking)} has no native bfloat16 "
-                    "(compute capability 8.0 or later): its trials would run float16; use "
+                    "(it needs compute capability 8.0 or later): its trials would run float16; use "
                     "float16",
                 )
                 for key, verb in asked

@@ -236,6 +236,11 @@ class MemoryLearning(Wrapper):
             memory.observe(settings, ran_with, _reserved_peak(result), limit)
 
 
+# The stack's layers from the top, as `build_searcher` puts them together (and
+# `_stack_states_of` lists an old searcher's states).
+LAYERS: tuple[type[Searcher], ...] = (MemoryLearning, FeasibilityGate, Repeats, OptunaAskTell)
+
+
 def build_searcher(
     space: Mapping[str, SpaceParam],
     objectives: Mapping[str, str],
@@ -250,15 +255,12 @@ def build_searcher(
     """The stack (see the module docstring). `storage`: an Optuna RDB URL, so the study
     outlives the process (resume, review)."""
     fixed = dict(fixed_config or {})
-    forecast = OomForecast(memory)  # what ran out, and the memory model: one for all layers
-    distributions = {key: param.to_optuna() for key, param in space.items()}
     optuna_search = OptunaAskTell(
-        space,
-        objectives,
-        FeasibleCandidates(sampler, forecast, fixed, distributions),
-        grid=grid,
-        storage=storage,
-        study_name=study_name,
+        space, objectives, sampler, grid=grid, storage=storage, study_name=study_name
+    )
+    # What ran out, and the memory model: one forecast for all layers, with the sampler.
+    optuna_search.study.sampler = FeasibleCandidates(
+        sampler, OomForecast(memory), fixed, optuna_search.distributions
     )
     base_seed = TrainSettings.from_config(fixed).seed
     return MemoryLearning(FeasibilityGate(Repeats(optuna_search, repeats, base_seed), fixed), fixed)
@@ -272,11 +274,6 @@ def optuna_searcher(searcher: Searcher) -> OptunaAskTell:
     if not isinstance(bottom, OptunaAskTell):
         raise TypeError(f"no Optuna searcher under {type(searcher).__name__}")
     return bottom
-
-
-def forecast_of(searcher: Searcher) -> OomForecast:
-    """The stack's `OomForecast`: what ran out, and the memory model."""
-    return optuna_searcher(searcher).forecast
 
 
 def settings_of(fixed_config: Mapping[str, Any], suggestion: Mapping[str, Any]) -> TrainSettings:
@@ -344,8 +341,7 @@ class FeasibilityAwareOptunaSearch(Delegating):
 
 def _stack_from(old: dict[str, Any]) -> MemoryLearning:
     """The stack with the layers an old searcher's attributes describe."""
-    classes = (MemoryLearning, FeasibilityGate, Repeats, OptunaAskTell)
-    layers = [kind.__new__(kind) for kind in classes]
+    layers = [kind.__new__(kind) for kind in LAYERS]
     for layer, below in itertools.pairwise(layers):
         layer.searcher = below
     for layer, state in zip(layers, _stack_states_of(old), strict=True):

@@ -1,4 +1,5 @@
-"""Fakes shared by tests: stand-ins for what Ray hands to callbacks."""
+"""Fakes shared by tests: stand-ins for what Ray hands to callbacks, and the errors a
+failing step raises (out-of-memory errors as devices and libraries word them, `RaiseWhen`)."""
 
 from __future__ import annotations
 

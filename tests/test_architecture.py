@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.source_scan import imports_of
 
 PACKAGES = ("trainables", "analysis", "search")
 MAY_IMPORT = {  # a part -> the project's parts it may import besides itself
@@ -23,13 +24,8 @@ def module_of(path: Path) -> str:
 
 def imported(path: Path) -> set[str]:
     """The project modules a file imports (anywhere in it, lazily too)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
-    return {name for name in names if name.split(".")[0] in (*PACKAGES, "bench", "tests")}
+    parts = (*PACKAGES, "bench", "tests")
+    return {name for name in imports_of(path) if name.split(".")[0] in parts}
 
 
 def files_of(part: str) -> list[Path]:

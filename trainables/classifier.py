@@ -280,7 +280,7 @@ def fit_classifier(
                 skipped_streak=result.skipped_streak,
                 growths=run.growths_after(plan, result, len(splits.train)),
                 eval_seconds_per_image=dict(run.eval_batch.seconds_per_image),
-                compile_seconds=run.state.compile_seconds + result.compile_seconds,
+                compile_seconds=metrics["compile_s"],  # the trial's, this epoch's included
             )
             _save_and_report(run, report)
         return run.state.last_metrics
@@ -313,7 +313,7 @@ def _in_mib(nbytes: int | None) -> float:
 
 
 def _divergence(result: EpochResult, epoch: int) -> str:
-    run = max(result.skipped_streak, result.longest_skipped_run)
+    run = result.longest_skipped_run
     if run >= DIVERGED_AFTER_SKIPPED_STEPS:
         return (
             f"the GradScaler skipped {run} steps in a row in epoch {epoch}: "
@@ -384,7 +384,8 @@ def train_one_epoch(
     run: TrainingRun, epoch: int, plan: EpochPlan, splits: TrialData
 ) -> EpochResult:
     """The epoch's steps drawn (the order and the augmentation depend on seed and epoch
-    only), the CPU meter's check of the first, then the training itself."""
+    only), the CPU meter's check of the first, its new batch shapes compiled (with
+    `compile`, off the clock), then the training itself."""
     settings = run.settings
     generator = torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch))
     steps = EpochSteps.drawn(len(splits.train), plan, generator, settings.noise_probes)
@@ -420,8 +421,8 @@ def compile_new_shapes(run: TrainingRun, steps: EpochSteps, splits: TrialData) -
     inside the timed training. The seconds it took; 0 without compile."""
     if run.step_model is None:
         return 0.0
-    first_of_size = {len(batch): batch for group in steps.batches for batch in group}
-    new = [batch for size, batch in first_of_size.items() if size not in run.compiled_sizes]
+    one_of_size = {len(batch): batch for group in steps.batches for batch in group}
+    new = [batch for size, batch in one_of_size.items() if size not in run.compiled_sizes]
     if not new:
         return 0.0
     device = run.budget.device

@@ -103,7 +103,10 @@ def bf16_supported() -> bool:
 def cards_without_bf16() -> list[str]:
     """The visible cards that do not compute in bfloat16 natively (compute capability below
     8, before Ampere), as `cuda:N (name)`. Reads properties only: no CUDA context is made,
-    so a search's driver can ask before its trials take the cards."""
+    so a search's driver can ask before its trials take the cards. The same rule as
+    `bf16_supported` (torch's `is_bf16_supported`), for every card, not the current one."""
+    if torch.version.hip:
+        return []  # ROCm cards all compute in bfloat16, as torch says
     cards = (torch.cuda.get_device_properties(index) for index in range(torch.cuda.device_count()))
     return [f"cuda:{index} ({card.name})" for index, card in enumerate(cards) if card.major < 8]
 

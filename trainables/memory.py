@@ -44,12 +44,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.activation_checkpointing import recording_regions
-from trainables.cuda import TorchCudaCard, indexed
+from trainables.cuda import MIB, TorchCudaCard, indexed
 from trainables.oom import MemoryBudgetExceeded, is_out_of_memory, release_memory
 from trainables.precision import Precision
 from trainables.step import dry_step, statistics_kept
-
-MIB = 1024 * 1024
 
 
 def _storage_key(tensor: torch.Tensor) -> tuple[int, int]:

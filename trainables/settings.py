@@ -38,16 +38,18 @@ RENAMED_KEYS: dict[str, str] = {
 }
 
 
-def under_new_names(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def under_new_names(
+    config: Mapping[str, Any],
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """`config` (a trainable's settings, or a search's `space`) with renamed keys under
-    their new names, and what was renamed, as "old -> new". Both names at once: the new
-    one stays and the old is left for validation to refuse."""
-    renamed, notes = dict(config), []
+    their new names, and what was renamed, as (old, new). Both names at once: the new one
+    stays and the old is left for validation to refuse."""
+    renamed, moved = dict(config), []
     for old, new in RENAMED_KEYS.items():
         if old in renamed and new not in renamed:
             renamed[new] = renamed.pop(old)
-            notes.append(f"{old} -> {new}")
-    return renamed, notes
+            moved.append((old, new))
+    return renamed, moved
 
 
 class TrainSettings(BaseModel):
@@ -160,9 +162,8 @@ class TrainSettings(BaseModel):
     def _old_names(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             return data
-        renamed, notes = under_new_names(data)
-        for note in notes:
-            old, _, new = note.partition(" -> ")
+        renamed, moved = under_new_names(data)
+        for old, new in moved:
             warnings.warn(f"the setting {old} is now {new}; the old name still works for now",
                           FutureWarning, stacklevel=2)  # fmt: skip
         return renamed

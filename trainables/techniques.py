@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 # What switching a technique on does to a step's peak at the same physical batch:
-# "saves" needs no more (checkpointing), "costs" needs no less (the cuDNN autotuner's
+# "saves" needs no more (activation checkpointing), "costs" needs no less (the cuDNN autotuner's
 # workspaces), "mixed" needs less at some batches and more at others (AMP: half-size
 # activations, but half-size copies of the weights on top: below a model's crossover batch
 # it needs more), "none" leaves the step as it is (the physical batch carries

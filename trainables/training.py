@@ -153,7 +153,7 @@ class EpochResult:
     def diverged(self) -> bool:
         """The loss stopped being finite: without a GradScaler one step is enough (the
         weights took a non-finite update); with one, a long run of skipped steps."""
-        if max(self.skipped_streak, self.longest_skipped_run) >= DIVERGED_AFTER_SKIPPED_STEPS:
+        if self.longest_skipped_run >= DIVERGED_AFTER_SKIPPED_STEPS:
             return True
         applied_any = self.optimizer_steps > self.skipped_steps  # else: no loss to judge
         return applied_any and not math.isfinite(self.train_loss)
@@ -239,8 +239,9 @@ class SkippedSteps:
         if skipped is None:
             self._streak = 0
             return
-        self._count = self._count + skipped.long()
-        self._streak = (self._streak + 1) * skipped.long()  # back to 0 when applied
+        flag = skipped.long()
+        self._count = self._count + flag
+        self._streak = (self._streak + 1) * flag  # back to 0 when applied
         self._longest = torch.maximum(torch.as_tensor(self._longest), self._streak)
 
     @property
@@ -322,7 +323,8 @@ def train_epoch(
 
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
-    scored = torch.zeros((), device=device, dtype=torch.long)  # images of applied steps
+    # images of the steps the GradScaler skipped, on the device (no step waits to read it)
+    skipped_images: torch.Tensor | int = 0
     images = trained = 0
     first_step_peak = None
     budget.reset_peak()
@@ -349,18 +351,18 @@ def train_epoch(
             if outcome.skipped is None:
                 loss_sum += outcome.loss_sum
                 correct += outcome.correct
-                scored += outcome.images
                 continue
             applied = ~outcome.skipped  # a skipped step trained nothing: its loss is left out
             loss_sum += torch.where(applied, outcome.loss_sum, 0.0)
             correct += torch.where(applied, outcome.correct, 0)
-            scored += applied.long() * outcome.images
+            skipped_images = skipped_images + outcome.skipped.long() * outcome.images
             if step % READ_SKIPPED_EVERY == 0 and skipped.diverged:
                 break
     synchronize(device)
     seconds = time.perf_counter() - started
     peak = first_step_peak or budget.peak(metered)
-    scored_images = int(scored)  # the epoch's one wait to read its sums
+    # images of the applied steps; past the synchronize above, no read waits any more
+    scored_images = images - int(skipped_images)
     return EpochResult(
         train_loss=float(loss_sum) / scored_images if scored_images else math.nan,
         train_acc=float(correct) / scored_images if scored_images else math.nan,

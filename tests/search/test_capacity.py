@@ -3,10 +3,10 @@ import csv
 import pytest
 import torch
 
-import trainables.classifier as classifier
 from search.capacity import Prober, largest_fitting, largest_near, main, measure_row
 from tests.conftest import CONFIGS
 from tests.fake_cuda import MIB, CardLoad
+from tests.trainables.stages import insert_stage
 from trainables.memory import step_peak_bytes
 from trainables.settings import TrainSettings
 
@@ -49,14 +49,7 @@ def test_from_a_guess_nothing_fitting_gives_zero_and_everything_stops_at_the_lim
 
 def with_card_load(monkeypatch, card, per_image: int, fixed: int) -> None:
     """Every model built for a trial takes `fixed + per_image x batch` on the fake card."""
-    build = classifier.build_model
-
-    def build_with_load(*args, **kwargs):
-        model = build(*args, **kwargs)
-        model.insert(0, CardLoad(card, per_image=per_image, fixed=fixed))
-        return model
-
-    monkeypatch.setattr(classifier, "build_model", build_with_load)
+    insert_stage(monkeypatch, CardLoad(card, per_image=per_image, fixed=fixed), at=0)
 
 
 def test_on_the_fake_card_two_probes_predict_the_largest_batch_and_a_few_more_verify_it(

@@ -13,7 +13,6 @@ from search.searcher import (
     Repeats,
     build_sampler,
     build_searcher,
-    forecast_of,
     optuna_searcher,
 )
 from search.space import SpaceParam
@@ -59,7 +58,7 @@ def study(searcher) -> optuna.Study:
 
 
 def failures(searcher) -> dict:
-    return forecast_of(searcher).failures
+    return optuna_searcher(searcher).forecast.failures
 
 
 def started(searcher) -> list[optuna.trial.FrozenTrial]:

@@ -1,7 +1,6 @@
 """The CUDA path: devices carry their index, every torch.cuda call goes through one module
 that lists it, and the suite's fake card checks each of them."""
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -10,35 +9,11 @@ import torch
 import trainables.cuda as project_cuda
 from tests.conftest import REPO
 from tests.fake_cuda import FakeCard, FakeCuda
+from tests.source_scan import attribute_calls, imports_of
 from trainables.cuda import CUDA_CALLS, NVML_CALLS, TorchCudaCard, describe_device, resolve_device
 from trainables.settings import TrainSettings
 
 PROJECT_CODE = [REPO / part for part in ("trainables", "search", "analysis", "bench")]
-
-
-def attribute_calls(path: Path, module: tuple[str, ...]) -> set[str]:
-    """The names used as `<module>.<name>` in a file (`torch.cuda.X`: module torch, cuda)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, ast.Attribute):
-            continue
-        chain, inner = [], node.value
-        while isinstance(inner, ast.Attribute):
-            chain.append(inner.attr)
-            inner = inner.value
-        if isinstance(inner, ast.Name) and (inner.id, *reversed(chain)) == module:
-            names.add(node.attr)
-    return names
-
-
-def imports_of(path: Path) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
-    return found
 
 
 def project_files() -> list[Path]:

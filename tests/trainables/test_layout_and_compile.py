@@ -62,7 +62,7 @@ def test_without_it_the_batches_stay_contiguous(tiny_data: PreparedData, monkeyp
 def test_a_compiled_trial_compiles_each_batch_shape_once_before_its_clock(
     tiny_data: PreparedData, monkeypatch
 ):
-    """The one compile of the suite: a tiny model, two epochs of 48 images in batches of 20
+    """A tiny model (the suite's compiles all are), two epochs of 48 images in batches of 20
     (two shapes: 20 and the last 8). The timed epochs run where a recompile would raise."""
     timed_epoch = classifier.train_epoch
 

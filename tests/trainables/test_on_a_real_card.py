@@ -28,6 +28,12 @@ def small_images():
                                      test_per_class=16))  # fmt: skip
 
 
+def test_the_card_refuses_a_memory_fraction_for_a_device_without_an_index_as_the_fake_does():
+    """What tests/fake_cuda.py stands in for: the call that crashed every trial."""
+    with pytest.raises(ValueError, match=r"Expected a torch\.device with a specified index"):
+        torch.cuda.set_per_process_memory_fraction(0.5, torch.device("cuda"))
+
+
 def test_a_budget_on_the_unindexed_cuda_device_sets_the_cards_limit():
     budget = MemoryBudget(torch.device("cuda"), gpu_share=0.25)
     assert budget.device.index is not None
