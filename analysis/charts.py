@@ -7,6 +7,7 @@ marker instead of dropping them, and the front apart from the rest.
 from __future__ import annotations
 
 import itertools
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from matplotlib.ticker import ScalarFormatter
+from plotly.subplots import make_subplots
 
 from analysis.effects import trials_with
 from analysis.load import (
@@ -31,7 +33,7 @@ from analysis.load import (
     varied_settings,
 )
 from analysis.pareto import finished_mask, lower_is_better_signs
-from trainables.metrics import STATUS_OK, STATUS_OOM, STATUS_OOM_PREDICTED
+from trainables.metrics import STATUS_OK, STATUS_OOM, STATUS_OOM_PREDICTED, unit_of
 from trainables.techniques import memory_techniques_shown
 
 FRONT, OTHER, INFEASIBLE, AT_CHANCE = "#ff7f0e", "#1f77b4", "#d62728", "#7f7f7f"  # tab: colours
@@ -60,23 +62,6 @@ def front_staircase(points: np.ndarray) -> np.ndarray:
     for current, following in itertools.pairwise(ordered):
         line += [np.maximum(current, following), following]
     return np.array(line)
-
-
-def unit_of(metric: str) -> str:
-    """The unit of a schema metric, read off its name's convention."""
-    if metric == "throughput":
-        return "images/s"
-    if metric.endswith("_s"):
-        return "s"
-    if metric.endswith("_mb"):
-        return "MiB"
-    if "steps" in metric:
-        return "steps"
-    if metric.endswith(("_acc", "_gap")):
-        return "fraction"
-    if "batch_size" in metric:
-        return "images"
-    return ""
 
 
 def axis_label(metric: str, direction: str | None = None) -> str:
@@ -282,37 +267,43 @@ def technique_labels(frame: pd.DataFrame, on_gpu: bool | None = None) -> pd.Seri
     return pd.Series(labels, index=frame.index)
 
 
-def batch_size_chart(
-    frame: pd.DataFrame, path: Path, title: str = "", on_gpu: bool | None = None
-) -> Path | None:
-    """The chart a batch-size search needs most, over the starting batch (log scale): peak
-    memory per technique with the memory budget as a line and the trials that ran out of
-    memory drawn where they failed (at what the step needed, or, predicted, at the budget);
-    and throughput, the seed articles' central plot. None without batch sizes."""
+def batch_size_figure(
+    frame: pd.DataFrame,
+    on_gpu: bool | None = None,
+    histories: pd.DataFrame | None = None,
+    title: str = "",
+) -> plt.Figure | None:
+    """The chart a batch-size search needs most, over the physical batch each value was
+    measured at (log scale; `batch_points`): peak memory per memory technique with the
+    memory budget as a line and the trials that ran out of memory drawn where they failed
+    (at what the step needed, or, predicted, at the budget); and throughput, the seed
+    articles' central plot. A legend names only what is drawn. None without batch sizes."""
     batch_column = f"{CONFIG_PREFIX}batch_size"
     if batch_column not in frame or "peak_mem_mb" not in frame:
         return None
-    labels = technique_labels(frame, on_gpu)
+    points = batch_points(frame, histories, on_gpu)
     budget_column = f"{CONFIG_PREFIX}memory_budget_mb"
     budgets = pd.to_numeric(frame.get(budget_column, pd.Series(dtype=float)), errors="coerce")
     budgets = sorted(set(budgets.dropna().tolist()))
     figure, (memory, speed) = plt.subplots(1, 2, figsize=(11, 4.4))
     colours = plt.get_cmap("tab10")
+    for i, label in enumerate(sorted(points["technique"].unique())):
+        group = points[points["technique"] == label]
+        memory.scatter(group["batch"], group["peak_mem_mb"], color=colours(i), label=label, s=30)
+        fast = group[np.isfinite(group["throughput"].to_numpy(dtype=float))]
+        if len(fast):
+            speed.scatter(fast["batch"], fast["throughput"], color=colours(i), label=label, s=30)
     status = frame.get("status", pd.Series(STATUS_OK, index=frame.index))
-    for i, label in enumerate(sorted(labels.unique())):
-        ok = frame[(labels == label) & (status == STATUS_OK)]
-        memory.scatter(ok[batch_column], ok["peak_mem_mb"], c=[colours(i)], label=label, s=30)
-        if "throughput" in frame:
-            speed.scatter(ok[batch_column], ok["throughput"], c=[colours(i)], label=label, s=30)
     ceiling = budgets[-1] if budgets else np.nan
     oom = frame[status == STATUS_OOM]
     if len(oom):
         needed = oom["peak_mem_mb"].where(np.isfinite(oom["peak_mem_mb"]), ceiling)
-        memory.scatter(oom[batch_column], needed, marker="x", c=INFEASIBLE, s=50,
+        memory.scatter(_ran_with(oom), needed, marker="x", c=INFEASIBLE, s=50,
                        label="out of memory (what the step needed)")  # fmt: skip
     predicted = frame[status == STATUS_OOM_PREDICTED]
     if len(predicted) and budgets:
-        # At the memory model's figure where it made one, else at the budget.
+        # At the memory model's figure where it made one, else at the budget; never run,
+        # so at the batch it would have started with.
         figure_of = pd.to_numeric(
             predicted.get(PREDICTED_PEAK_COLUMN, pd.Series(np.nan, index=predicted.index)),
             errors="coerce",
@@ -327,7 +318,7 @@ def batch_size_chart(
     for axis, metric in ((memory, "peak_mem_mb"), (speed, "throughput")):
         axis.set_xscale("log", base=2)
         axis.xaxis.set_major_formatter(ScalarFormatter())  # 64, not 2^6
-        axis.set_xlabel(axis_label("batch_size") + ", at the start")
+        axis.set_xlabel("physical batch size (images per forward pass)")
         axis.set_ylabel(axis_label(metric))
         axis.grid(alpha=0.3)
         if axis.collections:
@@ -335,7 +326,162 @@ def batch_size_chart(
     memory.set_title("Peak memory of a training step", fontsize=10)
     speed.set_title("Training throughput", fontsize=10)
     figure.suptitle(title or "Against the batch size")
-    return _save(figure, path)
+    return figure
+
+
+def batch_size_chart(
+    frame: pd.DataFrame,
+    path: Path,
+    title: str = "",
+    on_gpu: bool | None = None,
+    histories: pd.DataFrame | None = None,
+) -> Path | None:
+    figure = batch_size_figure(frame, on_gpu, histories, title)
+    return _save(figure, path) if figure is not None else None
+
+
+def batch_points(
+    frame: pd.DataFrame,
+    histories: pd.DataFrame | None = None,
+    on_gpu: bool | None = None,
+) -> pd.DataFrame:
+    """What the batch-size chart draws: one point per trial and physical batch, the batch its
+    peak was measured at (a grown batch is a point of its own). From `histories` (every
+    epoch), each batch's first epoch for memory (on CUDA it starts from an empty cache) and
+    its epochs' mean throughput; without, each trial's last epoch. Columns `trial_id`,
+    `batch`, `peak_mem_mb`, `throughput`, `technique` (the memory techniques it used)."""
+    labels = technique_labels(frame, on_gpu).to_dict()
+    trial_of = (
+        {
+            trial_id: index
+            for index, trial_ids in frame["trial_id"].astype(str).items()
+            for trial_id in trial_ids.split("+")
+        }
+        if "trial_id" in frame
+        else {}
+    )
+    columns = ["trial_id", "batch", "peak_mem_mb", "throughput", "technique"]
+    if histories is not None and not histories.empty and "physical_batch_size" in histories:
+        known = histories[histories["trial_id"].astype(str).isin(trial_of)]
+        known = known.dropna(subset=["physical_batch_size", "peak_mem_mb"])
+        rows = []
+        for (trial_id, batch), epochs in known.sort_values("epoch").groupby(
+            ["trial_id", "physical_batch_size"], sort=False
+        ):
+            technique = labels[trial_of[str(trial_id)]]
+            memory, speed = epochs["peak_mem_mb"].iloc[0], epochs["throughput"].mean()
+            rows.append([str(trial_id), float(batch), float(memory), float(speed), technique])
+        return pd.DataFrame(rows, columns=columns)
+    status = frame.get("status", pd.Series(STATUS_OK, index=frame.index))
+    ok = frame[status == STATUS_OK]
+    return pd.DataFrame({
+        "trial_id": ok.get("trial_id", pd.Series(ok.index, index=ok.index)).astype(str),
+        "batch": _ran_with(ok),
+        "peak_mem_mb": ok["peak_mem_mb"],
+        "throughput": ok.get("throughput", pd.Series(np.nan, index=ok.index)),
+        "technique": [labels[index] for index in ok.index],
+    }, columns=columns)  # fmt: skip
+
+
+def _ran_with(frame: pd.DataFrame) -> pd.Series:
+    """The physical batch of each trial's last report (where an out-of-memory trial
+    failed), else the batch it started with."""
+    started = pd.to_numeric(frame[f"{CONFIG_PREFIX}batch_size"], errors="coerce")
+    if "physical_batch_size" not in frame:
+        return started
+    return pd.to_numeric(frame["physical_batch_size"], errors="coerce").fillna(started)
+
+
+TOLD, NOISE = "#2ca02c", "#7f7f7f"  # an effect told from the noise, one within it
+
+
+def effect_rows(effects: pd.DataFrame) -> list[str]:
+    """The effect chart's rows, top to bottom: each change (with its base trial where the
+    ablations went around several)."""
+    several = effects["base"].nunique() > 1
+    keys = effects["change"] + (" @ " + effects["base"] if several else "")
+    return list(dict.fromkeys(keys))
+
+
+def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
+    """A panel per metric: each change's effect (points or % of the base config) with its
+    95% interval, green where told from the seeds' noise, grey where not; a change whose
+    trial ended (out of memory, diverged) says so in its row. None without ablations."""
+    if effects.empty:
+        return None
+    metrics = list(dict.fromkeys(effects["metric"]))
+    rows = effect_rows(effects)
+    several = effects["base"].nunique() > 1
+    keys = effects["change"] + (" @ " + effects["base"] if several else "")
+    figure, axes = plt.subplots(
+        1, len(metrics), figsize=(2.8 * len(metrics) + 2.5, 0.32 * len(rows) + 1.8),
+        sharey=True, squeeze=False,
+    )  # fmt: skip
+    for axis, metric in zip(axes[0], metrics, strict=True):
+        chosen = effects[effects["metric"] == metric].assign(row=keys)
+        for _, effect in chosen.iterrows():
+            y = rows.index(effect["row"])
+            if np.isfinite(effect["effect"]):
+                colour = TOLD if effect["verdict"] in ("raises", "lowers") else NOISE
+                spread = None
+                if np.isfinite(effect["low"]):
+                    spread = [
+                        [effect["effect"] - effect["low"]],
+                        [effect["high"] - effect["effect"]],
+                    ]
+                axis.errorbar([effect["effect"]], [y], xerr=spread, fmt="o", c=colour, ms=5,
+                              capsize=3)  # fmt: skip
+            else:
+                axis.text(0, y, effect["verdict"], fontsize=7, ha="center", va="center",
+                          color=INFEASIBLE if effect["status"] != STATUS_OK else NOISE)  # fmt: skip
+        axis.axvline(0, c="k", lw=0.8)
+        unit = "points" if unit_of(metric) == "fraction" else "% of the base"
+        axis.set_xlabel(f"{metric} ({unit})", fontsize=9)
+        axis.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(range(len(rows)), rows, fontsize=8)
+    axes[0][0].set_ylim(len(rows) - 0.5, -0.5)  # the first change on top
+    figure.suptitle(title or "What each change did to the ablated config (95% intervals)",
+                    fontsize=10)  # fmt: skip
+    return figure
+
+
+def effect_chart(effects: pd.DataFrame, path: Path, title: str = "") -> Path | None:
+    figure = effect_figure(effects, title)
+    return _save(figure, path) if figure is not None else None
+
+
+def interactive_effect_figure(effects: pd.DataFrame) -> go.Figure | None:
+    """The effect chart for the report's page: a panel per metric, hover for the verdict."""
+    if effects.empty:
+        return None
+    metrics = list(dict.fromkeys(effects["metric"]))
+    rows = effect_rows(effects)
+    several = effects["base"].nunique() > 1
+    keys = effects["change"] + (" @ " + effects["base"] if several else "")
+    figure = make_subplots(rows=1, cols=len(metrics), shared_yaxes=True,
+                           subplot_titles=[f"{m} ({'points' if unit_of(m) == 'fraction' else '%'})"
+                                           for m in metrics])  # fmt: skip
+    for column, metric in enumerate(metrics, start=1):
+        chosen = effects[effects["metric"] == metric].assign(row=keys)
+        for told in (True, False):
+            kind = chosen[chosen["verdict"].isin(["raises", "lowers"]) == told]
+            figure.add_trace(go.Scatter(
+                x=kind["effect"], y=kind["row"], mode="markers",
+                marker={"color": TOLD if told else NOISE, "size": 8},
+                error_x={"type": "data", "symmetric": False,
+                         "array": kind["high"] - kind["effect"],
+                         "arrayminus": kind["effect"] - kind["low"]},
+                text=kind["verdict"], hovertemplate="%{y}: %{x:+.1f} (%{text})<extra></extra>",
+                name="told from noise" if told else "within the noise", showlegend=column == 1,
+                legendgroup=str(told),
+            ), row=1, col=column)  # fmt: skip
+        figure.add_vline(x=0, line_width=1, row=1, col=column)
+    figure.update_yaxes(categoryorder="array", categoryarray=rows[::-1])
+    figure.update_layout(
+        title="Effect of each change on the ablated config (95% intervals)",
+        height=max(320, 28 * len(rows) + 160),
+    )
+    return figure
 
 
 def noise_scale_chart(
@@ -367,15 +513,22 @@ def noise_scale_chart(
     axis.set_yscale("log")
     axis.set_xlabel("epoch")
     axis.set_ylabel("images per optimizer step")
-    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # Below the axis, each config on its lines: a config's label is long, and nothing of
+    # it may be cut off.
+    handles, labels = axis.get_legend_handles_labels()
+    axis.legend(handles, [textwrap.fill(label, 110) for label in labels], fontsize=7,
+                loc="upper left", bbox_to_anchor=(0.0, -0.14), ncol=1)  # fmt: skip
     axis.set_title(title or "The batch used against the batch the gradients could use", fontsize=10)
     return _save(figure, path)
 
 
 def _save(figure: plt.Figure, path: Path) -> Path:
-    figure.tight_layout()
+    # Constrained layout places titles and labels; the tight box takes in legends drawn
+    # outside the axes, so nothing is cut off (tight_layout warns where it cannot fit a
+    # figure, and cuts outside legends).
+    figure.set_layout_engine("constrained")
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(figure)
     return path
 

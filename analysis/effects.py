@@ -26,7 +26,7 @@ from scipy import stats
 
 from analysis.load import CONFIG_PREFIX, as_numbers, spans_decades, varied_settings
 from trainables.optimizers import OPTIMIZERS
-from trainables.techniques import TECHNIQUES
+from trainables.techniques import IDLE_ON_CPU, TECHNIQUES
 
 CONFIDENCE = 0.95
 
@@ -173,7 +173,7 @@ def technique_effects(
         bases = []
         for objective in objectives:
             if spec.gpu_only and on_gpu is False:
-                effect = not_measurable("it does nothing on the CPUs these trials ran on")
+                effect = not_measurable(IDLE_ON_CPU)
             elif on_usable.nunique() < 2:
                 effect = not_measurable("no feasible trial has it both on and off")
             else:

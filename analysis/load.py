@@ -23,6 +23,8 @@ from mlflow.tracking import MlflowClient
 
 from analysis.flat import flatten
 from trainables.metrics import (
+    PREDICTED_PEAK,
+    SEARCH_NOTES,
     STATUS_ERROR,
     STATUS_OK,
     STATUS_STOPPED_EARLY,
@@ -32,8 +34,8 @@ from trainables.settings import under_new_names
 
 CONFIG_PREFIX = "config."
 # Config keys that are not settings of a trial: the repeat's seed and the search's notes.
-NOT_SETTINGS = frozenset({"seed", "repeat_of", "oom_predicted_from", "predicted_peak_mb"})
-PREDICTED_PEAK_COLUMN = f"{CONFIG_PREFIX}predicted_peak_mb"  # the searcher's memory model
+NOT_SETTINGS = frozenset({"seed", *SEARCH_NOTES})
+PREDICTED_PEAK_COLUMN = f"{CONFIG_PREFIX}{PREDICTED_PEAK}"  # the searcher's memory model
 PARENT_TAG = "mlflow.parentRunId"
 # Keys every result carries that are not part of the metric schema (Tune's bookkeeping).
 _TEXT_FIELDS = ("status", "status_detail")
@@ -139,7 +141,15 @@ def tick_values(numbers: pd.Series) -> list[float]:
     return distinct
 
 
-HISTORY_METRICS = ("effective_batch_size", "noise_scale")  # what the per-epoch charts draw
+# What the per-epoch charts draw: the noise scale against the batch, and memory and
+# throughput at each physical batch a trial trained with.
+HISTORY_METRICS = (
+    "effective_batch_size",
+    "noise_scale",
+    "physical_batch_size",
+    "peak_mem_mb",
+    "throughput",
+)
 
 
 # Statuses of a report that is an epoch trained: an early-stopped trial's last report is

@@ -141,17 +141,24 @@ def hypervolume(
     return float(moocore.hypervolume(points, ref=np.ones(len(objectives))))
 
 
-def knee_point(frame: pd.DataFrame, objectives: Mapping[str, str]) -> object | None:
-    """The index of the front trial closest to the ideal point, each objective scaled by
-    the front's own range: the most balanced compromise. None without a front."""
+def balanced_front(frame: pd.DataFrame, objectives: Mapping[str, str]) -> list[object]:
+    """The front trials' indices, most balanced first: by distance to the ideal point, each
+    objective scaled by the front's own range. Empty without a front."""
     front = frame[frame.get("is_pareto", False) == True]  # noqa: E712 (NaN-safe)
     if front.empty:
-        return None
+        return []
     points = objective_matrix(front, objectives)
     low, high = points.min(axis=0), points.max(axis=0)
     span = np.where(high > low, high - low, 1.0)
     distances = np.linalg.norm((points - low) / span, axis=1)
-    return front.index[int(np.argmin(distances))]
+    return [front.index[i] for i in np.argsort(distances, kind="stable")]
+
+
+def knee_point(frame: pd.DataFrame, objectives: Mapping[str, str]) -> object | None:
+    """The index of the front trial closest to the ideal point, each objective scaled by
+    the front's own range: the most balanced compromise. None without a front."""
+    order = balanced_front(frame, objectives)
+    return order[0] if order else None
 
 
 def dominators(points: np.ndarray, feasible: np.ndarray | None = None) -> list[list[int]]:

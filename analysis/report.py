@@ -12,7 +12,7 @@ import argparse
 import html
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,15 +22,25 @@ import yaml
 from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
 
+from analysis.ablations import (
+    ablation_effects,
+    answer,
+    effect_metrics,
+    effect_table,
+    split_ablations,
+)
 from analysis.charts import (
     batch_size_chart,
+    effect_chart,
     front_3d_chart,
+    interactive_effect_figure,
     interactive_figures,
     noise_scale_chart,
     pairwise_front_chart,
     parallel_chart,
 )
 from analysis.effects import technique_effects
+from analysis.importance import setting_importances
 from analysis.load import (
     CONFIG_PREFIX,
     PREDICTED_PEAK_COLUMN,
@@ -51,11 +61,13 @@ from analysis.pareto import (
 from analysis.repeats import aggregate_repeats
 from analysis.tables import select, trend_table
 from trainables.metrics import (
+    ABLATION_OF,
     DEFAULT_MIN_ACCURACY,
     DEFAULT_OBJECTIVES,
     STATUS_OK,
     min_accuracy_for,
 )
+from trainables.techniques import idle_settings
 
 NOISE_CHART_CONFIGS = 8  # configs drawn in the noise-scale chart, best-ranked first
 NUM_CLASSES_TAG = "num_classes"  # the search run's classes, for its min accuracy
@@ -68,9 +80,15 @@ class Report:
     bounds: Bounds
     hypervolume: float
     knee: object | None  # index into frame of the most balanced front trial
-    effects: pd.DataFrame
+    effects: pd.DataFrame  # over the search's trials: matched pairs or a regression
     min_accuracy: float | None
     files: tuple[Path, ...]
+    ablations: pd.DataFrame = field(default_factory=pd.DataFrame)  # the ablation trials
+    # a row per ablation and metric (`analysis.ablations.ablation_effects`)
+    ablation_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
+    not_ablated: dict[str, str] = field(default_factory=dict)  # setting -> why not
+    importances: pd.DataFrame = field(default_factory=pd.DataFrame)  # fANOVA per objective
+    importance_basis: str = ""
 
     def rank_of_trial(self) -> dict[str, float]:
         """Each trial's rank; repeats of a config share their config's rank."""
@@ -79,6 +97,16 @@ class Report:
             for trial_id in str(trial_ids).split("+"):
                 ranks[trial_id] = rank
         return ranks
+
+
+def ranked(
+    frame: pd.DataFrame, objectives: Mapping[str, str], min_accuracy: float | None
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """(one row per config, seeds averaged, ranked with `is_pareto`; which rows are
+    feasible): what the front, the knee and the ablations' bases are read from."""
+    grouped = aggregate_repeats(frame, objectives)
+    marked = mark_front(grouped, objectives, min_accuracy).reset_index(drop=True)
+    return marked, feasible_mask(marked, objectives, min_accuracy)
 
 
 def build_report(
@@ -93,17 +121,21 @@ def build_report(
 ) -> Report:
     """Rank the trials, chart them, and write the report files into `out_dir`.
 
-    `histories` (every epoch of every trial, `analysis.load.histories_from_*`) adds the
-    chart of the batch used against the gradient noise scale. `on_gpu` False says the
-    trials ran on CPUs (GPU-only techniques' effects are then not measurable)."""
+    `frame` holds the search's trials and its ablation trials (`analysis.ablations`): the
+    ablations give the effects and stay off the front. `histories` (every epoch of every
+    trial, `analysis.load.histories_from_*`) adds the batch used against the gradient
+    noise scale and a point per grown batch in the batch-size chart. `on_gpu` False says
+    the trials ran on CPUs (GPU-only techniques then measure nothing)."""
     objectives = dict(objectives)
     for name in objectives:
         if name not in frame:
             frame = frame.assign(**{name: np.nan})
-    grouped = aggregate_repeats(frame, objectives)
-    marked = mark_front(grouped, objectives, min_accuracy).reset_index(drop=True)
-    feasible = feasible_mask(marked, objectives, min_accuracy)
+    search, ablations = split_ablations(frame)
+    marked, feasible = ranked(search, objectives, min_accuracy)
     declared = declared_bounds(marked, objectives, bounds)
+    effects = ablation_effects(search, ablations, effect_metrics(objectives))
+    importances, importance_basis = setting_importances(marked, objectives, feasible)
+    varied = {c.removeprefix(CONFIG_PREFIX) for c in varied_settings(search)}
     report = Report(
         frame=marked,
         objectives=objectives,
@@ -113,20 +145,37 @@ def build_report(
         effects=technique_effects(marked, objectives, feasible, on_gpu),
         min_accuracy=min_accuracy,
         files=(),
+        ablations=ablations,
+        ablation_effects=effects,
+        not_ablated={k: why for k, why in idle_settings(on_gpu).items() if k in varied}
+        if len(ablations)
+        else {},
+        importances=importances,
+        importance_basis=importance_basis,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     title = title or "search"
     files = [out_dir / "trials.csv"]
     marked.to_csv(files[0], index=False)
+    if len(ablations):
+        files.append(out_dir / "ablations.csv")
+        ablations.to_csv(files[-1], index=False)
+        files.append(out_dir / "effects.csv")
+        effects.to_csv(files[-1], index=False)
+    if histories is not None:
+        histories = histories[histories["trial_id"].astype(str).isin(_trial_ids(marked))]
     charts = [
+        effect_chart(effects, out_dir / "effects.png", title),
         pairwise_front_chart(marked, objectives, feasible, out_dir / "pareto_front.png", title),
         front_3d_chart(marked, objectives, feasible, out_dir / "pareto_3d.png", title),
         parallel_chart(marked, out_dir / "parallel.png", title),
-        batch_size_chart(marked, out_dir / "batch_size.png", title, on_gpu),
+        batch_size_chart(marked, out_dir / "batch_size.png", title, on_gpu, histories),
     ]
     images = {}
     if charts[-1] is not None:
-        images["Peak memory and throughput against the batch size"] = charts[-1].name
+        images["Peak memory and throughput against the batch they were measured at"] = charts[
+            -1
+        ].name
     if histories is not None and not histories.empty:
         labels = config_labels(marked, NOISE_CHART_CONFIGS)
         chart = noise_scale_chart(histories, labels, out_dir / "noise_scale.png", title)
@@ -139,7 +188,12 @@ def build_report(
     page = out_dir / "report.html"
     page.write_text(render_html(report, title, feasible, images))
     files += [markdown, page]
-    return Report(**{**report.__dict__, "files": tuple(files)})
+    return replace(report, files=tuple(files))
+
+
+def _trial_ids(frame: pd.DataFrame) -> set[str]:
+    """Every trial of a ranked frame (a config run with several seeds lists them all)."""
+    return {t for ids in frame["trial_id"].astype(str) for t in ids.split("+")}
 
 
 def config_labels(frame: pd.DataFrame, limit: int) -> dict[str, str]:
@@ -230,6 +284,13 @@ def _summary_lines(report: Report) -> list[str]:
             f"Memory model: the predicted step peak was {error:.1%} off the measured one "
             f"(median over the {count} started trials it predicted)."
         )
+    if len(report.ablations):
+        bases = report.ablations[f"{CONFIG_PREFIX}{ABLATION_OF}"].astype(str).unique()
+        lines.append(
+            f"Ablations: {len(report.ablations)} trials around trial {', '.join(bases)} "
+            f"({_status_counts(report.ablations)}); kept off the front and never told to "
+            "the sampler."
+        )
     if report.knee is not None:
         knee = report.frame.loc[report.knee]
         values = ", ".join(f"{name} {knee[name]:.4g}" for name in report.objectives)
@@ -247,22 +308,59 @@ def _short(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+ABLATION_INTRO = (
+    "Ablations: the trial re-run with one sampled setting changed at a time, and unchanged on "
+    "other seeds for the noise floor (search.ablation). Each effect holds for this config, "
+    "this model, this data and this device: accuracies and gaps in points, the rest in % of "
+    "the config's mean, with a 95% interval from its runs' spread."
+)
+REGRESSION_INTRO = (
+    "Share of the front that uses it against its share of feasible trials, and its effect on "
+    "each objective with a 95% interval: from configs that differ in it alone where the "
+    "search has them, otherwise a regression that controls for the other settings the "
+    "search varied; 'estimated from' says which, and on how many. Sound on large searches; "
+    "the ablations above answer for the config they ran around."
+)
+
+
+def _measurable(effects: pd.DataFrame) -> bool:
+    """Whether the search-wide estimates hold any number (on a small search none do)."""
+    columns = [c for c in effects.columns if c.startswith("effect on ")]
+    return bool(columns) and bool(effects[columns].notna().to_numpy().any())
+
+
+def _ablation_lines(report: Report) -> list[str]:
+    return answer(report.ablation_effects, report.frame, report.not_ablated)
+
+
+def _importance_table(report: Report) -> pd.DataFrame:
+    return report.importances.round(3)
+
+
 def render_markdown(report: Report, title: str, charts: list[str]) -> str:
     parts = [f"# {title}: speed / accuracy / generalization", ""]
     parts += [f"- {line}" for line in _summary_lines(report)]
+    if not report.ablation_effects.empty:
+        parts += ["", "## What each setting does here (ablations)", "", ABLATION_INTRO, ""]
+        parts += [f"- {line}" for line in _ablation_lines(report)]
+        parts += ["", effect_table(report.ablation_effects).to_markdown(index=False), ""]
+        parts += ["![effects](effects.png)"]
     parts += ["", "## The front", "", _front_table(report).to_markdown(index=False), ""]
-    if not report.effects.empty:
+    if not report.importances.empty:
         parts += [
-            "## What each technique does",
+            "## How much each setting explains (over the search's trials)",
             "",
-            "Share of the front that uses it against its share of feasible trials, and its "
-            "effect on each objective with a 95% interval: from configs that differ in it "
-            "alone where the search has them, otherwise a regression that controls for the "
-            "other settings the search varied; 'estimated from' says which, and on how many.",
+            f"Importance per objective, each column summing to 1: {report.importance_basis}.",
             "",
-            report.effects.round(4).to_markdown(index=False),
+            _importance_table(report).to_markdown(index=False),
             "",
         ]
+    if not report.effects.empty:
+        parts += ["## What each technique does over the search's trials", ""]
+        if _measurable(report.effects):
+            parts += [REGRESSION_INTRO, "", report.effects.round(4).to_markdown(index=False), ""]
+        else:
+            parts += [_not_measured_line(report), ""]
     infeasible = _infeasible_table(report)
     if not infeasible.empty:
         parts += ["## Kept off the front", "", infeasible.to_markdown(index=False), ""]
@@ -270,24 +368,59 @@ def render_markdown(report: Report, title: str, charts: list[str]) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _not_measured_line(report: Report) -> str:
+    reasons = report.effects["estimated from"].str.removeprefix("not measurable here: ")
+    return (
+        f"Not measurable over {len(report.frame)} configs ({'; '.join(dict.fromkeys(reasons))}): "
+        "too few trials for the settings that vary"
+        + ("; the ablations above answer instead." if not report.ablation_effects.empty else ".")
+    )
+
+
 def render_html(
     report: Report, title: str, feasible: np.ndarray, images: Mapping[str, str] | None = None
 ) -> str:
     """The report page; `images` (heading -> PNG beside the page) follow the charts."""
+    effect_figure = interactive_effect_figure(report.ablation_effects)
     figures = interactive_figures(report.frame, report.objectives, feasible)
+    if effect_figure is not None:
+        figures = [effect_figure, *figures]
     plots = [
-        plotly.io.to_html(figure, full_html=False, include_plotlyjs="inline" if i == 0 else False)
+        plotly.io.to_html(
+            figure,
+            full_html=False,
+            include_plotlyjs="inline" if i == 0 else False,
+            div_id="effect-chart" if figure is effect_figure else None,
+        )
         for i, figure in enumerate(figures)
     ]
     summary = "".join(f"<li>{html.escape(line)}</li>" for line in _summary_lines(report))
     sections = [
-        f"<h1>{html.escape(title)}: speed / accuracy / generalization</h1><ul>{summary}</ul>",
-        "<h2>The front</h2>" + _front_table(report).to_html(index=False),
+        f"<h1>{html.escape(title)}: speed / accuracy / generalization</h1><ul>{summary}</ul>"
     ]
-    if not report.effects.empty:
+    if effect_figure is not None:
+        lines = "".join(f"<li>{html.escape(line)}</li>" for line in _ablation_lines(report))
         sections.append(
-            "<h2>What each technique does</h2>" + report.effects.round(4).to_html(index=False)
+            "<h2>What each setting does here (ablations)</h2>"
+            f"<p>{html.escape(ABLATION_INTRO)}</p><ul>{lines}</ul>"
+            + plots.pop(0)
+            + effect_table(report.ablation_effects).to_html(index=False)
         )
+    sections.append("<h2>The front</h2>" + _front_table(report).to_html(index=False))
+    if not report.importances.empty:
+        sections.append(
+            "<h2>How much each setting explains (over the search's trials)</h2>"
+            f"<p>Importance per objective, each column summing to 1: "
+            f"{html.escape(report.importance_basis)}.</p>"
+            + _importance_table(report).to_html(index=False)
+        )
+    if not report.effects.empty:
+        body = (
+            f"<p>{html.escape(REGRESSION_INTRO)}</p>" + report.effects.round(4).to_html(index=False)
+            if _measurable(report.effects)
+            else f"<p>{html.escape(_not_measured_line(report))}</p>"
+        )
+        sections.append("<h2>What each technique does over the search's trials</h2>" + body)
     infeasible = _infeasible_table(report)
     if not infeasible.empty:
         sections.append("<h2>Kept off the front</h2>" + infeasible.to_html(index=False))

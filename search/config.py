@@ -47,6 +47,23 @@ class EarlyStoppingSection(BaseModel):
         return rungs
 
 
+class AblationSection(BaseModel):
+    """`search.ablation`: after the search, trials around its front re-run with one sampled
+    setting changed at a time (`search.ablation`), which the report's effects come from."""
+
+    model_config = _FROZEN
+
+    # knee: the most balanced front trial only; front: every front trial, the knee first,
+    # while the budget lasts
+    around: Literal["knee", "front"] = "knee"
+    # trials the ablations add at most, the noise-floor seeds included; null: the seeds
+    # and one change of every sampled setting around one trial (a number above that goes
+    # on to the settings' other values, and with `front` to other trials)
+    budget: int | None = Field(None, gt=1, strict=True)
+    # runs of each ablated config unchanged on other seeds: the noise floor of its effects
+    seeds: int = Field(2, ge=1, **_STRICT_INT)
+
+
 class SearchSection(BaseModel):
     model_config = _FROZEN
 
@@ -70,6 +87,8 @@ class SearchSection(BaseModel):
     # never start a suggestion whose predicted step peak passes what its trial may reserve
     # (resources.memory_budget_mb; on a GPU its share or budget less the process's context)
     predict_oom: bool = Field(True, strict=True)
+    # after the search; null: none (the report's effects then rest on the search's trials)
+    ablation: AblationSection | None = AblationSection()
 
     @field_validator("objectives")
     @classmethod
@@ -436,6 +455,13 @@ def _search_problems(config: SearchConfig) -> list[Problem]:
             ))  # fmt: skip
     if search.early_stopping is not None:
         problems += _early_stopping_problems(config)
+    budget = search.ablation.budget if search.ablation is not None else None
+    if search.ablation is not None and budget is not None and budget <= search.ablation.seeds:
+        problems.append(Problem(
+            "search.ablation.budget",
+            f"must be more than search.ablation.seeds ({search.ablation.seeds}): the "
+            f"noise-floor runs come out of it, got {search.ablation.budget}",
+        ))  # fmt: skip
     if search.repeats > 1 and "seed" in config.space:
         problems.append(
             Problem("space.seed", "cannot be sampled while search.repeats sets the seeds")

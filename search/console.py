@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
+from search.ablation import budget_of
 from search.cluster import is_server
 from search.config import SearchConfig
 
@@ -46,10 +47,24 @@ def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
             f"{config.search.sampler} sampler",
             f"  sampling:   {sampled}",
             f"  objectives: {objectives}",
+            f"  ablations:  {ablation_plan(config)}",
             f"  results:    {experiment_dir}",
             f"  MLflow:     {config.tracking.uri} (experiment {config.tracking.experiment!r})",
             f"  review:     {mlflow_ui_command(config.tracking.uri or '')}",
         ]
+    )
+
+
+def ablation_plan(config: SearchConfig) -> str:
+    """What the ablations add, said before the search starts."""
+    plan = config.search.ablation
+    if plan is None:
+        return "none (search.ablation: null)"
+    around = "the knee trial" if plan.around == "knee" else "the front trials, knee first"
+    budget = budget_of(plan, config.space, config.resources.gpu > 0)
+    return (
+        f"up to {budget} more trials after the search, around {around} "
+        f"({plan.seeds} of them on other seeds for the noise floor)"
     )
 
 

@@ -16,6 +16,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 from analysis.flat import flatten
 from analysis.load import frame_from_tune, histories_from_tune, trial_row
 from analysis.report import NUM_CLASSES_TAG, build_report, publish
+from search.ablation_run import ABLATIONS_DIR, run_ablations
 from search.background import in_background
 from search.cli import EXIT_INTERRUPTED, EXIT_STOPPED, RunOptions
 from search.cluster import is_server
@@ -30,6 +31,7 @@ from search.tracking import (
     git_commit,
     log_skipped,
     save_review_view,
+    tag_ablated,
 )
 from search.tuner import OPTUNA_STORAGE, build_tuner, restore_tuner
 from trainables.data import PreparedData
@@ -72,6 +74,17 @@ def run_search(
     except BaseException:
         end_unfinished(parent, config, experiment_dir, "the search failed")
         raise
+    if result.outcome is Outcome.FINISHED:
+        try:
+            ablated = run_ablations(
+                config, experiment_dir, data, [callback], min_accuracy_for(data.num_classes),
+                AUTOMATIC_RESUMES, say,
+            )  # fmt: skip
+        except BaseException:
+            end_unfinished(parent, config, experiment_dir, "the ablations failed")
+            raise
+        if ablated is not None:
+            result = ablated
     if result.outcome is not Outcome.FINISHED:
         reason = {
             Outcome.INTERRUPTED: f"the search was interrupted ({result.detail})",
@@ -107,6 +120,8 @@ def report_and_finish(
     """The finished search's report, written and published to its MLflow run, the run
     FINISHED, and the summary and where to review it printed."""
     frame = frame_from_tune(experiment_dir, METRIC_NAMES)
+    ablations = frame_from_tune(experiment_dir / ABLATIONS_DIR, METRIC_NAMES)
+    tag_ablated(parent, ablations)
     skipped = skipped_suggestions(
         f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
         experiment_dir.name,
@@ -118,6 +133,8 @@ def report_and_finish(
         frame = pd.concat([frame, pd.DataFrame(rows)], ignore_index=True)
         count = f"{len(skipped)} suggestion{'s' if len(skipped) != 1 else ''}"
         say(f"Never started: {count} known to run out of memory (see the trials table).")
+    if len(ablations):
+        frame = pd.concat([frame, ablations], ignore_index=True)
     report = build_report(
         frame,
         config.objectives,

@@ -13,6 +13,7 @@ from search.config import sections_under_new_names
 from search.errors import ConfigError, Problem
 
 STATE_FILE = "search_state.json"
+ABLATION_KEY = "search.ablation"  # config keys a resumed search may change
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,15 @@ class SearchState:
 
     def differences(self, config: dict) -> list[tuple[str, object, object]]:
         """(key path, value the search started with, value now) for every change; a key
-        renamed since (`RENAMED_KEYS`) is compared under its new name."""
+        renamed since (`RENAMED_KEYS`) is compared under its new name. The ablations
+        (`search.ablation`) may change: they come after the search and do not alter it."""
         started_with = sections_under_new_names(self.config)[0]
         before, now = flatten("", started_with), flatten("", config)
-        changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+        changed = sorted(
+            key
+            for key in before.keys() | now.keys()
+            if before.get(key) != now.get(key) and not key.startswith(ABLATION_KEY)
+        )
         return [(key, before.get(key), now.get(key)) for key in changed]
 
     def save(self, experiment_dir: Path) -> None:

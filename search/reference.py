@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from search.config import (
+    AblationSection,
     EarlyStoppingSection,
     ResourcesSection,
     RunSection,
@@ -59,12 +60,15 @@ SECTIONS: tuple[tuple[str, type[BaseModel], str], ...] = (
     ("search", SearchSection, "how the search samples, repeats and judges"),
     ("search.early_stopping", EarlyStoppingSection, "trials trailing their peers at a rung "
      "are stopped (null: every trial trains all its epochs)"),
+    ("search.ablation", AblationSection, "after the search, trials around its front re-run "
+     "with one sampled setting changed at a time: the report's effects (null: none; "
+     "docs/GUIDE.md, 'What each setting does')"),
     ("resources", ResourcesSection, "what each trial gets"),
     ("run", RunSection, "where Ray Tune keeps the search, and retries"),
     ("tracking", TrackingSection, "the MLflow store and experiment"),
 )  # fmt: skip
 # Fields a section holds that are written in a section of their own, or not by users.
-NOT_LISTED = {"train": {"data", "gap_epochs"}, "search": {"early_stopping"}}
+NOT_LISTED = {"train": {"data", "gap_epochs"}, "search": {"early_stopping", "ablation"}}
 
 
 def field_notes(model: type[BaseModel]) -> dict[str, str]:

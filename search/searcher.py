@@ -37,8 +37,15 @@ from search.optuna_search import (
     build_sampler,
 )
 from search.space import SpaceParam
-from search.trainable import PREDICTED_FROM, PREDICTED_PEAK, REPEAT_OF, without_notes
-from trainables.metrics import OOM_CAUSE_CARD, STATUS_OOM, STATUS_OOM_PREDICTED
+from search.trainable import without_notes
+from trainables.metrics import (
+    OOM_CAUSE_CARD,
+    PREDICTED_FROM,
+    PREDICTED_PEAK,
+    REPEAT_OF,
+    STATUS_OOM,
+    STATUS_OOM_PREDICTED,
+)
 from trainables.settings import TrainSettings
 
 __all__ = ["build_sampler", "build_searcher", "optuna_searcher"]

@@ -20,8 +20,7 @@ from search.optuna_search import (
     STARTED_ATTR,
     STATUS_ATTR,
 )
-from search.trainable import PREDICTED_PEAK
-from trainables.metrics import STATUS_OOM_PREDICTED
+from trainables.metrics import PREDICTED_PEAK, STATUS_OOM_PREDICTED
 
 SKIPPED_ID_PREFIX = "skipped-"  # + the Optuna trial number: the row's and run's trial_id
 

@@ -21,10 +21,19 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from ray import tune
 
-from trainables.metrics import NUMERIC_METRICS, PRUNED_STATUSES, STATUS_ERROR, TEXT_METRICS
+from trainables.metrics import (
+    ABLATION,
+    ABLATION_OF,
+    NUMERIC_METRICS,
+    PRUNED_STATUSES,
+    STATUS_ERROR,
+    TEXT_METRICS,
+)
 from trainables.techniques import run_tags
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from search.skipped import SkippedSuggestion
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
@@ -89,6 +98,29 @@ def trial_run_name(config: Mapping[str, Any], trial_id: str) -> str:
     if config.get("seed"):
         parts.append(f"s{config['seed']}")
     return "-".join([*parts, trial_id[-4:]])
+
+
+def ablation_run_name(name: str, change: str, base: str) -> str:
+    """An ablation trial's run says which change of which trial it is, first."""
+    return f"[ablation of {base[-4:]}: {change}] {name}"
+
+
+def tag_ablated(parent: ParentRun, ablations: pd.DataFrame) -> None:
+    """Tag each ablated trial's run with how many ablations it has and the filter that
+    lists them in the MLflow UI (`tags.ablation_of = '<trial>'`)."""
+    column = f"config.{ABLATION_OF}"
+    if ablations.empty or column not in ablations:
+        return
+    for base, count in ablations[column].astype(str).value_counts().items():
+        runs = parent.client.search_runs(
+            [parent.experiment_id],
+            filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.run_id}' "
+            f"and tags.trial_id = '{base}'",
+            max_results=1,
+        )
+        if runs:
+            note = f"{count} runs, filter: tags.{ABLATION_OF} = '{base}'"
+            parent.client.set_tag(runs[0].info.run_id, "ablations", note)
 
 
 def pruned_run_name(name: str, status: str) -> str:
@@ -265,11 +297,16 @@ class MlflowTrialCallback(tune.Callback):
         return run_id
 
     def run_name(self, trial: Any) -> str:
-        return trial_run_name({**self.fixed_params, **trial.config}, trial.trial_id)
+        name = trial_run_name({**self.fixed_params, **trial.config}, trial.trial_id)
+        if trial.config.get(ABLATION_OF):
+            return ablation_run_name(name, trial.config[ABLATION], trial.config[ABLATION_OF])
+        return name
 
     def _create_run(self, trial: Any) -> str:
         config = {key: value for key, value in trial.config.items() if key != "data"}
         tags = {"trial_id": trial.trial_id, "trial_name": str(trial), "status": "running"}
+        if config.get(ABLATION_OF):  # found from the trial it ablates (`tag_ablated`)
+            tags |= {ABLATION_OF: str(config[ABLATION_OF]), ABLATION: str(config[ABLATION])}
         params = {**self.fixed_params, **config}
         return create_child_run(
             self.client, self.experiment_id, self.parent_run_id, self.run_name(trial), tags, params

@@ -9,13 +9,12 @@ from typing import Any
 from ray import tune
 
 from trainables import PreparedData, train_classifier
-from trainables.metrics import STATUS_OOM_PREDICTED, pruned_metrics
-
-# Notes the searcher adds to a suggested config; they are not trainable settings.
-PREDICTED_FROM = "oom_predicted_from"  # why the searcher knows this config will not fit
-REPEAT_OF = "repeat_of"  # the first trial of a config that is run with several seeds
-PREDICTED_PEAK = "predicted_peak_mb"  # the memory model's figure for the trial's step
-SEARCH_NOTES = frozenset({PREDICTED_FROM, REPEAT_OF, PREDICTED_PEAK})
+from trainables.metrics import (
+    PREDICTED_FROM,
+    SEARCH_NOTES,
+    STATUS_OOM_PREDICTED,
+    pruned_metrics,
+)
 
 
 def without_notes(config: Mapping[str, Any]) -> dict[str, Any]:

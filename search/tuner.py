@@ -27,12 +27,14 @@ def param_space(config: SearchConfig) -> dict[str, Any]:
     }
 
 
-def trainable(config: SearchConfig, data: PreparedData) -> Any:
+def trainable(config: SearchConfig, data: PreparedData, compared: bool = True) -> Any:
     """The trial function with the prepared data (object store), the epochs whose reports
-    early stopping compares, and the trial's resources. The rungs travel here, not in the
-    param space, which `Tuner.restore` requires unchanged from the search's start."""
+    early stopping compares (`compared` False: none, for trials it never sees), and the
+    trial's resources. The rungs travel here, not in the param space, which
+    `Tuner.restore` requires unchanged from the search's start."""
     resources = {"cpu": config.resources.cpu, "gpu": config.resources.gpu}
-    with_data = tune.with_parameters(classifier_trial, data=data, rungs=config.rungs())
+    rungs = config.rungs() if compared else ()
+    with_data = tune.with_parameters(classifier_trial, data=data, rungs=rungs)
     return tune.with_resources(with_data, resources)
 
 

@@ -202,6 +202,34 @@ def min_accuracy_for(num_classes: int) -> float:
     return 1 / num_classes + 0.05
 
 
+# Notes a search adds to a trial's config: no settings of the trainable (it is given the
+# config without them), so kept out of what makes two trials the same config.
+PREDICTED_FROM = "oom_predicted_from"  # why the searcher knows this config will not fit
+REPEAT_OF = "repeat_of"  # the first trial of a config that is run with several seeds
+PREDICTED_PEAK = "predicted_peak_mb"  # the memory model's figure for the trial's step
+ABLATION_OF = "ablation_of"  # the trial an ablation trial re-runs with one change
+ABLATION = "ablation"  # that change, as `setting=value`, or NOISE_FLOOR
+NOISE_FLOOR = "noise floor"  # an ablation that changes only the seed
+SEARCH_NOTES = frozenset({PREDICTED_FROM, REPEAT_OF, PREDICTED_PEAK, ABLATION_OF, ABLATION})
+
+
+def unit_of(metric: str) -> str:
+    """The unit of a schema metric, read off its name's convention."""
+    if metric == "throughput":
+        return "images/s"
+    if metric.endswith("_s"):
+        return "s"
+    if metric.endswith("_mb"):
+        return "MiB"
+    if "steps" in metric:
+        return "steps"
+    if metric.endswith(("_acc", "_gap")):
+        return "fraction"
+    if "batch_size" in metric:
+        return "images"
+    return ""
+
+
 DEFAULT_MIN_ACCURACY = min_accuracy_for(2)  # 0.55: the seed study's cats vs dogs
 # Inf while their target is not reached; MLflow is given nothing for them then.
 UNTIL_TARGET_METRICS = ("time_to_target_s", "steps_to_target")

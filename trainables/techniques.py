@@ -128,6 +128,17 @@ def memory_techniques_shown(on_gpu: bool | None = None) -> list[Technique]:
     ]  # fmt: skip
 
 
+IDLE_ON_CPU = "it does nothing on the CPUs these trials ran on"
+
+
+def idle_settings(on_gpu: bool | None) -> dict[str, str]:
+    """Setting -> why changing it measures nothing where the trials run: the GPU-only
+    techniques' settings on CPUs (`on_gpu` False); none where the device is unknown."""
+    if on_gpu is not False:
+        return {}
+    return {t.key: IDLE_ON_CPU for t in TECHNIQUES.values() if t.gpu_only}
+
+
 def techniques_on(settings: object, effect: MemoryEffect) -> frozenset[str]:
     """The techniques with memory `effect` that `settings` (a TrainSettings) has on."""
     return frozenset(

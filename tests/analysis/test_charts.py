@@ -10,9 +10,13 @@ from analysis.charts import (
     INFEASIBLE,
     _axis_values,
     axis_label,
+    batch_points,
     batch_size_chart,
+    batch_size_figure,
+    effect_figure,
     front_3d_chart,
     interactive_figures,
+    noise_scale_chart,
     off_front_groups,
     pairwise_front_chart,
     technique_labels,
@@ -152,3 +156,90 @@ def test_the_batch_size_chart_names_the_memory_techniques_each_trial_used():
         "peak_mem_mb": [10.0, 20.0, 30.0],
     })  # fmt: skip
     assert technique_labels(frame).tolist() == ["AMP + activation checkpointing", "plain", "AMP"]
+
+
+def grown_search() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Trial g starts at batch 16 and AdaBatch grows it to 32 and 64 (its memory with it);
+    trial p stays at 64 with AMP; trial o (AMP + checkpointing) ran out of memory at 128 in
+    its first epoch."""
+    frame = pd.DataFrame({
+        "trial_id": ["g", "p", "o"],
+        "config.batch_size": [16, 64, 64],
+        "config.amp": [False, True, True],
+        "config.activation_checkpointing": [False, False, True],
+        "physical_batch_size": [64, 64, 128],  # the last report's: where o failed
+        "peak_mem_mb": [40.0, 25.0, 90.0],
+        "throughput": [900.0, 1200.0, np.nan],
+        "status": ["ok", "ok", "oom"],
+    })  # fmt: skip
+    histories = pd.DataFrame({
+        "trial_id": ["g"] * 4 + ["p"] * 2,
+        "epoch": [1, 2, 3, 4, 1, 2],
+        "physical_batch_size": [16, 32, 32, 64, 64, 64],
+        "peak_mem_mb": [10.0, 20.0, 21.0, 40.0, 25.0, 26.0],
+        "throughput": [500.0, 700.0, 710.0, 900.0, 1200.0, 1180.0],
+    })  # fmt: skip
+    return frame, histories
+
+
+def test_memory_is_drawn_against_the_batch_it_was_measured_at_a_point_per_grown_batch():
+    frame, histories = grown_search()
+    points = batch_points(frame, histories).set_index(["trial_id", "batch"])
+    assert points.loc[("g", 16.0), "peak_mem_mb"] == 10.0
+    assert points.loc[("g", 32.0), "peak_mem_mb"] == 20.0  # the batch's first epoch
+    assert points.loc[("g", 32.0), "throughput"] == pytest.approx(705.0)  # its epochs' mean
+    assert points.loc[("g", 64.0), "peak_mem_mb"] == 40.0
+    assert points.loc[("p", 64.0), "technique"] == "AMP"
+    assert len(points) == 4  # a point per trial and batch
+    last_only = batch_points(frame).set_index("trial_id")  # without histories: last epochs
+    assert last_only.loc["g", "batch"] == 64 and last_only.loc["g", "peak_mem_mb"] == 40.0
+
+
+def test_the_batch_size_chart_plots_the_points_and_a_legend_of_only_what_it_drew():
+    frame, histories = grown_search()
+    figure = batch_size_figure(frame, on_gpu=False, histories=histories)
+    memory, _speed = figure.axes
+    drawn = {c.get_label(): c.get_offsets().tolist() for c in memory.collections}
+    assert drawn["plain"] == [[16.0, 10.0], [32.0, 20.0], [64.0, 40.0]]
+    assert drawn["out of memory (what the step needed)"] == [[128.0, 90.0]]  # where it failed
+    legend = [text.get_text() for text in memory.get_legend().get_texts()]
+    assert legend == list(drawn) == ["AMP", "plain", "out of memory (what the step needed)"]
+    assert "physical batch" in memory.get_xlabel()
+    plt.close(figure)
+
+
+def test_the_effect_chart_draws_each_effect_with_its_interval_and_says_how_a_trial_ended():
+    effects = pd.DataFrame({
+        "base": "k", "change": ["amp: false -> true", "batch_size: 32 -> 64"] * 2,
+        "status": ["ok", "oom"] * 2,
+        "metric": ["throughput", "throughput", "best_val_acc", "best_val_acc"],
+        "unit": ["%", "%", "points", "points"], "effect": [40.0, np.nan, -1.0, np.nan],
+        "low": [10.0, np.nan, -5.0, np.nan], "high": [70.0, np.nan, 3.0, np.nan],
+        "verdict": ["raises", "runs out of memory", "not told from noise", "runs out of memory"],
+        "base_runs": 3,
+    })  # fmt: skip
+    figure = effect_figure(effects)
+    speed, accuracy = figure.axes
+    (bar,) = speed.containers
+    assert bar.lines[0].get_xdata().tolist() == [40.0]
+    (interval,) = bar.lines[2]
+    assert interval.get_segments()[0][:, 0].tolist() == [10.0, 70.0]
+    assert [t.get_text() for t in speed.texts] == ["runs out of memory"]
+    assert [label.get_text() for label in speed.get_yticklabels()] == [
+        "amp: false -> true", "batch_size: 32 -> 64"]  # fmt: skip
+    assert "points" in accuracy.get_xlabel() and "%" in speed.get_xlabel()
+    plt.close(figure)
+    assert effect_figure(effects.iloc[0:0]) is None
+
+
+def test_a_chart_with_long_legend_labels_is_saved_whole_nothing_touches_the_image_edge(tmp_path):
+    label = ", ".join(f"setting_{i}=value_{i}" for i in range(14))  # a config's long label
+    histories = pd.DataFrame({
+        "trial_id": ["a"] * 3, "epoch": [1, 2, 3], "effective_batch_size": [16, 32, 64],
+        "noise_scale": [50.0, 80.0, 120.0],
+    })  # fmt: skip
+    path = noise_scale_chart(histories, {"a": label}, tmp_path / "noise.png")
+    with Image.open(path) as image:
+        pixels = np.asarray(image.convert("L"))
+    edges = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
+    assert (edges == 255).all()  # a cut-off legend would run into the border

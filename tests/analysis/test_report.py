@@ -1,5 +1,6 @@
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -254,3 +255,63 @@ def test_the_min_accuracy_is_chance_plus_five_points_for_the_searchs_classes():
     assert min_accuracy_from_parent({"num_classes": "10"}) == pytest.approx(0.15)
     assert min_accuracy_from_parent({"num_classes": "2"}) == pytest.approx(0.55)
     assert min_accuracy_from_parent({}) == pytest.approx(0.55)  # a search from before the tag
+
+
+def with_ablations(frame: pd.DataFrame, base: str = "t2") -> pd.DataFrame:
+    """`frame` and the ablations of its trial `base`: two noise-floor runs, amp switched
+    (twice as fast), and the batch doubled (out of memory)."""
+    knee = frame[frame["trial_id"] == base].iloc[0].to_dict()
+    rows = [
+        {**knee, "trial_id": "a0", "config.seed": 1000, "config.ablation": "noise floor",
+         "throughput": knee["throughput"] * 1.02},
+        {**knee, "trial_id": "a1", "config.seed": 1001, "config.ablation": "noise floor",
+         "throughput": knee["throughput"] * 0.98},
+        {**knee, "trial_id": "a2", "config.amp": not knee["config.amp"],
+         "config.ablation": f"amp={str(not knee['config.amp']).lower()}",
+         "throughput": knee["throughput"] * 2},
+        {**knee, "trial_id": "a3", "config.batch_size": knee["config.batch_size"] * 2,
+         "config.ablation": f"batch_size={knee['config.batch_size'] * 2}", "status": "oom",
+         "status_detail": "out of memory in training"},
+    ]  # fmt: skip
+    ablations = pd.DataFrame(rows).assign(**{"config.ablation_of": base})
+    return pd.concat([frame, ablations], ignore_index=True)
+
+
+def test_ablations_lead_the_report_with_what_each_change_did_and_stay_off_the_front(tmp_path):
+    report = build_report(with_ablations(trials()), OBJECTIVES, tmp_path, title="test")
+    names = {path.name for path in report.files}
+    assert {"effects.png", "effects.csv", "ablations.csv"} <= names
+    assert len(report.frame) == 12 and not report.frame["trial_id"].str.startswith("a").any()
+    assert set(pd.read_csv(tmp_path / "trials.csv")["trial_id"]) == set(trials()["trial_id"])
+    markdown = (tmp_path / "report.md").read_text()
+    assert markdown.index("## What each setting does here") < markdown.index("## The front")
+    assert "- Ablations: 4 trials around trial t2 (3 ok, 1 oom)" in markdown
+    assert "raised throughput by 100.0%" in markdown
+    assert "batch_size: " in markdown and "runs out of memory." in markdown
+    effects = pd.read_csv(tmp_path / "effects.csv")
+    assert set(effects["change"].str.partition(":")[0]) == {"amp", "batch_size"}
+
+
+def test_building_a_report_prints_no_warning(tmp_path):
+    frame = with_ablations(trials().assign(peak_mem_mb=np.linspace(10, 60, 12)))
+    histories = pd.DataFrame(
+        [{"trial_id": f"t{i}", "epoch": epoch, "effective_batch_size": 16 * epoch,
+          "physical_batch_size": 16 * epoch, "peak_mem_mb": 10.0 * epoch,
+          "throughput": 100.0 * epoch, "noise_scale": 20.0 * epoch}
+         for i in range(2, 12) for epoch in (1, 2)]
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = build_report(frame, OBJECTIVES, tmp_path, histories=histories, on_gpu=False)
+    assert {"batch_size.png", "noise_scale.png", "effects.png"} <= {p.name for p in report.files}
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_BROWSER)
+def test_the_report_page_draws_the_effect_chart_in_a_real_browser(tmp_path):
+    build_report(with_ablations(trials()), OBJECTIVES, tmp_path, title="test")
+    dom, log = rendered_in_chromium(tmp_path / "report.html")
+    assert "Uncaught" not in log, log[-3000:]
+    chart = dom[dom.index('id="effect-chart"') :]
+    assert 'class="main-svg"' in chart[:200_000]  # plotly drew it: its scripts ran
+    assert "Effect of each change on the ablated config" in dom
+    assert dom.index("What each setting does here") < dom.index("The front")

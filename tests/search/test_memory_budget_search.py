@@ -30,7 +30,7 @@ def finished_search(tmp_path_factory):
                 "space.batch_size={grid: [256, 128, 64, 32, 16]}",
                 "space.optimizer={grid: [sgd, adam]}",
                 "space.amp=null",
-                "train.epochs=1", "train.train_eval_size=20",
+                "train.epochs=1", "train.train_eval_size=20", "search.ablation=null",
                 # 256 training images: a batch of 256 is a real batch of 256
                 "data.train_per_class=128", "data.val_per_class=10", "data.test_per_class=10",
             ]

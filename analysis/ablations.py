@@ -1,0 +1,229 @@
+"""Each setting's effect from the search's ablations (`search.ablation`): pure functions of
+the trials table, tested alone.
+
+An ablation trial is its base trial's config with one setting changed (or none: a
+noise-floor run on another seed). Its effect on a metric is its value less the mean of the
+base config's runs (the base trial, its repeats and its noise-floor runs); the 95% interval
+is the prediction interval of one run from the base runs' spread, t(k-1) * s * sqrt(1 +
+1/k): what the change would have to beat to be told from the seed's noise. Accuracies and
+gaps (fractions) change in points, everything else (images/s, MiB, seconds) in percent of
+the base. The answer holds for this config, this model, this data and this device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analysis.load import CONFIG_PREFIX, setting_columns
+from trainables.metrics import (
+    ABLATION,
+    ABLATION_OF,
+    NOISE_FLOOR,
+    STATUS_OK,
+    unit_of,
+)
+
+CONFIDENCE = 0.95
+# Besides the objectives: what every large-batch technique is chosen or avoided for.
+ALSO_MEASURED = ("peak_mem_mb", "time_to_target_s")
+ABLATION_COLUMN = f"{CONFIG_PREFIX}{ABLATION}"
+ABLATION_OF_COLUMN = f"{CONFIG_PREFIX}{ABLATION_OF}"
+# What a pruned ablation says of its change: running out of memory is an effect.
+ENDED = {
+    "oom": "runs out of memory",
+    "oom_predicted": "runs out of memory",
+    "diverged": "diverges (loss not finite)",
+    "compile_failed": "cannot be compiled",
+    "error": "fails (an error)",
+}
+
+
+def effect_metrics(objectives: Sequence[str]) -> list[str]:
+    """The objectives, then peak memory and time to target."""
+    return list(dict.fromkeys([*objectives, *ALSO_MEASURED]))
+
+
+def in_points(metric: str) -> bool:
+    """Fractions (accuracies, gaps) change in points; the rest in percent of the base."""
+    return unit_of(metric) == "fraction"
+
+
+def split_ablations(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the search's trials, the ablation trials in the order Tune made them) of one trials
+    table (MLflow lists runs newest first)."""
+    if ABLATION_OF_COLUMN not in frame:
+        return frame, frame.iloc[0:0]
+    marked = frame[ABLATION_OF_COLUMN].map(lambda value: isinstance(value, str) and value != "")
+    ablations = frame[marked].sort_values("trial_id", kind="stable")
+    return frame[~marked].dropna(axis=1, how="all"), ablations
+
+
+def base_runs(search: pd.DataFrame, ablations: pd.DataFrame, base: str) -> pd.DataFrame:
+    """Every run of the base trial's config: the trial, its repeats (same settings, other
+    seeds) and its noise-floor ablations; those that ended ok."""
+    columns = [c for c in setting_columns(search) if c not in (ABLATION_COLUMN, ABLATION_OF_COLUMN)]
+    chosen = search["trial_id"].astype(str) == base
+    if not chosen.any():
+        return search[chosen]
+    # compared as text, as `analysis.repeats` does: a setting may be a list
+    settings = search[columns].map(repr)
+    same = search[(settings == settings[chosen].iloc[0]).all(axis=1)]
+    floor = ablations[
+        (ablations[ABLATION_OF_COLUMN] == base) & (ablations[ABLATION_COLUMN] == NOISE_FLOOR)
+    ]
+    runs = pd.concat([same, floor])
+    return runs[runs["status"] == STATUS_OK]
+
+
+def _change_text(label: str, base: pd.Series) -> tuple[str, str]:
+    """(setting, `amp: false -> true`) of an ablation's label `amp=true`."""
+    setting, _, value = label.partition("=")
+    before = base.get(f"{CONFIG_PREFIX}{setting}")
+    if isinstance(before, np.generic):
+        before = before.item()
+    if isinstance(before, bool):
+        shown = "true" if before else "false"
+    elif isinstance(before, float):
+        shown = f"{before:.4g}"
+    else:
+        shown = str(before)
+    return setting, f"{setting}: {shown} -> {value}"
+
+
+def one_effect(ablated: float, base: np.ndarray, points: bool) -> tuple[float, float, float, str]:
+    """(effect, low, high, verdict) of one ablated run against the base runs' values."""
+    base = np.asarray(base, dtype=float)
+    finite = base[np.isfinite(base)]
+    if not math.isfinite(ablated) or len(finite) < len(base) or not len(base):
+        reached = "" if math.isfinite(ablated) else "the change never gets there"
+        if len(finite) < len(base):
+            reached = "the base does not always get there" + (
+                ", nor the change" if not math.isfinite(ablated) else ""
+            )
+        return math.nan, math.nan, math.nan, reached or "no base run ended ok"
+    mean = float(finite.mean())
+    scale = 100.0 if points else (100.0 / abs(mean) if mean else math.nan)
+    effect = (ablated - mean) * scale
+    if len(finite) < 2:
+        return effect, math.nan, math.nan, "one base run: no interval"
+    spread = float(finite.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(finite) - 1)) * spread
+    half *= math.sqrt(1 + 1 / len(finite)) * scale
+    low, high = effect - half, effect + half
+    if low <= 0 <= high:
+        verdict = "no change" if effect == 0 and half == 0 else "not told from noise"
+    else:
+        verdict = "raises" if effect > 0 else "lowers"
+    return effect, low, high, verdict
+
+
+def ablation_effects(
+    search: pd.DataFrame, ablations: pd.DataFrame, metrics: Sequence[str]
+) -> pd.DataFrame:
+    """One row per ablation and metric: `base`, `setting`, `change`, `status`, `metric`,
+    `unit` (points or %), `effect`, `low`, `high`, `verdict`, `base_runs`."""
+    columns = ["base", "setting", "change", "status", "metric", "unit", "effect", "low",
+               "high", "verdict", "base_runs"]  # fmt: skip
+    rows = []
+    changed = ablations[ablations[ABLATION_COLUMN] != NOISE_FLOOR] if len(ablations) else ablations
+    for _, trial in changed.iterrows():
+        base = str(trial[ABLATION_OF_COLUMN])
+        runs = base_runs(search, ablations, base)
+        first = search[search["trial_id"].astype(str) == base]
+        setting, change = _change_text(
+            str(trial[ABLATION_COLUMN]), first.iloc[0] if len(first) else pd.Series(dtype=object)
+        )
+        status = str(trial.get("status", STATUS_OK))
+        for metric in metrics:
+            unit = "points" if in_points(metric) else "%"
+            if status != STATUS_OK:
+                effect = (math.nan, math.nan, math.nan, ENDED.get(status, status))
+            else:
+                ablated = float(pd.to_numeric(trial.get(metric), errors="coerce"))
+                values = pd.to_numeric(runs.get(metric, pd.Series(dtype=float)), errors="coerce")
+                effect = one_effect(ablated, values.to_numpy(dtype=float), in_points(metric))
+            rows.append([base, setting, change, status, metric, unit, *effect, len(runs)])
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _amount(value: float, unit: str) -> str:
+    return f"{value:+.1f}{' points' if unit == 'points' else '%'}"
+
+
+def _verb(verdict: str, unit: str) -> str:
+    if unit == "points":
+        return "raised" if verdict == "raises" else "lowered"
+    return "raised" if verdict == "raises" else "cut"
+
+
+def sentence(rows: pd.DataFrame) -> str:
+    """What one change did, in words: the effects told from noise with their intervals,
+    then what stayed within the noise; or how the trial ended."""
+    change = rows["change"].iloc[0]
+    status = rows["status"].iloc[0]
+    if status != STATUS_OK:
+        return f"{change}: {rows['verdict'].iloc[0]}."
+    told, within, unknown = [], [], []
+    for _, row in rows.iterrows():
+        if row["verdict"] in ("raises", "lowers"):
+            told.append(
+                f"{_verb(row['verdict'], row['unit'])} {row['metric']} by "
+                f"{abs(row['effect']):.1f}{' points' if row['unit'] == 'points' else '%'} "
+                f"({_amount(row['low'], row['unit'])} to {_amount(row['high'], row['unit'])})"
+            )
+        elif row["verdict"] in ("not told from noise", "no change"):
+            within.append(row["metric"])
+        else:
+            unknown.append(f"{row['metric']}: {row['verdict']}")
+    parts = []
+    if told:
+        parts.append(", ".join(told))
+    if within:
+        parts.append(f"left {', '.join(within)} within the seeds' noise")
+    if unknown:
+        parts.append("; ".join(unknown))
+    return f"{change}: {'; '.join(parts)}."
+
+
+def answer(
+    effects: pd.DataFrame, search: pd.DataFrame, not_run: Mapping[str, str] | None = None
+) -> list[str]:
+    """The report's first lines: for each ablated trial, what each change did."""
+    lines = []
+    for base, rows in effects.groupby("base", sort=False):
+        runs = int(rows["base_runs"].max())
+        lines.append(
+            f"Around trial {base} ({runs} run{'s' if runs != 1 else ''} of its config give "
+            f"the noise floor; {CONFIDENCE:.0%} intervals):"
+        )
+        lines += [sentence(group) for _, group in rows.groupby("change", sort=False)]
+    for setting, why in (not_run or {}).items():
+        lines.append(f"{setting}: not ablated, {why}.")
+    return lines
+
+
+def effect_table(effects: pd.DataFrame) -> pd.DataFrame:
+    """One row per change, a column per metric: `+12.0% [+3.1, +20.9]`, or the verdict."""
+    if effects.empty:
+        return pd.DataFrame()
+    cells = []
+    for _, row in effects.iterrows():
+        if math.isnan(row["effect"]):
+            text = row["verdict"]
+        elif math.isnan(row["low"]):
+            text = f"{_amount(row['effect'], row['unit'])} ({row['verdict']})"
+        else:
+            text = f"{_amount(row['effect'], row['unit'])} [{row['low']:+.1f}, {row['high']:+.1f}]"
+        cells.append(text)
+    table = effects.assign(cell=cells).pivot_table(
+        index=["base", "change"], columns="metric", values="cell", aggfunc="first", sort=False
+    )
+    order = list(dict.fromkeys(effects["metric"]))
+    table = table[order].reset_index()
+    table.columns.name = None
+    return table.rename(columns={m: f"{m} ({'points' if in_points(m) else '%'})" for m in order})

@@ -1,0 +1,84 @@
+"""What the ablations cost and what they buy: one config searched without and with them,
+side by side on one machine (`python -m search.run` as users run it, each in a fresh
+folder, one after the other, `--repeats` times alternating which goes first).
+
+Columns: wall seconds of the whole command (start-up, search, ablations, report); trials
+(the search's, then the ablations'); for the run with ablations, the median width of the
+95% intervals per metric and how many effects are told from the seeds' noise. The ratio
+printed last is the median wall time with ablations over the median without (the issue's
+aim: at most 1.6).
+
+    python bench/ablation_cost.py [--config configs/cats_dogs.yaml] [--repeats 1]
+        [key.path=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+OFF = "search.ablation=null"
+
+
+def one_search(config: str, overrides: list[str], folder: Path) -> dict[str, object]:
+    """One whole search in `folder`: its wall seconds, trials, and (with ablations) effects."""
+    command = [
+        sys.executable, "-m", "search.run", "--config", config, "--name", "bench",
+        f"run.storage_path={folder / 'ray_results'}",
+        f"tracking.uri=sqlite:///{folder / 'mlflow.db'}", *overrides,
+    ]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    report = folder / "ray_results" / "bench" / "report"
+    row: dict[str, object] = {
+        "wall_s": seconds,
+        "trials": len(pd.read_csv(report / "trials.csv")),
+        "ablation_trials": 0,
+    }
+    if (report / "effects.csv").exists():
+        effects = pd.read_csv(report / "effects.csv")
+        row["ablation_trials"] = len(pd.read_csv(report / "ablations.csv"))
+        widths = (effects["high"] - effects["low"]).groupby(effects["metric"], sort=False)
+        row |= {f"width {metric}": width.median() for metric, width in widths}
+        row["told_from_noise"] = int(effects["verdict"].isin(["raises", "lowers"]).sum())
+        row["effects"] = len(effects)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("overrides", nargs="*", help="key.path=value for both searches")
+    args = parser.parse_args(argv)
+    rows = []
+    for repeat in range(args.repeats):
+        cases = [("without ablations", [OFF]), ("with ablations", [])]
+        for name, extra in cases if repeat % 2 == 0 else cases[::-1]:
+            with tempfile.TemporaryDirectory(prefix="ablation-bench-") as folder:
+                row = one_search(args.config, [*args.overrides, *extra], Path(folder))
+            rows.append({"case": name, "repeat": repeat, **row})
+            print(f"{name}, run {repeat + 1}: {row['wall_s']:.1f} s", flush=True)
+    table = pd.DataFrame(rows)
+    print(table.round(2).to_markdown(index=False))
+    medians = {name: statistics.median(group["wall_s"]) for name, group in table.groupby("case")}
+    ratio = medians["with ablations"] / medians["without ablations"]
+    print(f"wall time with ablations / without: {ratio:.2f}x (aim: at most 1.60x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Running a search's ablations (`search.ablation`, planned by `search.ablation`): the
+trials to ablate read off the finished search, the plan saved, and Tune's own generator
+running each point once in `ablations/` of the search's folder (resumed there)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from ray import tune
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+from ray.tune.search import BasicVariantGenerator
+
+from analysis.load import frame_from_tune
+from analysis.pareto import balanced_front
+from analysis.report import ranked
+from search.ablation import ablation_points, describe
+from search.config import SearchConfig
+from search.recovery import FitResult, fit_with_recovery
+from search.tuner import progress_table, trainable
+from trainables.data import PreparedData
+from trainables.metrics import METRICS
+
+ABLATIONS_DIR = "ablations"  # in the search's folder: Tune's experiment of the ablations
+PLAN_FILE = "plan.json"  # the points, saved before the first ablation trial
+
+
+def trial_config(experiment_dir: Path, trial_id: str) -> dict[str, Any]:
+    """The config a trial of the search ran with, as Tune saved it."""
+    return json.loads((experiment_dir / f"trial_{trial_id}" / "params.json").read_text())
+
+
+def param_space_of(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A param space that holds every point: a key that differs between the points is a
+    choice among their values (each point sets it), one that does not is that value."""
+    space: dict[str, Any] = {}
+    for key in dict.fromkeys(key for point in points for key in point):
+        values = {json.dumps(point.get(key), sort_keys=True): point.get(key) for point in points}
+        space[key] = (
+            tune.choice(list(values.values())) if len(values) > 1 else next(iter(values.values()))
+        )
+    return space
+
+
+def has_ablations(experiment_dir: Path) -> bool:
+    """Whether the search's ablations have started (and can be resumed)."""
+    folder = experiment_dir / ABLATIONS_DIR
+    return tune.Tuner.can_restore(str(folder)) and any(folder.glob("experiment_state-*.json"))
+
+
+def ablation_tuner(
+    points: Sequence[Mapping[str, Any]],
+    trainable: Any,
+    experiment_dir: Path,
+    max_concurrent_trials: int | None,
+    max_failures: int,
+    callbacks: Sequence[Any],
+    progress: Any,
+) -> Any:
+    """Tune's own generator runs each point once: no sampler, no early stopping."""
+    return tune.Tuner(
+        trainable,
+        param_space=param_space_of(points),
+        tune_config=tune.TuneConfig(
+            search_alg=BasicVariantGenerator(
+                points_to_evaluate=[dict(p) for p in points],
+                max_concurrent=max_concurrent_trials or 0,  # 0: as resources allow
+            ),
+            num_samples=len(points),
+            reuse_actors=True,
+            trial_dirname_creator=lambda trial: f"trial_{trial.trial_id}",
+        ),
+        run_config=tune.RunConfig(
+            name=ABLATIONS_DIR,
+            storage_path=str(experiment_dir),
+            failure_config=tune.FailureConfig(max_failures=max_failures),
+            callbacks=[*callbacks, JsonLoggerCallback(), CSVLoggerCallback()],
+            progress_reporter=progress,
+            verbose=1,
+        ),
+    )
+
+
+def restored_ablation_tuner(experiment_dir: Path, trainable: Any) -> Any:
+    return tune.Tuner.restore(
+        str(experiment_dir / ABLATIONS_DIR),
+        trainable=trainable,
+        resume_unfinished=True,
+        resume_errored=True,
+    )
+
+
+def expected_trials(experiment_dir: Path) -> int:
+    """How many ablation trials a started plan holds (its saved points)."""
+    return len(json.loads((experiment_dir / ABLATIONS_DIR / PLAN_FILE).read_text()))
+
+
+def save_plan(experiment_dir: Path, points: Sequence[Mapping[str, Any]]) -> None:
+    folder = experiment_dir / ABLATIONS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / PLAN_FILE).write_text(json.dumps(list(points), indent=1, default=str))
+
+
+def bases_of(
+    frame: pd.DataFrame, experiment_dir: Path, config: SearchConfig, min_accuracy: float
+) -> list[tuple[str, dict[str, Any]]]:
+    """The trials to ablate, as (trial id, config): the knee, or every front trial in
+    order of balance (the knee first); a config run with several seeds is its first trial."""
+    marked, _ = ranked(frame, config.objectives, min_accuracy)
+    order = balanced_front(marked, config.objectives)
+    plan = config.search.ablation
+    if plan is None or plan.around == "knee":
+        order = order[:1]
+    trial_ids = [str(marked.loc[index, "trial_id"]).split("+")[0] for index in order]
+    return [(trial_id, trial_config(experiment_dir, trial_id)) for trial_id in trial_ids]
+
+
+def run_ablations(
+    config: SearchConfig,
+    experiment_dir: Path,
+    data: PreparedData,
+    callbacks: Sequence[Any],
+    min_accuracy: float,
+    automatic_resumes: int,
+    say: Callable[[str], None],
+) -> FitResult | None:
+    """The finished search's ablations, planned, saved and run (or resumed where they
+    started); None where there are none to run (`search.ablation` null, no front)."""
+    plan = config.search.ablation
+    if plan is None:
+        return None
+
+    def restored() -> Any:
+        return restored_ablation_tuner(experiment_dir, trainable(config, data, compared=False))
+
+    if has_ablations(experiment_dir):
+        expected = expected_trials(experiment_dir)
+        say(f"Ablations: resuming the {expected} planned")
+        first = restored
+    else:
+        frame = frame_from_tune(experiment_dir, tuple(METRICS))
+        bases = bases_of(frame, experiment_dir, config, min_accuracy) if len(frame) else []
+        points = ablation_points(bases, config.space, plan, config.resources.gpu > 0)
+        if not points:
+            say("Ablations: none (no trial on the front, or no setting to change)")
+            return None
+        save_plan(experiment_dir, points)
+        say(f"Ablations: {describe(points)}")
+        expected = len(points)
+
+        def first() -> Any:
+            return ablation_tuner(
+                points, trainable(config, data, compared=False), experiment_dir,
+                config.search.max_concurrent_trials, config.run.max_failures, callbacks,
+                progress_table(config),
+            )  # fmt: skip
+
+    return fit_with_recovery(first, restored, expected, automatic_resumes, say)

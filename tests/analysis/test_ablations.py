@@ -1,0 +1,130 @@
+"""Effects from ablations: each change against the noise floor of its base config's runs."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from analysis.ablations import (
+    ablation_effects,
+    answer,
+    base_runs,
+    effect_metrics,
+    effect_table,
+    one_effect,
+    split_ablations,
+)
+
+METRICS = ["throughput", "best_val_acc", "peak_mem_mb"]
+
+
+def search_and_ablations(
+    floor: list[dict], changed: list[dict], base: dict | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A search whose trial `knee` (amp off, batch 32) was ablated: `floor` are its
+    noise-floor runs' metrics, `changed` (with `ablation`) the ablations'."""
+    knee = {"trial_id": "knee", "config.amp": False, "config.batch_size": 32, "config.seed": 0,
+            "status": "ok", "throughput": 1000.0, "best_val_acc": 0.70, "peak_mem_mb": 100.0,
+            **(base or {})}  # fmt: skip
+    other = {**knee, "trial_id": "other", "config.batch_size": 64, "throughput": 5000.0}
+    search = pd.DataFrame([knee, other])
+    rows = []
+    for i, metrics in enumerate(floor):
+        floor_run = {"trial_id": f"f{i}", "config.seed": 1000 + i, "config.ablation": "noise floor"}
+        rows.append({**knee, **floor_run, "config.ablation_of": "knee", **metrics})
+    for i, metrics in enumerate(changed):
+        rows.append({**knee, "trial_id": f"c{i}", "config.ablation_of": "knee", **metrics})
+    return search, pd.DataFrame(rows)
+
+
+def test_a_table_of_search_and_ablation_trials_splits_into_the_two():
+    search, ablations = search_and_ablations([{}], [{"config.ablation": "amp=true"}])
+    both = pd.concat([search, ablations], ignore_index=True)
+    apart, ablated = split_ablations(both)
+    assert apart["trial_id"].tolist() == ["knee", "other"]
+    assert ablated["trial_id"].tolist() == ["c0", "f0"]  # in Tune's order, its trial ids
+    assert "config.ablation_of" not in apart  # the search's own trials have no such setting
+
+
+def test_the_noise_floor_is_the_base_trial_its_repeats_and_its_other_seeds_that_ended_ok():
+    search, ablations = search_and_ablations(
+        [{}, {}, {"status": "oom"}], [{"config.ablation": "amp=true"}]
+    )
+    repeat = {**search.iloc[0].to_dict(), "trial_id": "knee2", "config.seed": 1}
+    search = pd.concat([search, pd.DataFrame([repeat])], ignore_index=True)
+    assert sorted(base_runs(search, ablations, "knee")["trial_id"]) == ["f0", "f1", "knee", "knee2"]
+
+
+def test_an_effect_is_the_change_against_the_base_mean_with_a_prediction_interval():
+    base = np.array([0.70, 0.72, 0.74])
+    effect, low, high, verdict = one_effect(0.80, base, points=True)
+    half = stats.t.ppf(0.975, 2) * 0.02 * math.sqrt(1 + 1 / 3) * 100
+    assert effect == pytest.approx(8.0) and (low, high) == pytest.approx((8 - half, 8 + half))
+    assert verdict == "not told from noise"  # 8 points against a spread of 2 over 3 runs
+    assert one_effect(0.95, base, points=True)[3] == "raises"
+    relative = one_effect(110.0, np.array([100.0, 100.0, 100.0]), points=False)
+    assert relative == (pytest.approx(10.0), pytest.approx(10.0), pytest.approx(10.0), "raises")
+
+
+def test_a_known_effect_is_recovered_within_its_interval_as_often_as_it_claims():
+    """Searches where amp adds exactly 5 points of accuracy, on seeds' noise of 2 points:
+    the 95% interval holds the true effect in about 95% of them."""
+    rng = np.random.default_rng(0)
+    held = 0
+    for _ in range(400):
+        noise = rng.normal(0, 0.02, size=4)
+        search, ablations = search_and_ablations(
+            [{"best_val_acc": 0.70 + noise[1]}, {"best_val_acc": 0.70 + noise[2]}],
+            [{"config.ablation": "amp=true", "best_val_acc": 0.75 + noise[3]}],
+            base={"best_val_acc": 0.70 + noise[0]},
+        )
+        effects = ablation_effects(search, ablations, ["best_val_acc"])
+        (row,) = effects.itertuples()
+        held += row.low <= 5.0 <= row.high
+    assert 0.92 <= held / 400 <= 0.98
+
+
+def test_a_change_that_runs_out_of_memory_says_so_for_every_metric():
+    search, ablations = search_and_ablations(
+        [{}, {}], [{"config.ablation": "batch_size=64", "status": "oom"}]
+    )
+    effects = ablation_effects(search, ablations, METRICS)
+    assert set(effects["verdict"]) == {"runs out of memory"} and effects["effect"].isna().all()
+    assert answer(effects, search)[1] == "batch_size: 32 -> 64: runs out of memory."
+
+
+def test_the_answer_says_what_a_change_did_with_its_interval_and_what_stayed_in_the_noise():
+    search, ablations = search_and_ablations(
+        [{"throughput": 1010.0, "best_val_acc": 0.71}, {"throughput": 990.0, "best_val_acc": 0.69}],
+        [{"config.ablation": "amp=true", "throughput": 1500.0, "best_val_acc": 0.705,
+          "peak_mem_mb": 60.0}],
+    )  # fmt: skip
+    effects = ablation_effects(search, ablations, METRICS)
+    lines = answer(effects, search, {"cudnn_benchmark": "it does nothing on the CPUs"})
+    assert lines[0].startswith("Around trial knee (3 runs of its config give the noise floor")
+    assert lines[1].startswith("amp: false -> true: raised throughput by 50.0% (+")
+    assert "cut peak_mem_mb by 40.0%" in lines[1]
+    assert lines[1].endswith("left best_val_acc within the seeds' noise.")
+    assert lines[2] == "cudnn_benchmark: not ablated, it does nothing on the CPUs."
+    table = effect_table(effects)
+    assert list(table.columns) == ["base", "change", "throughput (%)", "best_val_acc (points)",
+                                   "peak_mem_mb (%)"]  # fmt: skip
+    assert table.loc[0, "peak_mem_mb (%)"] == "-40.0% [-40.0, -40.0]"  # the meter is exact
+
+
+def test_a_metric_the_base_never_reaches_has_no_effect_but_says_why():
+    search, ablations = search_and_ablations(
+        [{"time_to_target_s": math.inf}, {"time_to_target_s": 12.0}],
+        [{"config.ablation": "amp=true", "time_to_target_s": 9.0}],
+        base={"time_to_target_s": 10.0},
+    )
+    (row,) = ablation_effects(search, ablations, ["time_to_target_s"]).itertuples()
+    assert math.isnan(row.effect) and row.verdict == "the base does not always get there"
+
+
+def test_the_effects_cover_the_objectives_then_memory_and_time_to_target():
+    assert effect_metrics(["throughput", "peak_mem_mb"]) == [
+        "throughput", "peak_mem_mb", "time_to_target_s"
+    ]  # fmt: skip

@@ -1,0 +1,122 @@
+"""The ablation plan: what each setting is changed to, in what order, within what budget."""
+
+import pytest
+
+from search.ablation import (
+    Change,
+    ablated_settings,
+    ablation_points,
+    alternatives,
+    as_written,
+    budget_of,
+    describe,
+    plan_changes,
+)
+from search.config import AblationSection, load_config
+from search.experiment import SearchState
+from search.space import SpaceParam
+from tests.conftest import CONFIGS
+
+SPACE = {
+    "batch_size": SpaceParam.parse({"choice": [16, 32, 64, 128, 256]}),
+    "optimizer": SpaceParam.parse({"grid": ["sgd", "adam", "lamb"]}),
+    "lr": SpaceParam.parse({"loguniform": [3.0e-4, 3.0e-2]}),
+    "amp": SpaceParam.parse({"choice": [False, True]}),
+    "accumulation_steps": SpaceParam.parse({"choice": [1, 2, 4]}),
+    "cudnn_benchmark": SpaceParam.parse({"choice": [False, True]}),
+}
+KNEE = {"batch_size": 64, "optimizer": "adam", "lr": 0.02, "amp": False,
+        "accumulation_steps": 1, "cudnn_benchmark": False, "epochs": 3, "seed": 7,
+        "repeat_of": "", "predicted_peak_mb": 12.0}  # fmt: skip
+
+
+def test_a_switch_is_switched_and_a_category_goes_to_each_other_value():
+    assert alternatives(SPACE["amp"], False) == [True]
+    assert alternatives(SPACE["optimizer"], "adam") == ["sgd", "lamb"]
+
+
+def test_a_number_of_a_list_goes_to_its_neighbours_below_then_above():
+    assert alternatives(SPACE["batch_size"], 64) == [32, 128]  # half and double the batch
+    assert alternatives(SPACE["batch_size"], 256) == [128]  # the end of the list
+    assert alternatives(SPACE["accumulation_steps"], 1) == [2]
+
+
+def test_a_range_goes_to_half_and_double_inside_the_range():
+    assert alternatives(SPACE["lr"], 0.01) == pytest.approx([0.005, 0.02])
+    assert alternatives(SPACE["lr"], 0.02) == pytest.approx([0.01, 0.03])  # clipped at the top
+    assert alternatives(SpaceParam.parse({"randint": [1, 4]}), 1) == [2]
+    assert alternatives(SpaceParam.parse({"uniform": [0.0, 1.0]}), 0.5) == [0.25, 0.75]
+
+
+def test_the_plan_runs_the_noise_floor_then_one_change_of_every_setting_then_the_next_values():
+    changes = plan_changes(KNEE, SPACE, seeds=2, on_gpu=False)
+    labels = [change.label for change in changes]
+    assert labels[:2] == ["noise floor", "noise floor"]
+    assert [c.value for c in changes[:2]] == [1007, 1008]  # other seeds than the knee's
+    first_round = ["batch_size=32", "optimizer=sgd", "lr=0.01", "amp=true",
+                   "accumulation_steps=2"]  # fmt: skip
+    assert labels[2:7] == first_round
+    assert labels[7:] == ["batch_size=128", "optimizer=lamb", "lr=0.03"]
+
+
+def test_the_cudnn_autotuner_is_ablated_on_gpus_only():
+    assert "cudnn_benchmark" not in ablated_settings(SPACE, on_gpu=False)
+    on_gpu = [c.label for c in plan_changes(KNEE, SPACE, seeds=1, on_gpu=True)]
+    assert "cudnn_benchmark=true" in on_gpu
+
+
+def test_the_default_budget_is_the_seeds_and_one_change_of_every_setting():
+    assert budget_of(AblationSection(), SPACE, on_gpu=False) == 2 + 5
+    assert budget_of(AblationSection(), SPACE, on_gpu=True) == 2 + 6
+    assert budget_of(AblationSection(budget=4), SPACE, on_gpu=False) == 4
+
+
+def test_points_are_the_base_config_with_one_change_and_notes_of_what_they_ablate():
+    points = ablation_points([("abc", KNEE)], SPACE, AblationSection(seeds=1), on_gpu=False)
+    assert len(points) == 1 + 5
+    floor, batch = points[0], points[1]
+    assert floor["seed"] == 1007 and floor["ablation"] == "noise floor"
+    assert batch["batch_size"] == 32 and batch["seed"] == 7 and batch["epochs"] == 3
+    assert all(point["ablation_of"] == "abc" for point in points)
+    assert "predicted_peak_mb" not in batch and "repeat_of" not in batch  # search notes
+    assert describe(points).startswith("6 ablation trials around trial abc: noise floor, ")
+
+
+def test_a_base_without_a_seed_is_ablated_at_the_trainables_default_seed():
+    base = {key: value for key, value in KNEE.items() if key != "seed"}
+    points = ablation_points([("abc", base)], SPACE, AblationSection(seeds=1), on_gpu=False)
+    assert points[0]["seed"] == 1000 and points[1]["seed"] == 0
+
+
+def test_around_the_front_the_budget_runs_out_on_later_trials_first():
+    other = {**KNEE, "batch_size": 16}
+    plan = AblationSection(around="front", budget=10, seeds=1)
+    points = ablation_points([("knee", KNEE), ("other", other)], SPACE, plan, on_gpu=False)
+    bases = [point["ablation_of"] for point in points]
+    assert bases == ["knee"] * 9 + ["other"]  # the knee's whole plan (1 + 5 + 3), then one
+
+
+def test_values_are_written_as_in_a_config():
+    assert as_written(True) == "true" and as_written(0.000918323) == "0.0009183"
+    assert Change("optimizer", "adam").label == "optimizer=adam"
+
+
+def test_a_budget_that_the_seeds_use_up_is_refused_naming_the_key(tmp_path):
+    with pytest.raises(Exception) as raised:
+        load_config(CONFIGS / "cats_dogs.yaml", ["search.ablation={budget: 2, seeds: 2}"])
+    message = raised.value.render()
+    assert "search.ablation.budget" in message and "more than search.ablation.seeds" in message
+
+
+def test_the_main_search_ablates_by_default_and_the_smoke_search_does_not():
+    assert load_config(CONFIGS / "cats_dogs.yaml", []).search.ablation == AblationSection()
+    assert load_config(CONFIGS / "smoke.yaml", []).search.ablation is None
+
+
+def test_a_resumed_search_may_change_its_ablations_and_nothing_else():
+    started = load_config(CONFIGS / "smoke.yaml", []).as_yaml_dict()
+    state = SearchState("run", "uri", "smoke", started)
+    with_ablations = load_config(CONFIGS / "smoke.yaml", ["search.ablation={seeds: 1}"])
+    assert state.differences(with_ablations.as_yaml_dict()) == []
+    other = load_config(CONFIGS / "smoke.yaml", ["search.num_samples=6"])
+    assert [key for key, *_ in state.differences(other.as_yaml_dict())] == ["search.num_samples"]

@@ -1,0 +1,145 @@
+"""Ablations of a real search: run on a finished search with `--resume`, as trials of
+their own (Tune, MLflow), never told to the sampler, kept off the front, and read by the
+report; a second `--resume` finds them done."""
+
+import contextlib
+import io
+import json
+import os
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from search.capacity import Prober
+from search.run import main
+from tests.conftest import CONFIGS
+from trainables.metrics import SEARCH_NOTES
+from trainables.settings import TrainSettings
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+SMOKE = str(CONFIGS / "smoke.yaml")
+NAME = "ablated"
+SEARCH = ["--config", SMOKE, "--name", NAME]
+# The smoke space (batch_size, optimizer, lr) with AMP and activation checkpointing: one
+# noise-floor seed and one change of each.
+SPACE = [
+    "space.amp={choice: [false, true]}",
+    "space.activation_checkpointing={choice: [false, true]}",
+]
+PLANNED = 1 + 5
+
+
+def search_once(workdir, *extra: str) -> tuple[int, str]:
+    """`python -m search.run` with `extra` (flags first, then overrides), and what it said."""
+    saved = dict(os.environ)  # main sets Ray's variables for its process
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+        patch.chdir(workdir)
+        code = main([*SEARCH, *extra, *SPACE])
+    os.environ.clear()
+    os.environ.update(saved)
+    return code, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def ablated(tmp_path_factory):
+    """A smoke search without ablations, then resumed with them, then resumed again."""
+    workdir = tmp_path_factory.mktemp("ablated")
+    first = search_once(workdir)
+    second = search_once(workdir, "--resume", "search.ablation={seeds: 1}")
+    third = search_once(workdir, "--resume", "search.ablation={seeds: 1}")
+    return workdir, first, second, third
+
+
+def runs(workdir) -> list:
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "smoke"]
+    return client, client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+def test_a_finished_search_resumed_with_ablations_runs_them_once(ablated):
+    workdir, first, second, third = ablated
+    assert [first[0], second[0], third[0]] == [0, 0, 0]
+    assert "ablations:  none (search.ablation: null)" in first[1]
+    assert f"Ablations: {PLANNED} ablation trials around trial " in second[1]
+    assert f"ablations:  up to {PLANNED} more trials after the search" in second[1]
+    assert f"Ablations: resuming the {PLANNED} planned" in third[1]
+    folder = workdir / "ray_results" / NAME / "ablations"
+    assert len(list(folder.glob("trial_*/result.json"))) == PLANNED
+    plan = json.loads((folder / "plan.json").read_text())
+    assert next(point["ablation"] for point in plan) == "noise floor"
+
+
+def test_ablation_trials_are_mlflow_children_found_from_the_trial_they_ablate(ablated):
+    workdir = ablated[0]
+    client, all_runs = runs(workdir)
+    ablation_runs = [run for run in all_runs if run.data.tags.get("ablation_of")]
+    assert len(ablation_runs) == PLANNED
+    (base,) = {run.data.tags["ablation_of"] for run in ablation_runs}
+    (knee,) = [run for run in all_runs if run.data.tags.get("trial_id") == base]
+    assert knee.data.tags["ablations"] == f"{PLANNED} runs, filter: tags.ablation_of = '{base}'"
+    found = client.search_runs(
+        [knee.info.experiment_id], filter_string=f"tags.ablation_of = '{base}'"
+    )
+    assert len(found) == PLANNED
+    assert all(run.info.run_name.startswith("[ablation of ") for run in ablation_runs)
+    assert all(run.info.status == "FINISHED" for run in ablation_runs)
+    assert all(run.data.tags["is_pareto"] == "false" for run in ablation_runs)  # off the front
+
+
+def test_the_sampler_never_hears_of_the_ablations(ablated):
+    workdir = ablated[0]
+    storage = f"sqlite:///{workdir / 'ray_results' / NAME / 'optuna.db'}"
+    study = optuna.load_study(study_name=NAME, storage=storage)
+    assert len(study.trials) == 4  # the smoke search's num_samples
+
+
+def test_the_search_run_carries_the_effects_and_the_report_answers_from_them(ablated):
+    workdir = ablated[0]
+    client, all_runs = runs(workdir)
+    (parent,) = [run for run in all_runs if run.info.run_name == NAME]
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/effects.png", "report/effects.csv", "report/ablations.csv"} <= artifacts
+    report = workdir / "ray_results" / NAME / "report"
+    trials = pd.read_csv(report / "trials.csv")
+    assert len(trials) == 4  # the search's trials only
+    effects = pd.read_csv(report / "effects.csv")
+    changed = set(effects["change"].str.partition(":")[0])
+    assert changed == {"batch_size", "optimizer", "lr", "amp", "activation_checkpointing"}
+    markdown = (report / "report.md").read_text()
+    assert markdown.index("## What each setting does here") < markdown.index("## The front")
+    # The CPU meter is exact: a larger batch needs more memory, a smaller one less.
+    batch = effects[(effects["setting"] == "batch_size") & (effects["metric"] == "peak_mem_mb")]
+    (row,) = batch.itertuples()
+    larger = int(row.change.rpartition("-> ")[2]) > int(row.change.split(": ")[1].split(" ")[0])
+    assert (row.effect > 0) == larger and row.verdict in ("raises", "lowers")
+
+
+@pytest.mark.parametrize("setting", ["amp", "activation_checkpointing"])
+def test_the_memory_effects_of_amp_and_checkpointing_agree_with_the_capacity_probe(
+    ablated, setting
+):
+    """What the ablation measured against what the capacity table's prober measures for
+    the same two configs at the batch the ablation's peak was measured at."""
+    workdir = ablated[0]
+    folder = workdir / "ray_results" / NAME
+    report = folder / "report"
+    effects = pd.read_csv(report / "effects.csv")
+    (row,) = effects[
+        (effects["setting"] == setting) & (effects["metric"] == "peak_mem_mb")
+    ].itertuples()
+    ablations = pd.read_csv(report / "ablations.csv")
+    (trial,) = ablations[ablations["config.ablation"].str.startswith(f"{setting}=")].itertuples()
+    base = json.loads((folder / f"trial_{row.base}" / "params.json").read_text())
+    base = {key: value for key, value in base.items() if key not in SEARCH_NOTES and key != "data"}
+    batch = int(trial.physical_batch_size)
+    changed = {**base, setting: not base[setting]}
+    probed = [
+        Prober(TrainSettings.from_config(config), 32, None).peak_bytes(batch)
+        for config in (base, changed)
+    ]
+    assert np.sign(row.effect) == np.sign(probed[1] - probed[0]) != 0
