@@ -59,8 +59,10 @@ def split_ablations(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     if ABLATION_OF_COLUMN not in frame:
         return frame, frame.iloc[0:0]
     marked = frame[ABLATION_OF_COLUMN].map(lambda value: isinstance(value, str) and value != "")
-    ablations = frame[marked].sort_values("trial_id", kind="stable")
-    return frame[~marked].dropna(axis=1, how="all"), ablations
+    search, ablations = frame[~marked], frame[marked].sort_values("trial_id", kind="stable")
+    # Columns only the ablations have (their notes, a seed the search left to its default)
+    only_theirs = search.columns[search.isna().all() & ablations.notna().any()]
+    return search.drop(columns=only_theirs), ablations
 
 
 def base_runs(search: pd.DataFrame, ablations: pd.DataFrame, base: str) -> pd.DataFrame:
@@ -190,9 +192,7 @@ def sentence(rows: pd.DataFrame) -> str:
     return f"{change}: {'; '.join(parts)}."
 
 
-def answer(
-    effects: pd.DataFrame, search: pd.DataFrame, not_run: Mapping[str, str] | None = None
-) -> list[str]:
+def answer(effects: pd.DataFrame, not_run: Mapping[str, str] | None = None) -> list[str]:
     """The report's first lines: for each ablated trial, what each change did."""
     lines = []
     for base, rows in effects.groupby("base", sort=False):

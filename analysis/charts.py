@@ -406,10 +406,15 @@ def effect_rows(effects: pd.DataFrame) -> list[str]:
 def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
     """A panel per metric: each change's effect (points or % of the base config) with its
     95% interval, green where told from the seeds' noise, grey where not; a change whose
-    trial ended (out of memory, diverged) says so in its row. None without ablations."""
+    trial ended (out of memory, diverged) says so in its row, one without a value (a target
+    not always reached) says "no value"; a metric with no value at all has no panel (the
+    table says why). None without ablations."""
     if effects.empty:
         return None
-    metrics = list(dict.fromkeys(effects["metric"]))
+    drawn = effects["effect"].notna() | (effects["status"] != STATUS_OK)
+    metrics = list(dict.fromkeys(effects.loc[drawn, "metric"]))
+    if not metrics:
+        return None
     rows = effect_rows(effects)
     several = effects["base"].nunique() > 1
     keys = effects["change"] + (" @ " + effects["base"] if several else "")
@@ -431,9 +436,11 @@ def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
                     ]
                 axis.errorbar([effect["effect"]], [y], xerr=spread, fmt="o", c=colour, ms=5,
                               capsize=3)  # fmt: skip
-            else:
+            elif effect["status"] != STATUS_OK:  # how it ended is its effect
                 axis.text(0, y, effect["verdict"], fontsize=7, ha="center", va="center",
-                          color=INFEASIBLE if effect["status"] != STATUS_OK else NOISE)  # fmt: skip
+                          color=INFEASIBLE)  # fmt: skip
+            else:  # e.g. a time to target the config does not always reach
+                axis.text(0, y, "no value", fontsize=7, ha="center", va="center", color=NOISE)
         axis.axvline(0, c="k", lw=0.8)
         unit = "points" if unit_of(metric) == "fraction" else "% of the base"
         axis.set_xlabel(f"{metric} ({unit})", fontsize=9)
@@ -496,7 +503,7 @@ def noise_scale_chart(
     measured = measured[measured["noise_scale"] > 0]
     if measured.empty:
         return None
-    figure, axis = plt.subplots(figsize=(10, 4.8))
+    figure, axis = plt.subplots(figsize=(10, 4.8 + 0.3 * len(set(labels.values()))))
     colours = plt.get_cmap("tab10")
     for i, config in enumerate(dict.fromkeys(labels.values())):
         colour = colours(i % 10)
@@ -515,9 +522,9 @@ def noise_scale_chart(
     axis.set_ylabel("images per optimizer step")
     # Below the axis, each config on its lines: a config's label is long, and nothing of
     # it may be cut off.
-    handles, labels = axis.get_legend_handles_labels()
-    axis.legend(handles, [textwrap.fill(label, 110) for label in labels], fontsize=7,
-                loc="upper left", bbox_to_anchor=(0.0, -0.14), ncol=1)  # fmt: skip
+    handles, names = axis.get_legend_handles_labels()
+    figure.legend(handles, [textwrap.fill(name, 120) for name in names], fontsize=7,
+                  loc="outside lower center", ncol=1)  # fmt: skip
     axis.set_title(title or "The batch used against the batch the gradients could use", fontsize=10)
     return _save(figure, path)
 

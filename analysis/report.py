@@ -90,6 +90,13 @@ class Report:
     importances: pd.DataFrame = field(default_factory=pd.DataFrame)  # fANOVA per objective
     importance_basis: str = ""
 
+    def ablation_answer(self) -> list[str]:
+        """What each change did around each ablated trial, in sentences (none without
+        ablations)."""
+        if self.ablation_effects.empty:
+            return []
+        return answer(self.ablation_effects, self.not_ablated)
+
     def rank_of_trial(self) -> dict[str, float]:
         """Each trial's rank; repeats of a config share their config's rank."""
         ranks = {}
@@ -193,6 +200,8 @@ def build_report(
 
 def _trial_ids(frame: pd.DataFrame) -> set[str]:
     """Every trial of a ranked frame (a config run with several seeds lists them all)."""
+    if "trial_id" not in frame:  # no trial at all
+        return set()
     return {t for ids in frame["trial_id"].astype(str) for t in ids.split("+")}
 
 
@@ -201,7 +210,9 @@ def config_labels(frame: pd.DataFrame, limit: int) -> dict[str, str]:
     params = varied_settings(frame)
     labels = {}
     for _, row in frame.sort_values("pareto_rank", na_position="last").head(limit).iterrows():
-        label = ", ".join(f"{p.removeprefix(CONFIG_PREFIX)}={row[p]}" for p in params) or "all"
+        label = (
+            ", ".join(f"{p.removeprefix(CONFIG_PREFIX)}={_short(row[p])}" for p in params) or "all"
+        )
         for trial_id in str(row["trial_id"]).split("+"):
             labels[trial_id] = label
     return labels
@@ -329,10 +340,6 @@ def _measurable(effects: pd.DataFrame) -> bool:
     return bool(columns) and bool(effects[columns].notna().to_numpy().any())
 
 
-def _ablation_lines(report: Report) -> list[str]:
-    return answer(report.ablation_effects, report.frame, report.not_ablated)
-
-
 def _importance_table(report: Report) -> pd.DataFrame:
     return report.importances.round(3)
 
@@ -342,7 +349,7 @@ def render_markdown(report: Report, title: str, charts: list[str]) -> str:
     parts += [f"- {line}" for line in _summary_lines(report)]
     if not report.ablation_effects.empty:
         parts += ["", "## What each setting does here (ablations)", "", ABLATION_INTRO, ""]
-        parts += [f"- {line}" for line in _ablation_lines(report)]
+        parts += [f"- {line}" for line in report.ablation_answer()]
         parts += ["", effect_table(report.ablation_effects).to_markdown(index=False), ""]
         parts += ["![effects](effects.png)"]
     parts += ["", "## The front", "", _front_table(report).to_markdown(index=False), ""]
@@ -399,7 +406,7 @@ def render_html(
         f"<h1>{html.escape(title)}: speed / accuracy / generalization</h1><ul>{summary}</ul>"
     ]
     if effect_figure is not None:
-        lines = "".join(f"<li>{html.escape(line)}</li>" for line in _ablation_lines(report))
+        lines = "".join(f"<li>{html.escape(line)}</li>" for line in report.ablation_answer())
         sections.append(
             "<h2>What each setting does here (ablations)</h2>"
             f"<p>{html.escape(ABLATION_INTRO)}</p><ul>{lines}</ul>"

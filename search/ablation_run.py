@@ -57,9 +57,9 @@ def ablation_tuner(
     experiment_dir: Path,
     max_concurrent_trials: int | None,
     max_failures: int,
-    callbacks: Sequence[Any],
-    progress: Any,
-) -> Any:
+    callbacks: Sequence[tune.Callback],
+    progress: tune.ProgressReporter,
+) -> tune.Tuner:
     """Tune's own generator runs each point once: no sampler, no early stopping."""
     return tune.Tuner(
         trainable,
@@ -84,7 +84,7 @@ def ablation_tuner(
     )
 
 
-def restored_ablation_tuner(experiment_dir: Path, trainable: Any) -> Any:
+def restored_ablation_tuner(experiment_dir: Path, trainable: Any) -> tune.Tuner:
     return tune.Tuner.restore(
         str(experiment_dir / ABLATIONS_DIR),
         trainable=trainable,
@@ -122,7 +122,7 @@ def run_ablations(
     config: SearchConfig,
     experiment_dir: Path,
     data: PreparedData,
-    callbacks: Sequence[Any],
+    callbacks: Sequence[tune.Callback],
     min_accuracy: float,
     automatic_resumes: int,
     say: Callable[[str], None],
@@ -133,7 +133,7 @@ def run_ablations(
     if plan is None:
         return None
 
-    def restored() -> Any:
+    def restored() -> tune.Tuner:
         return restored_ablation_tuner(experiment_dir, trainable(config, data, compared=False))
 
     if has_ablations(experiment_dir):
@@ -151,7 +151,7 @@ def run_ablations(
         say(f"Ablations: {describe(points)}")
         expected = len(points)
 
-        def first() -> Any:
+        def first() -> tune.Tuner:
             return ablation_tuner(
                 points, trainable(config, data, compared=False), experiment_dir,
                 config.search.max_concurrent_trials, config.run.max_failures, callbacks,

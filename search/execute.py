@@ -151,6 +151,10 @@ def report_and_finish(
     say()
     say(summary_table(report.frame, list(config.space), list(config.objectives)))
     say()
+    for line in report.ablation_answer():  # the report's first screen, also here
+        say(line if line.startswith("Around trial") else f"  {line}")
+    if report.ablation_answer():
+        say()
     say(f"Results: {experiment_dir}")
     say(f"Report:  {experiment_dir / 'report' / 'report.html'}")
     say(f"Hypervolume of the front: {report.hypervolume:.4f}")

@@ -92,7 +92,7 @@ def test_a_change_that_runs_out_of_memory_says_so_for_every_metric():
     )
     effects = ablation_effects(search, ablations, METRICS)
     assert set(effects["verdict"]) == {"runs out of memory"} and effects["effect"].isna().all()
-    assert answer(effects, search)[1] == "batch_size: 32 -> 64: runs out of memory."
+    assert answer(effects)[1] == "batch_size: 32 -> 64: runs out of memory."
 
 
 def test_the_answer_says_what_a_change_did_with_its_interval_and_what_stayed_in_the_noise():
@@ -102,7 +102,7 @@ def test_the_answer_says_what_a_change_did_with_its_interval_and_what_stayed_in_
           "peak_mem_mb": 60.0}],
     )  # fmt: skip
     effects = ablation_effects(search, ablations, METRICS)
-    lines = answer(effects, search, {"cudnn_benchmark": "it does nothing on the CPUs"})
+    lines = answer(effects, {"cudnn_benchmark": "it does nothing on the CPUs"})
     assert lines[0].startswith("Around trial knee (3 runs of its config give the noise floor")
     assert lines[1].startswith("amp: false -> true: raised throughput by 50.0% (+")
     assert "cut peak_mem_mb by 40.0%" in lines[1]
@@ -128,3 +128,11 @@ def test_the_effects_cover_the_objectives_then_memory_and_time_to_target():
     assert effect_metrics(["throughput", "peak_mem_mb"]) == [
         "throughput", "peak_mem_mb", "time_to_target_s"
     ]  # fmt: skip
+
+
+def test_the_search_keeps_every_column_of_its_own_even_one_never_measured():
+    search, ablations = search_and_ablations([{}], [{"config.ablation": "amp=true"}])
+    search = search.drop(columns="config.seed").assign(noise_scale=float("nan"))
+    apart, _ = split_ablations(pd.concat([search, ablations], ignore_index=True))
+    assert "noise_scale" in apart  # NaN in every trial, as in a search that probes nothing
+    assert "config.seed" not in apart and "config.ablation" not in apart  # the ablations'

@@ -2,10 +2,7 @@
 their own (Tune, MLflow), never told to the sampler, kept off the front, and read by the
 report; a second `--resume` finds them done."""
 
-import contextlib
-import io
 import json
-import os
 
 import numpy as np
 import optuna
@@ -14,8 +11,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from search.capacity import Prober
-from search.run import main
 from tests.conftest import CONFIGS
+from tests.processes import cli_env, run_cli
 from trainables.metrics import SEARCH_NOTES
 from trainables.settings import TrainSettings
 
@@ -34,15 +31,10 @@ PLANNED = 1 + 5
 
 
 def search_once(workdir, *extra: str) -> tuple[int, str]:
-    """`python -m search.run` with `extra` (flags first, then overrides), and what it said."""
-    saved = dict(os.environ)  # main sets Ray's variables for its process
-    printed = io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
-        patch.chdir(workdir)
-        code = main([*SEARCH, *extra, *SPACE])
-    os.environ.clear()
-    os.environ.update(saved)
-    return code, printed.getvalue()
+    """`python -m search.run` with `extra` (flags first, then overrides), as a user runs it
+    (a process of its own), and what it printed."""
+    done = run_cli([*SEARCH, *extra, *SPACE], workdir, cli_env(), timeout=400)
+    return done.returncode, done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
