@@ -98,16 +98,18 @@ def _change_text(label: str, base: pd.Series) -> tuple[str, str]:
 
 
 def one_effect(ablated: float, base: np.ndarray, points: bool) -> tuple[float, float, float, str]:
-    """(effect, low, high, verdict) of one ablated run against the base runs' values."""
+    """(effect, low, high, verdict) of one ablated run against the base runs' values. An
+    infinite value is a target never reached (time_to_target_s): no effect, and why."""
     base = np.asarray(base, dtype=float)
     finite = base[np.isfinite(base)]
-    if not math.isfinite(ablated) or len(finite) < len(base) or not len(base):
-        reached = "" if math.isfinite(ablated) else "the change never gets there"
-        if len(finite) < len(base):
-            reached = "the base does not always get there" + (
-                ", nor the change" if not math.isfinite(ablated) else ""
-            )
-        return math.nan, math.nan, math.nan, reached or "no base run ended ok"
+    if not len(base):
+        return math.nan, math.nan, math.nan, "no base run ended ok"
+    if len(finite) < len(base):
+        why = "never reached" if not len(finite) else "not always reached"
+        changed = "" if math.isfinite(ablated) else ", nor with the change"
+        return math.nan, math.nan, math.nan, f"{why}{changed}"
+    if not math.isfinite(ablated):
+        return math.nan, math.nan, math.nan, "never reached with the change"
     mean = float(finite.mean())
     scale = 100.0 if points else (100.0 / abs(mean) if mean else math.nan)
     effect = (ablated - mean) * scale

@@ -599,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         on_gpu=gpu_from_parent(parent.data.params),
     )
     publish(client, parent.info.run_id, report)
-    for line in _summary_lines(report):
+    for line in [*_summary_lines(report), *report.ablation_answer()]:
         print(line)
     try:
         selected = select(frame, args.where)

@@ -9,7 +9,8 @@ quarter of the range either way, inside the range). A setting that does nothing 
 device (the cuDNN autotuner on a CPU) is not run: the report says so.
 
 The plan comes in rounds, so that a small budget still covers every setting once: the
-noise-floor seeds, then the nearest other value of every setting, then the next ones.
+nearest other value of every setting, then the next ones; the noise-floor seeds are spread
+over it (the first run first), so the noise floor holds the machine's drift too.
 Ablation trials are trials like the others (Tune, MLflow children tagged `ablation_of`,
 pruned on running out of memory) but no suggestions: Tune's own generator runs them, in a
 folder of their own (`ablations/` in the search's), so the sampler never hears of them,
@@ -85,21 +86,39 @@ def alternatives(param: SpaceParam, value: Any) -> list[Any]:
 
 
 def plan_changes(
-    base: Mapping[str, Any], space: Mapping[str, SpaceParam], seeds: int, on_gpu: bool
+    base: Mapping[str, Any],
+    space: Mapping[str, SpaceParam],
+    seeds: int,
+    on_gpu: bool,
+    budget: int | None = None,
 ) -> list[Change]:
-    """The changes of one base config in the order they are run (see the module)."""
-    seed = int(base.get("seed", 0))
-    rounds: list[list[Change]] = [
-        [Change("seed", seed + NOISE_SEED_OFFSET + i) for i in range(seeds)]
-    ]
+    """The changes of one base config in the order they are run, at most `budget` of them,
+    the noise-floor seeds always among them (none where they leave no room for a change):
+    the settings' changes in rounds, and the seeds spread over them, the first run first,
+    so that the noise floor also holds how the machine drifts while the ablations run."""
+    rounds: list[list[Change]] = []
     for key in ablated_settings(space, on_gpu):
         if key not in base:
             continue
         for depth, value in enumerate(alternatives(space[key], base[key])):
-            if depth + 1 >= len(rounds):
+            if depth >= len(rounds):
                 rounds.append([])
-            rounds[depth + 1].append(Change(key, value))
-    return [change for round_ in rounds for change in round_]
+            rounds[depth].append(Change(key, value))
+    changes = [change for round_ in rounds for change in round_]
+    if budget is not None:
+        if budget <= seeds:
+            return []
+        changes = changes[: budget - seeds]
+    seed = int(base.get("seed", 0))
+    floor = [Change("seed", seed + NOISE_SEED_OFFSET + i) for i in range(seeds)]
+    at = {round(i * len(changes) / seeds): floor[i] for i in range(seeds)}
+    planned: list[Change] = []
+    for index, change in enumerate([*changes, None]):
+        if index in at:
+            planned.append(at[index])
+        if change is not None:
+            planned.append(change)
+    return planned
 
 
 def ablated_settings(space: Mapping[str, SpaceParam], on_gpu: bool) -> list[str]:
@@ -133,9 +152,7 @@ def ablation_points(
         # every point sets the seed: the trainable's default where the search left it
         base = {"seed": TrainSettings.model_fields["seed"].default}
         base |= {key: value for key, value in config.items() if key not in SEARCH_NOTES}
-        for change in plan_changes(base, space, plan.seeds, on_gpu):
-            if len(points) == budget:
-                return points
+        for change in plan_changes(base, space, plan.seeds, on_gpu, budget - len(points)):
             points.append(
                 {**base, change.setting: change.value, ABLATION_OF: trial_id,
                  ABLATION: change.label}

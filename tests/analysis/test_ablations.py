@@ -121,7 +121,14 @@ def test_a_metric_the_base_never_reaches_has_no_effect_but_says_why():
         base={"time_to_target_s": 10.0},
     )
     (row,) = ablation_effects(search, ablations, ["time_to_target_s"]).itertuples()
-    assert math.isnan(row.effect) and row.verdict == "the base does not always get there"
+    assert math.isnan(row.effect) and row.verdict == "not always reached"
+    search, ablations = search_and_ablations(
+        [{"time_to_target_s": 11.0}, {"time_to_target_s": 12.0}],
+        [{"config.ablation": "amp=true", "time_to_target_s": math.inf}],
+        base={"time_to_target_s": 10.0},
+    )
+    (row,) = ablation_effects(search, ablations, ["time_to_target_s"]).itertuples()
+    assert math.isnan(row.effect) and row.verdict == "never reached with the change"
 
 
 def test_the_effects_cover_the_objectives_then_memory_and_time_to_target():

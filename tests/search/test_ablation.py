@@ -48,15 +48,21 @@ def test_a_range_goes_to_half_and_double_inside_the_range():
     assert alternatives(SpaceParam.parse({"uniform": [0.0, 1.0]}), 0.5) == [0.25, 0.75]
 
 
-def test_the_plan_runs_the_noise_floor_then_one_change_of_every_setting_then_the_next_values():
+def test_the_plan_runs_one_change_of_every_setting_then_the_next_values_the_seeds_spread_over_it():
     changes = plan_changes(KNEE, SPACE, seeds=2, on_gpu=False)
     labels = [change.label for change in changes]
-    assert labels[:2] == ["noise floor", "noise floor"]
-    assert [c.value for c in changes[:2]] == [1007, 1008]  # other seeds than the knee's
-    first_round = ["batch_size=32", "optimizer=sgd", "lr=0.01", "amp=true",
-                   "accumulation_steps=2"]  # fmt: skip
-    assert labels[2:7] == first_round
-    assert labels[7:] == ["batch_size=128", "optimizer=lamb", "lr=0.03"]
+    assert labels == [
+        "noise floor", "batch_size=32", "optimizer=sgd", "lr=0.01", "amp=true",
+        "noise floor", "accumulation_steps=2", "batch_size=128", "optimizer=lamb", "lr=0.03",
+    ]  # fmt: skip
+    floor = [change.value for change in changes if change.label == "noise floor"]
+    assert floor == [1007, 1008]  # other seeds than the knee's
+
+
+def test_a_budget_keeps_the_seeds_and_the_first_changes():
+    labels = [c.label for c in plan_changes(KNEE, SPACE, seeds=2, on_gpu=False, budget=4)]
+    assert labels == ["noise floor", "batch_size=32", "noise floor", "optimizer=sgd"]
+    assert plan_changes(KNEE, SPACE, seeds=2, on_gpu=False, budget=2) == []  # no room
 
 
 def test_the_cudnn_autotuner_is_ablated_on_gpus_only():
@@ -74,7 +80,7 @@ def test_the_default_budget_is_the_seeds_and_one_change_of_every_setting():
 def test_points_are_the_base_config_with_one_change_and_notes_of_what_they_ablate():
     points = ablation_points([("abc", KNEE)], SPACE, AblationSection(seeds=1), on_gpu=False)
     assert len(points) == 1 + 5
-    floor, batch = points[0], points[1]
+    floor, batch = points[0], points[1]  # one seed: the first run
     assert floor["seed"] == 1007 and floor["ablation"] == "noise floor"
     assert batch["batch_size"] == 32 and batch["seed"] == 7 and batch["epochs"] == 3
     assert all(point["ablation_of"] == "abc" for point in points)
@@ -90,10 +96,14 @@ def test_a_base_without_a_seed_is_ablated_at_the_trainables_default_seed():
 
 def test_around_the_front_the_budget_runs_out_on_later_trials_first():
     other = {**KNEE, "batch_size": 16}
-    plan = AblationSection(around="front", budget=10, seeds=1)
+    plan = AblationSection(around="front", budget=12, seeds=1)
     points = ablation_points([("knee", KNEE), ("other", other)], SPACE, plan, on_gpu=False)
     bases = [point["ablation_of"] for point in points]
-    assert bases == ["knee"] * 9 + ["other"]  # the knee's whole plan (1 + 5 + 3), then one
+    assert bases == ["knee"] * 9 + ["other"] * 3  # the knee's whole plan (1 + 5 + 3), then
+    assert [p["ablation"] for p in points[9:]] == ["noise floor", "batch_size=32", "optimizer=sgd"]
+    tight = AblationSection(around="front", budget=10, seeds=1)
+    points = ablation_points([("knee", KNEE), ("other", other)], SPACE, tight, on_gpu=False)
+    assert len(points) == 9  # one trial left: no room for a seed and a change of the other
 
 
 def test_values_are_written_as_in_a_config():
