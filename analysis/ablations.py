@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.flat import as_written
 from analysis.load import CONFIG_PREFIX, setting_columns
 from trainables.metrics import (
     ABLATION,
@@ -68,7 +69,7 @@ def split_ablations(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def base_runs(search: pd.DataFrame, ablations: pd.DataFrame, base: str) -> pd.DataFrame:
     """Every run of the base trial's config: the trial, its repeats (same settings, other
     seeds) and its noise-floor ablations; those that ended ok."""
-    columns = [c for c in setting_columns(search) if c not in (ABLATION_COLUMN, ABLATION_OF_COLUMN)]
+    columns = setting_columns(search)  # the search's notes, the ablations' among them, left out
     chosen = search["trial_id"].astype(str) == base
     if not chosen.any():
         return search[chosen]
@@ -85,16 +86,7 @@ def base_runs(search: pd.DataFrame, ablations: pd.DataFrame, base: str) -> pd.Da
 def _change_text(label: str, base: pd.Series) -> tuple[str, str]:
     """(setting, `amp: false -> true`) of an ablation's label `amp=true`."""
     setting, _, value = label.partition("=")
-    before = base.get(f"{CONFIG_PREFIX}{setting}")
-    if isinstance(before, np.generic):
-        before = before.item()
-    if isinstance(before, bool):
-        shown = "true" if before else "false"
-    elif isinstance(before, float):
-        shown = f"{before:.4g}"
-    else:
-        shown = str(before)
-    return setting, f"{setting}: {shown} -> {value}"
+    return setting, f"{setting}: {as_written(base.get(f'{CONFIG_PREFIX}{setting}'))} -> {value}"
 
 
 def one_effect(ablated: float, base: np.ndarray, points: bool) -> tuple[float, float, float, str]:

@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 from matplotlib.ticker import ScalarFormatter
 from plotly.subplots import make_subplots
 
+from analysis.ablations import in_points
 from analysis.effects import trials_with
 from analysis.load import (
     CONFIG_PREFIX,
@@ -395,12 +396,11 @@ def _ran_with(frame: pd.DataFrame) -> pd.Series:
 TOLD, NOISE = "#2ca02c", "#7f7f7f"  # an effect told from the noise, one within it
 
 
-def effect_rows(effects: pd.DataFrame) -> list[str]:
-    """The effect chart's rows, top to bottom: each change (with its base trial where the
-    ablations went around several)."""
+def effect_rows(effects: pd.DataFrame) -> pd.DataFrame:
+    """`effects` with `row`, its row in the effect chart: the change, with its base trial
+    where the ablations went around several."""
     several = effects["base"].nunique() > 1
-    keys = effects["change"] + (" @ " + effects["base"] if several else "")
-    return list(dict.fromkeys(keys))
+    return effects.assign(row=effects["change"] + (" @ " + effects["base"] if several else ""))
 
 
 def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
@@ -415,15 +415,14 @@ def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
     metrics = list(dict.fromkeys(effects.loc[drawn, "metric"]))
     if not metrics:
         return None
-    rows = effect_rows(effects)
-    several = effects["base"].nunique() > 1
-    keys = effects["change"] + (" @ " + effects["base"] if several else "")
+    effects = effect_rows(effects)
+    rows = list(dict.fromkeys(effects["row"]))  # top to bottom
     figure, axes = plt.subplots(
         1, len(metrics), figsize=(2.8 * len(metrics) + 2.5, 0.32 * len(rows) + 1.8),
         sharey=True, squeeze=False,
     )  # fmt: skip
     for axis, metric in zip(axes[0], metrics, strict=True):
-        chosen = effects[effects["metric"] == metric].assign(row=keys)
+        chosen = effects[effects["metric"] == metric]
         for _, effect in chosen.iterrows():
             y = rows.index(effect["row"])
             if np.isfinite(effect["effect"]):
@@ -442,7 +441,7 @@ def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
             else:  # e.g. a time to target the config does not always reach
                 axis.text(0, y, "no value", fontsize=7, ha="center", va="center", color=NOISE)
         axis.axvline(0, c="k", lw=0.8)
-        unit = "points" if unit_of(metric) == "fraction" else "% of the base"
+        unit = "points" if in_points(metric) else "% of the base"
         axis.set_xlabel(f"{metric} ({unit})", fontsize=9)
         axis.grid(axis="x", alpha=0.3)
     axes[0][0].set_yticks(range(len(rows)), rows, fontsize=8)
@@ -462,14 +461,13 @@ def interactive_effect_figure(effects: pd.DataFrame) -> go.Figure | None:
     if effects.empty:
         return None
     metrics = list(dict.fromkeys(effects["metric"]))
-    rows = effect_rows(effects)
-    several = effects["base"].nunique() > 1
-    keys = effects["change"] + (" @ " + effects["base"] if several else "")
+    effects = effect_rows(effects)
+    rows = list(dict.fromkeys(effects["row"]))
     figure = make_subplots(rows=1, cols=len(metrics), shared_yaxes=True,
-                           subplot_titles=[f"{m} ({'points' if unit_of(m) == 'fraction' else '%'})"
+                           subplot_titles=[f"{m} ({'points' if in_points(m) else '%'})"
                                            for m in metrics])  # fmt: skip
     for column, metric in enumerate(metrics, start=1):
-        chosen = effects[effects["metric"] == metric].assign(row=keys)
+        chosen = effects[effects["metric"] == metric]
         for told in (True, False):
             kind = chosen[chosen["verdict"].isin(["raises", "lowers"]) == told]
             figure.add_trace(go.Scatter(

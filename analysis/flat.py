@@ -1,6 +1,7 @@
 """Nested config dicts as dotted keys: the one naming of settings in MLflow params, the
-trials frame's `config.` columns and config comparisons. Imports nothing heavy, so the
-search's CLI can use it before deciding to start anything."""
+trials frame's `config.` columns and config comparisons; and a value as a config writes
+it. Imports nothing heavy, so the search's CLI can use it before deciding to start
+anything."""
 
 from __future__ import annotations
 
@@ -18,3 +19,14 @@ def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+def as_written(value: Any) -> str:
+    """A value as a config writes it: true, 0.0009183, adam (numpy scalars as Python's)."""
+    if hasattr(value, "item") and not isinstance(value, str):  # a numpy scalar
+        value = value.item()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

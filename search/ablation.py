@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.flat import as_written
 from search.config import AblationSection
 from search.space import SpaceParam
 from trainables.metrics import ABLATION, ABLATION_OF, NOISE_FLOOR, SEARCH_NOTES
@@ -47,15 +48,6 @@ class Change:
         if self.setting == "seed":
             return NOISE_FLOOR
         return f"{self.setting}={as_written(self.value)}"
-
-
-def as_written(value: Any) -> str:
-    """A value as a config writes it: true, 0.0009183, adam."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 def _is_number(value: Any) -> bool:

@@ -11,7 +11,6 @@ from typing import Any
 
 import pandas as pd
 from ray import tune
-from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search import BasicVariantGenerator
 
 from analysis.load import frame_from_tune
@@ -19,8 +18,9 @@ from analysis.pareto import balanced_front
 from analysis.report import ranked
 from search.ablation import ablation_points, describe
 from search.config import SearchConfig
+from search.experiment import has_saved_state
 from search.recovery import FitResult, fit_with_recovery
-from search.tuner import progress_table, trainable
+from search.tuner import restore_tuner, run_config, trainable, trial_dirname
 from trainables.data import PreparedData
 from trainables.metrics import METRICS
 
@@ -47,49 +47,31 @@ def param_space_of(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def has_ablations(experiment_dir: Path) -> bool:
     """Whether the search's ablations have started (and can be resumed)."""
-    folder = experiment_dir / ABLATIONS_DIR
-    return tune.Tuner.can_restore(str(folder)) and any(folder.glob("experiment_state-*.json"))
+    return has_saved_state(experiment_dir / ABLATIONS_DIR)
 
 
 def ablation_tuner(
+    config: SearchConfig,
+    data: PreparedData,
     points: Sequence[Mapping[str, Any]],
-    trainable: Any,
     experiment_dir: Path,
-    max_concurrent_trials: int | None,
-    max_failures: int,
     callbacks: Sequence[tune.Callback],
-    progress: tune.ProgressReporter,
 ) -> tune.Tuner:
-    """Tune's own generator runs each point once: no sampler, no early stopping."""
+    """Tune's own generator runs each point once: no sampler, no early stopping; the
+    search's resources, retries and loggers, in `ablations/` of its folder."""
     return tune.Tuner(
-        trainable,
+        trainable(config, data, compared=False),
         param_space=param_space_of(points),
         tune_config=tune.TuneConfig(
             search_alg=BasicVariantGenerator(
                 points_to_evaluate=[dict(p) for p in points],
-                max_concurrent=max_concurrent_trials or 0,  # 0: as resources allow
+                max_concurrent=config.search.max_concurrent_trials or 0,  # 0: as resources allow
             ),
             num_samples=len(points),
             reuse_actors=True,
-            trial_dirname_creator=lambda trial: f"trial_{trial.trial_id}",
+            trial_dirname_creator=trial_dirname,
         ),
-        run_config=tune.RunConfig(
-            name=ABLATIONS_DIR,
-            storage_path=str(experiment_dir),
-            failure_config=tune.FailureConfig(max_failures=max_failures),
-            callbacks=[*callbacks, JsonLoggerCallback(), CSVLoggerCallback()],
-            progress_reporter=progress,
-            verbose=1,
-        ),
-    )
-
-
-def restored_ablation_tuner(experiment_dir: Path, trainable: Any) -> tune.Tuner:
-    return tune.Tuner.restore(
-        str(experiment_dir / ABLATIONS_DIR),
-        trainable=trainable,
-        resume_unfinished=True,
-        resume_errored=True,
+        run_config=run_config(config, ABLATIONS_DIR, list(callbacks), str(experiment_dir)),
     )
 
 
@@ -134,7 +116,7 @@ def run_ablations(
         return None
 
     def restored() -> tune.Tuner:
-        return restored_ablation_tuner(experiment_dir, trainable(config, data, compared=False))
+        return restore_tuner(config, data, experiment_dir / ABLATIONS_DIR, compared=False)
 
     if has_ablations(experiment_dir):
         expected = expected_trials(experiment_dir)
@@ -152,10 +134,6 @@ def run_ablations(
         expected = len(points)
 
         def first() -> tune.Tuner:
-            return ablation_tuner(
-                points, trainable(config, data, compared=False), experiment_dir,
-                config.search.max_concurrent_trials, config.run.max_failures, callbacks,
-                progress_table(config),
-            )  # fmt: skip
+            return ablation_tuner(config, data, points, experiment_dir, callbacks)
 
     return fit_with_recovery(first, restored, expected, automatic_resumes, say)

@@ -151,9 +151,10 @@ def report_and_finish(
     say()
     say(summary_table(report.frame, list(config.space), list(config.objectives)))
     say()
-    for line in report.ablation_answer():  # the report's first screen, also here
+    answer = report.ablation_answer()  # the report's first screen, also here
+    for line in answer:
         say(line if line.startswith("Around trial") else f"  {line}")
-    if report.ablation_answer():
+    if answer:
         say()
     say(f"Results: {experiment_dir}")
     say(f"Report:  {experiment_dir / 'report' / 'report.html'}")

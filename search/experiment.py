@@ -79,10 +79,16 @@ def new_run_name(config_name: str) -> str:
     return f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def find_resumable(storage: Path, config_name: str, run_name: str | None) -> Path:
-    """The experiment folder `--resume` continues: `--name`'s, or the newest of this config."""
+def has_saved_state(folder: Path) -> bool:
+    """Whether a Tune experiment in `folder` can be continued: `can_restore` is true as soon
+    as the Tuner exists; one that stopped before its first trial has no experiment state."""
     from ray.tune import Tuner  # here: only a resume needs Ray before the search starts
 
+    return Tuner.can_restore(str(folder)) and any(folder.glob("experiment_state-*.json"))
+
+
+def find_resumable(storage: Path, config_name: str, run_name: str | None) -> Path:
+    """The experiment folder `--resume` continues: `--name`'s, or the newest of this config."""
     if run_name is not None:
         candidates = [storage / run_name]
     else:
@@ -92,9 +98,7 @@ def find_resumable(storage: Path, config_name: str, run_name: str | None) -> Pat
             reverse=True,
         )
     for candidate in candidates:
-        # can_restore is true as soon as the Tuner exists; a search that stopped before
-        # its first trial has no experiment state to continue from.
-        if Tuner.can_restore(str(candidate)) and any(candidate.glob("experiment_state-*.json")):
+        if has_saved_state(candidate):
             return candidate
     wanted = f"{storage / run_name}" if run_name else f"{storage}/{config_name}-*"
     raise ExperimentNotFound(

@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from ray import tune
 
+from analysis.load import CONFIG_PREFIX
 from trainables.metrics import (
     ABLATION,
     ABLATION_OF,
@@ -108,7 +109,7 @@ def ablation_run_name(name: str, change: str, base: str) -> str:
 def tag_ablated(parent: ParentRun, ablations: pd.DataFrame) -> None:
     """Tag each ablated trial's run with how many ablations it has and the filter that
     lists them in the MLflow UI (`tags.ablation_of = '<trial>'`)."""
-    column = f"config.{ABLATION_OF}"
+    column = f"{CONFIG_PREFIX}{ABLATION_OF}"
     if ablations.empty or column not in ablations:
         return
     for base, count in ablations[column].astype(str).value_counts().items():

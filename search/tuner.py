@@ -113,21 +113,32 @@ def build_tuner(
             # Trials of one search all ask for the same resources, so a finished trial's
             # process takes the next one: seconds saved per trial on small searches.
             reuse_actors=True,
-            trial_dirname_creator=lambda trial: f"trial_{trial.trial_id}",
+            trial_dirname_creator=trial_dirname,
         ),
         run_config=run_config(config, run_name, callbacks),
     )
 
 
+def trial_dirname(trial: tune.experiment.Trial) -> str:
+    """A trial's folder: `trial_<id>` (what `analysis.load` and the ablations read)."""
+    return f"trial_{trial.trial_id}"
+
+
 def run_config(
-    config: SearchConfig, run_name: str, callbacks: list[tune.Callback]
+    config: SearchConfig,
+    run_name: str,
+    callbacks: list[tune.Callback],
+    storage_path: str | None = None,
 ) -> tune.RunConfig:
+    """`storage_path`: where the experiment's folder goes (default: `run.storage_path`;
+    the ablations go into the search's own folder)."""
     # Per-trial result.json and progress.csv are written explicitly; Tune's automatic
     # loggers are turned off by search.run because its TensorBoard logger prints a warning
     # for every trial that reports time_to_target_s = inf (MLflow is the dashboard here).
     return tune.RunConfig(
         name=run_name,
-        storage_path=config.run.storage_path,  # absolute: trials run in other directories
+        # absolute: trials run in other directories
+        storage_path=storage_path or config.run.storage_path,
         failure_config=tune.FailureConfig(max_failures=config.run.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=config.run.checkpoints_to_keep),
         callbacks=[*callbacks, JsonLoggerCallback(), CSVLoggerCallback()],
@@ -136,14 +147,17 @@ def run_config(
     )
 
 
-def restore_tuner(config: SearchConfig, data: PreparedData, experiment_dir: Path) -> tune.Tuner:
+def restore_tuner(
+    config: SearchConfig, data: PreparedData, experiment_dir: Path, compared: bool = True
+) -> tune.Tuner:
     """Continue an interrupted search: finished trials are kept, unfinished ones resume.
     The param space is the one the search started with, as Tune saved it (it holds no
     object references to refresh): a search started before a setting was renamed keeps
-    its keys, which the trials still accept (`trainables.settings.RENAMED_KEYS`)."""
+    its keys, which the trials still accept (`trainables.settings.RENAMED_KEYS`).
+    `compared` False: trials early stopping never compares (the ablations)."""
     return tune.Tuner.restore(
         str(experiment_dir),
-        trainable=trainable(config, data),
+        trainable=trainable(config, data, compared),
         resume_unfinished=True,
         resume_errored=True,
     )

@@ -2,12 +2,12 @@
 
 import pytest
 
+from analysis.flat import as_written
 from search.ablation import (
     Change,
     ablated_settings,
     ablation_points,
     alternatives,
-    as_written,
     budget_of,
     describe,
     plan_changes,
