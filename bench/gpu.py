@@ -44,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +65,7 @@ from trainables.models import build_model
 from trainables.settings import TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]
-PARTS = ("loop", "memory", "capacity", "packing", "oom")
+PARTS = ("loop", "memory", "capacity", "packing", "oom", "card")
 # NVIDIA DeepLearningExamples, ResNet-50 v1.5 training on one A100 80GB, batch 256.
 NVIDIA_A100_IMAGES_PER_S = {"TF32": 938, "AMP": 2470}
 
@@ -173,7 +173,7 @@ def trainable_run(settings: TrainSettings, data: PreparedData) -> Rates:
     return Rates(reports[-1]["throughput"], len(data.train) * settings.epochs / whole)
 
 
-def loop_part(epochs: int) -> list[Row]:
+def loop_part(epochs: int) -> Iterator[Row]:
     case = GPU_CASE if on_gpu() else CPU_CASE
     data = prepare_data(
         DataSettings(
@@ -184,7 +184,6 @@ def loop_part(epochs: int) -> list[Row]:
         )
     )
     what = f"{case.model}, {case.image_size} px, batch {case.batch_size}, {len(data.train)} images"
-    rows = []
     cases = [("fp32", {}, False), ("AMP", {"amp": True}, False),
              ("channels_last + AMP", {"amp": True, "channels_last": True}, True)]  # fmt: skip
     if on_gpu():  # a compile takes minutes on a CPU; the suite compiles once, on a tiny model
@@ -199,7 +198,7 @@ def loop_part(epochs: int) -> list[Row]:
         loop = "tuned loop" if tuned else "bare loop"
         bare = bare_loop(settings, data, tuned=tuned, compiled=settings.compile)
         trainable = trainable_run(settings, data)
-        rows += [
+        yield from [
             Row("loop", f"{loop}, {label}", bare.last_epoch, "images/s", what),
             Row("loop", f"trainable training part, {label}", trainable.last_epoch, "images/s",
                 f"{trainable.last_epoch / bare.last_epoch:.2f}x the {loop}"),
@@ -208,13 +207,12 @@ def loop_part(epochs: int) -> list[Row]:
                 f"{epochs} epoch{'s' if epochs > 1 else ''}"),
         ]  # fmt: skip
     if not on_gpu():
-        rows.append(Row("loop", "trainable training part, channels_last + AMP + compile",
-                        None, "images/s", "needs a GPU in this bench (the suite compiles once "
-                        "on CPU: tests/trainables/test_layout_and_compile.py)"))  # fmt: skip
+        yield Row("loop", "trainable training part, channels_last + AMP + compile", None,
+                  "images/s", "needs a GPU in this bench (the suite compiles once on CPU: "
+                  "tests/trainables/test_layout_and_compile.py)")  # fmt: skip
     for precision, images_per_s in NVIDIA_A100_IMAGES_PER_S.items():
-        rows.append(Row("loop", f"NVIDIA's ResNet-50, {precision}", images_per_s, "images/s",
-                        "A100 80GB, batch 256, DeepLearningExamples (reference)"))  # fmt: skip
-    return rows
+        reference = "A100 80GB, batch 256, DeepLearningExamples (reference)"
+        yield Row("loop", f"NVIDIA's ResNet-50, {precision}", images_per_s, "images/s", reference)
 
 
 # --- 2. the memory model against the card -----------------------------------------------------
@@ -235,13 +233,12 @@ class LineError:
         return 100 * statistics.fmean(scored) if scored else math.nan
 
 
-def line_errors(model: str, image_size: int) -> list[LineError]:
+def line_errors(model: str, image_size: int) -> Iterator[LineError]:
     """For AMP x checkpointing: the reserved peak of a step at each of `MEMORY_BATCHES`
     (from an empty cache, as a trial's first step), and the line through the two probe
     batches' peaks (`CARD_PROBE_BATCHES`) against it."""
     from search.capacity import Prober
 
-    results = []
     for amp in (False, True):
         for checkpointing in (False, True):
             label = " + ".join(
@@ -265,27 +262,24 @@ def line_errors(model: str, image_size: int) -> list[LineError]:
             line = StepLine(small, large, measured[small], measured[large])
             errors = {b: abs(line.at(b) - peak) / peak for b, peak in measured.items()}
             missing = tuple(b for b in MEMORY_BATCHES if b not in measured)
-            results.append(LineError(label, errors, missing))
             del prober
-    return results
+            yield LineError(label, errors, missing)
 
 
-def memory_part() -> list[Row]:
+def memory_part() -> Iterator[Row]:
     model, size = ("resnet50", 224) if on_gpu() else ("small_cnn", 32)
     held_out = tuple(b for b in MEMORY_BATCHES if b not in CARD_PROBE_BATCHES)
     what = f"{model}, {size} px, reserved peak, probes at {CARD_PROBE_BATCHES}"
     if not on_gpu():
         what += "; the CPU meter (a stand-in: the largest of a few lines in the batch)"
-    rows = []
     for result in line_errors(model, size):
         note = f"{what}; not held: {list(result.out_of_memory)}" if result.out_of_memory else what
-        rows += [
+        yield from [
             Row("memory", f"line MAPE, {result.label}, batches 16-512", result.mape(MEMORY_BATCHES),
                 "%", note),
             Row("memory", f"line MAPE, {result.label}, batches off the probes",
                 result.mape(held_out), "%", f"batches {list(held_out)}"),
         ]  # fmt: skip
-    return rows
 
 
 # --- 3. capacity on the card ------------------------------------------------------------------
@@ -450,6 +444,87 @@ def oom_part(out_dir: Path) -> list[Row]:
     return rows
 
 
+# --- 6. the card's own facts: its context growing, its errors at a limit -------------------
+
+
+def _outside_allocator_mib(card: Any) -> float | None:
+    process = card.process_bytes()
+    return None if process is None else (process - card.reserved_bytes()) / 2**20
+
+
+def _one_step(model: torch.nn.Module, batch: int, amp: bool, layout: torch.memory_format) -> None:
+    images = torch.randn(batch, 3, 224, 224, device="cuda").contiguous(memory_format=layout)
+    labels = torch.randint(0, 10, (batch,), device="cuda")
+    with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+        loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    torch.cuda.synchronize()
+
+
+def card_part() -> Iterator[Row]:
+    """What a trial's memory model assumes of the card, read off it: the memory this process
+    holds outside PyTorch's allocator after the tiny kernels a trial measures it after
+    (`trainables.cuda.load_kernels`), and as the real model's kernels load (cuDNN's engines
+    for its shapes, the autotuner's, AMP's, channels-last's, a compiled step's); and the
+    error each step raises when it does not fit under an allocator limit (which of them
+    `trainables.oom` takes for out of memory)."""
+    if not on_gpu():
+        yield Row("card", "memory outside the allocator", None, "MiB", "needs a GPU")
+        return
+    from trainables.cuda import TorchCudaCard, load_kernels
+    from trainables.oom import is_out_of_memory
+
+    card = TorchCudaCard(torch.device("cuda"))
+    load_kernels(card.device)
+    measured = _outside_allocator_mib(card)
+    if measured is None:
+        yield Row("card", "memory outside the allocator", None, "MiB", "NVML cannot see it")
+        return
+    yield Row("card", "outside the allocator, after the tiny kernels", measured, "MiB",
+              "what a trial measures and budgets for")  # fmt: skip
+    model = build_model("resnet50", 10, 224).cuda()
+    steps = [("resnet50 fp32 step", False, torch.contiguous_format, False),
+             ("+ AMP step", True, torch.contiguous_format, False),
+             ("+ channels_last AMP step", True, torch.channels_last, False),
+             ("+ the cuDNN autotuner", True, torch.channels_last, True)]  # fmt: skip
+    for label, amp, layout, autotuner in steps:
+        torch.backends.cudnn.benchmark = autotuner
+        model = model.to(memory_format=layout)
+        _one_step(model, 32, amp, layout)
+        now = _outside_allocator_mib(card) or math.nan
+        yield Row("card", f"outside the allocator, after {label}", now, "MiB",
+                  f"{now - measured:+.0f} MiB over the tiny kernels' figure")  # fmt: skip
+    compiled = torch.compile(build_model("resnet18", 10, 224).cuda())
+    _one_step(compiled, 32, True, torch.contiguous_format)
+    now = _outside_allocator_mib(card) or math.nan
+    yield Row("card", "outside the allocator, after a compiled resnet18 step", now, "MiB",
+              f"{now - measured:+.0f} MiB over the tiny kernels' figure")  # fmt: skip
+    del model, compiled
+    torch.cuda.empty_cache()
+    # Near a limit: each error a step raises, and whether it is taken for out of memory.
+    total = card.total_bytes()
+    for autotuner in (False, True):
+        torch.backends.cudnn.benchmark = autotuner
+        card.set_allocator_fraction(3 * 2**30 / total)
+        model = build_model("resnet50", 10, 224).cuda().to(memory_format=torch.channels_last)
+        seen: dict[str, tuple[int, bool]] = {}
+        for batch in (32, 64, 96, 128, 160, 192, 256, 384, 512):
+            try:
+                _one_step(model, batch, True, torch.channels_last)
+            except Exception as error:  # what the card raises is the measurement
+                first = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:90]}"
+                seen.setdefault(first, (batch, is_out_of_memory(error)))
+            model.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+        where = f"error at the limit, autotuner {'on' if autotuner else 'off'}"
+        for message, (batch, taken) in seen.items():
+            verdict = "OOM" if taken else "NOT taken for OOM"
+            yield Row("card", where, batch, "batch", f"{verdict}: {message}")
+        del model
+        torch.cuda.empty_cache()
+    card.set_allocator_fraction(1.0)
+
+
 # --- the table --------------------------------------------------------------------------------
 
 
@@ -461,15 +536,33 @@ def render(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def write_csv(rows: list[Row], path: Path, device: str) -> None:
+CSV_HEADER = ["device", "part", "measurement", "value", "unit", "note"]
+
+
+def write_csv(rows: Iterable[Row], path: Path, device: str) -> None:
+    """Each row written and flushed as it comes: a part stopped at its time limit keeps
+    every row it measured before."""
     with path.open("w", newline="") as file:
         writer = csv.writer(file)
-        writer.writerow(["device", "part", "measurement", "value", "unit", "note"])
+        writer.writerow(CSV_HEADER)
+        file.flush()
         for row in rows:
             writer.writerow([device, row.part, row.measurement, row.value, row.unit, row.note])
+            file.flush()
 
 
-def run_part(part: str, epochs: int, out_dir: Path) -> list[Row]:
+def read_csv(path: Path) -> list[Row]:
+    if not path.exists():
+        return []
+    with path.open() as file:
+        return [
+            Row(row["part"], row["measurement"], float(row["value"]) if row["value"] else None,
+                row["unit"], row["note"])
+            for row in csv.DictReader(file)
+        ]  # fmt: skip
+
+
+def run_part(part: str, epochs: int, out_dir: Path) -> Iterable[Row]:
     if part == "loop":
         return loop_part(epochs)
     if part == "memory":
@@ -478,6 +571,8 @@ def run_part(part: str, epochs: int, out_dir: Path) -> list[Row]:
         return capacity_part(out_dir)
     if part == "packing":
         return packing_part(epochs)
+    if part == "card":
+        return card_part()
     return oom_part(out_dir)
 
 
@@ -490,18 +585,14 @@ def part_in_own_process(part: str, epochs: int, out_dir: Path, timeout_s: float)
     command = [sys.executable, __file__, "--parts", part, "--out", str(csv_path),
                "--epochs", str(epochs), "--in-process"]  # fmt: skip
     code = run_limited(command, log, timeout_s)
+    measured = read_csv(csv_path)  # what it wrote before it ended, or was stopped
     if code is None:
-        return [Row(part, "the part ran out of time", None, "",
-                    f"stopped after {timeout_s:.0f} s; its output: {log.name}")]  # fmt: skip
-    if code != 0 or not csv_path.exists():
+        note = f"stopped after {timeout_s:.0f} s; its output: {log.name}"
+        return [*measured, Row(part, "the part ran out of time", None, "", note)]
+    if code != 0:
         why = (log.read_text().strip().splitlines() or ["no output"])[-1][:200]
-        return [Row(part, "the part failed", None, "", f"exit {code}: {why}")]
-    with csv_path.open() as file:
-        return [
-            Row(row["part"], row["measurement"], float(row["value"]) if row["value"] else None,
-                row["unit"], row["note"])
-            for row in csv.DictReader(file)
-        ]  # fmt: skip
+        return [*measured, Row(part, "the part failed", None, "", f"exit {code}: {why}")]
+    return measured
 
 
 def main(argv: list[str] | None = None) -> None:

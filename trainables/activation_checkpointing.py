@@ -20,6 +20,7 @@ would pass for an effect of checkpointing on accuracy. The wrapper leaves the mo
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import Counter
@@ -117,12 +118,21 @@ def _checkpoint(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
     arguments again in backward, and a caller may have grown them by then (DenseNet appends
     each layer's output to the list the next layer reads)."""
 
-    def contexts() -> tuple[Any, Any]:
-        return nullcontext(), running_statistics_frozen(module)
-
     args = tuple(_snapshot(value) for value in args)
     kwargs = {key: _snapshot(value) for key, value in kwargs.items()}
+    if torch.compiler.is_compiling():
+        # Compiled, the recomputation is the partitioner's: it never replays a mutation, so
+        # the running statistics are updated once without the frozen context; and Dynamo
+        # takes a context_fn only when it yields two TorchDispatchModes (selective
+        # checkpointing), which a context manager over the layers is not.
+        return checkpoint(module, *args, use_reentrant=False, **kwargs)
+    contexts = functools.partial(_forward_plainly_recompute_frozen, module)
     return checkpoint(module, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+
+
+def _forward_plainly_recompute_frozen(module: nn.Module) -> tuple[Any, Any]:
+    """The checkpoint's contexts: the forward as it is, the recomputation's statistics frozen."""
+    return nullcontext(), running_statistics_frozen(module)
 
 
 def _snapshot(value: Any) -> Any:
@@ -142,6 +152,8 @@ def running_statistics_frozen(module: nn.Module) -> Iterator[None]:
         for layer in module.modules()
         if getattr(layer, "track_running_stats", False) and hasattr(layer, "momentum")
     ]
+    # The counters are kept as tensors on the device: reading one (int()) would wait for
+    # every queued kernel of the card, at each block of each step.
     saved = [(layer.momentum, _counter(layer)) for layer in layers]
     for layer in layers:
         layer.momentum = 0.0  # running = (1 - 0) x running + 0 x batch
@@ -151,12 +163,12 @@ def running_statistics_frozen(module: nn.Module) -> Iterator[None]:
         for layer, (momentum, counter) in zip(layers, saved, strict=True):
             layer.momentum = momentum
             if counter is not None:
-                layer.num_batches_tracked.fill_(counter)
+                layer.num_batches_tracked.copy_(counter)
 
 
-def _counter(layer: nn.Module) -> int | None:
+def _counter(layer: nn.Module) -> torch.Tensor | None:
     tracked = getattr(layer, "num_batches_tracked", None)
-    return int(tracked) if isinstance(tracked, torch.Tensor) else None
+    return tracked.clone() if isinstance(tracked, torch.Tensor) else None
 
 
 def _tensors(*values: Any) -> list[torch.Tensor]:

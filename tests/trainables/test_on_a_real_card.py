@@ -67,3 +67,40 @@ def test_the_capacity_prober_finds_the_largest_batch_that_fits_on_the_card():
     largest = largest_near(prober.fits, prober.predicted_largest())
     assert largest > 0 and prober.probes <= 12
     assert prober.fits(largest) and not prober.fits(largest + 1)
+
+
+# Each technique switched on once on the card, as a search's trial would run it, on a
+# quarter of the card: every epoch ok, and the report says the technique ran.
+TECHNIQUES_ON_THE_CARD = {
+    "fp16 AMP with its GradScaler, fused SGD": (
+        {"amp": True},
+        {"precision": "float16"},
+    ),
+    "fp16 AMP, fused Adam": ({"amp": True, "optimizer": "adam"}, {"precision": "float16"}),
+    "bf16 AMP": ({"amp": True, "amp_dtype": "bfloat16"}, {"precision": "bfloat16"}),
+    "the cuDNN autotuner": ({"cudnn_benchmark": True}, {}),
+    "channels-last": ({"channels_last": True}, {"memory_format": "channels_last"}),
+    "torch.compile": ({"compile": True}, {"compile_mode": "compiled"}),
+    "activation checkpointing": ({"activation_checkpointing": True}, {}),
+    "compile with activation checkpointing": (
+        {"compile": True, "activation_checkpointing": True, "amp": True},
+        {"compile_mode": "compiled"},
+    ),
+    "accumulation": ({"accumulation_steps": 2}, {"effective_batch_size": 64}),
+    "AdaBatch": ({"adabatch_growth": 2}, {"effective_batch_size": 64}),
+    "augmentation": ({"augment": True}, {}),
+    "deterministic kernels": ({"deterministic": True}, {}),
+}
+
+
+@pytest.mark.parametrize("technique", list(TECHNIQUES_ON_THE_CARD))
+def test_each_technique_trains_a_trial_on_a_quarter_of_the_card(technique, small_images):
+    switches, reported = TECHNIQUES_ON_THE_CARD[technique]
+    reports = []
+    settings = TrainSettings(model="resnet18", batch_size=32, epochs=2, train_eval_size=32,
+                             device="cuda", **switches)  # fmt: skip
+    last = fit_classifier(settings, small_images, lambda m, _: reports.append(m), gpu_share=0.25)
+    assert [m["status"] for m in reports] == ["ok", "ok"], last.get("status_detail")
+    assert 0 < last["peak_mem_mb"] < last["memory_limit_mb"]
+    for key, value in reported.items():
+        assert last[key] == value, (key, last[key])
