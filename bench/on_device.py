@@ -172,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if args.workers > 1 and _has_xdist(env):
         suite += ["-n", str(args.workers)]
-    steps.append(run("pytest", suite, out / "tests.log", args.suite_timeout, env))
+    streamed = out / "failures-as-they-came.log"
+    suite += ["-p", "failures_as_they_come"]
+    suite_env = {**env, "FAILURES_AS_THEY_COME": str(streamed),
+                 "PYTHONPATH": os.pathsep.join([str(REPO / "bench"), env["PYTHONPATH"]])}  # fmt: skip
+    steps.append(run("pytest", suite, out / "tests.log", args.suite_timeout, suite_env))
     failed = failures(junit)
     (out / "failures.txt").write_text("".join(f"{line}\n" for line in failed))
     lines = [f"card: {card()}", f"python: {sys.version.split()[0]}"]
@@ -182,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     if junit.exists():
         lines.append(f"failed tests: {len(failed)}")
     else:
-        lines.append("failed tests: not known, the suite wrote no report (see tests.log)")
+        log = streamed.read_text().splitlines() if streamed.exists() else []
+        came = sum(1 for line in log if line and not line.startswith(" "))
+        lines.append(f"failed tests: at least {came} before it was stopped, the suite wrote no "
+                     f"report (see {streamed.name} and tests.log)")  # fmt: skip
     lines.append(f"in all: {time.perf_counter() - started:.0f} s")
     (out / "summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
