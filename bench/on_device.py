@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         suite += ["-n", str(args.workers)]
     streamed = out / "failures-as-they-came.log"
     suite += ["-p", "failures_as_they_come"]
-    suite_env = {**env, "FAILURES_AS_THEY_COME": str(streamed),
-                 "PYTHONPATH": os.pathsep.join([str(REPO / "bench"), env["PYTHONPATH"]])}  # fmt: skip
+    plugin_path = os.pathsep.join([str(REPO / "bench"), env["PYTHONPATH"]])
+    suite_env = {**env, "FAILURES_AS_THEY_COME": str(streamed), "PYTHONPATH": plugin_path}
     steps.append(run("pytest", suite, out / "tests.log", args.suite_timeout, suite_env))
     failed = failures(junit)
     (out / "failures.txt").write_text("".join(f"{line}\n" for line in failed))
