@@ -7,11 +7,15 @@ and this unpacks it before anything runs. Then:
 
     python3 bench/on_device.py --out $OUT      # in the device tool's run, carry [".bundle"]
 
-Written to --out: summary.txt (the card, each part's wall time and exit, the failures),
-gpu.csv and gpu-<part>.log (the bench's table and each part's output), tests.log (pytest's
-output), junit.xml, and failures.txt (each failed test and the first line of its error). A
-part that runs past its limit is stopped, and the next runs: what finished is kept. The
-defaults fit in about five minutes on a 16-core machine.
+First the tests only a card can run (tests/trainables/test_on_a_real_card.py, one per
+technique), then the bench's parts, then the rest of the suite. Written to --out, seven files
+(a call brings back at most eight): summary.txt (the card, each step's wall time and exit,
+the failures), gpu.csv (the bench's table), card-tests.log and tests.log (pytest's output),
+failures.txt (each failed test and the first line of its error), failures-as-they-came.log
+(each failure with the end of its error, written as it happens: a suite stopped at its limit
+still names them) and parts.tar.gz (each part's CSV and log, the JUnit reports). A step that
+runs past its limit is stopped, with everything it started, and the next runs: what finished
+is kept, and every bench row is written as it is measured.
 """
 
 from __future__ import annotations
@@ -25,14 +29,17 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLE = REPO / ".bundle" / "site.tar.xz"
 SITE = Path("/tmp/batchsearch-site")
+BUNDLE_PYTHON = (3, 12)  # the lent machine's, which bench/device_bundle.py builds for
 DEFAULT_PARTS = ("card", "loop", "memory", "capacity", "oom")  # packing: when there is time
 # Each bench/gpu.py part's time limit, its process's start and CUDA's included (capacity:
 # the table's goal is 60 s on an H100-class card).
@@ -49,8 +56,8 @@ class Step:
 def unpack_bundle(bundle: Path, site: Path) -> str | None:
     """The bundle's packages in `site`; their path for PYTHONPATH (None: no bundle here,
     the packages must already be installed)."""
-    if not bundle.exists():
-        return None
+    if not bundle.exists() or sys.version_info[:2] != BUNDLE_PYTHON:
+        return None  # its packages are built for the machine's Python alone
     if not (site / ".unpacked").exists():
         shutil.rmtree(site, ignore_errors=True)
         site.mkdir(parents=True)
@@ -124,6 +131,42 @@ def card() -> str:
     return out.stdout.strip() or "no GPU listed by nvidia-smi"
 
 
+CARD_TESTS = "tests/trainables/test_on_a_real_card.py"
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One pytest run of the call: its name, what it is given, its limit, where it logs."""
+
+    name: str
+    arguments: list[str]
+    timeout_s: float
+    log: Path
+    junit: Path
+
+
+def run_suite(suite: Suite, workers: int, streamed: Path, env: dict[str, str]) -> Step:
+    command = [sys.executable, "-m", "pytest", *suite.arguments, "-p", "no:cacheprovider",
+               f"--junitxml={suite.junit}", "-p", "on_device"]  # fmt: skip
+    # -p on_device: this module as a plugin (its pytest_* hooks below) writes each failure
+    # to `streamed` as it arrives.
+    if workers > 1 and _has_xdist(env):
+        command += ["-n", str(workers)]
+    plugin_path = os.pathsep.join([str(REPO / "bench"), env["PYTHONPATH"]])
+    suite_env = {**env, FAILURES_AS_THEY_COME: str(streamed), "PYTHONPATH": plugin_path}
+    return run(suite.name, command, suite.log, suite.timeout_s, suite_env)
+
+
+def pack(work: Path, archive: Path) -> None:
+    """Everything the parts wrote, but the searches' databases and results, as one file: a
+    call brings back at most 8 files."""
+    skipped = ("mlflow.db", "oom-search", "ray_results")
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(work.iterdir()):
+            if path.name not in skipped:
+                tar.add(path, arcname=path.name)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="the folder for everything")
@@ -131,10 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         "--parts",
         nargs="*",
         default=list(DEFAULT_PARTS),
-        help=f"bench/gpu.py's parts (default: {' '.join(DEFAULT_PARTS)}; none: the suite only)",
+        help=f"bench/gpu.py's parts (default: {' '.join(DEFAULT_PARTS)}; none: no bench)",
     )
     parser.add_argument("--part-timeout", type=float, default=None,
                         help=f"seconds per bench part (default: {PART_SECONDS})")  # fmt: skip
+    parser.add_argument("--card-tests", default=CARD_TESTS,
+                        help=f"run first, alone (default: {CARD_TESTS}; '': none)")  # fmt: skip
+    parser.add_argument("--card-tests-timeout", type=float, default=120, help="their seconds")
     parser.add_argument("--suite-timeout", type=float, default=150, help="seconds for the suite")
     parser.add_argument(
         "--workers",
@@ -150,52 +196,77 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="on-device-"))
     started = time.perf_counter()
     env = environment(unpack_bundle(BUNDLE, SITE))
+    streamed = out / "failures-as-they-came.log"
+    suites = []
+    if args.card_tests:
+        suites.append(Suite("card tests", ["-v", *shlex.split(args.card_tests)],
+                            args.card_tests_timeout, out / "card-tests.log",
+                            work / "card-tests.xml"))  # fmt: skip
+    ignored = [f"--ignore={path}" for path in shlex.split(args.card_tests)]
+    suites.append(Suite("pytest", [*shlex.split(args.pytest_args), *ignored], args.suite_timeout,
+                        out / "tests.log", work / "junit.xml"))  # fmt: skip
     steps = []
+    # The card's own tests first: they are what only this machine can run.
+    if args.card_tests:
+        steps.append(run_suite(suites[0], min(args.workers, 4), streamed, env))
     limits = {part: args.part_timeout or PART_SECONDS[part] for part in args.parts}
-    bench = [sys.executable, str(REPO / "bench" / "gpu.py"), "--out", str(out / "gpu.csv"),
+    bench = [sys.executable, str(REPO / "bench" / "gpu.py"), "--out", str(work / "gpu.csv"),
              "--epochs", "2", "--parts", *args.parts]  # fmt: skip
     if args.part_timeout:
         bench += ["--part-timeout", str(args.part_timeout)]
     if args.parts:  # each part has its own limit; this one is for all of them
-        steps.append(run("bench/gpu.py", bench, out / "gpu.log", sum(limits.values()) + 30, env))
-    junit = out / "junit.xml"
-    suite = [
-        sys.executable,
-        "-m",
-        "pytest",
-        *shlex.split(args.pytest_args),
-        "-p",
-        "no:cacheprovider",
-        f"--junitxml={junit}",
-    ]
-    if args.workers > 1 and _has_xdist(env):
-        suite += ["-n", str(args.workers)]
-    streamed = out / "failures-as-they-came.log"
-    suite += ["-p", "failures_as_they_come"]
-    plugin_path = os.pathsep.join([str(REPO / "bench"), env["PYTHONPATH"]])
-    suite_env = {**env, "FAILURES_AS_THEY_COME": str(streamed), "PYTHONPATH": plugin_path}
-    steps.append(run("pytest", suite, out / "tests.log", args.suite_timeout, suite_env))
-    failed = failures(junit)
+        steps.append(run("bench/gpu.py", bench, work / "gpu.log", sum(limits.values()) + 30, env))
+        if (work / "gpu.csv").exists():
+            shutil.copy(work / "gpu.csv", out / "gpu.csv")
+    steps.append(run_suite(suites[-1], args.workers, streamed, env))
+    failed = [line for suite in suites for line in failures(suite.junit)]
     (out / "failures.txt").write_text("".join(f"{line}\n" for line in failed))
     lines = [f"card: {card()}", f"python: {sys.version.split()[0]}"]
     for step in steps:
         ended = "stopped at its limit" if step.exit_code is None else f"exit {step.exit_code}"
         lines.append(f"{step.name}: {step.seconds:.0f} s, {ended}")
-    if junit.exists():
+    if all(suite.junit.exists() for suite in suites):
         lines.append(f"failed tests: {len(failed)}")
     else:
         log = streamed.read_text().splitlines() if streamed.exists() else []
         came = sum(1 for line in log if line and not line.startswith(" "))
-        lines.append(f"failed tests: at least {came} before it was stopped, the suite wrote no "
-                     f"report (see {streamed.name} and tests.log)")  # fmt: skip
+        lines.append(f"failed tests: at least {came}; a suite stopped at its limit wrote no "
+                     f"report (see {streamed.name} and its log)")  # fmt: skip
     lines.append(f"in all: {time.perf_counter() - started:.0f} s")
     (out / "summary.txt").write_text("\n".join(lines) + "\n")
+    pack(work, out / "parts.tar.gz")
     print("\n".join(lines))
-    if (out / "gpu.csv").exists():
-        print((out / "gpu.log").read_text()[-6000:])
+    if (work / "gpu.log").exists():
+        print((work / "gpu.log").read_text()[-6000:])
     return 0 if all(step.exit_code == 0 for step in steps) else 1
+
+
+# --- the suite's plugin (`-p on_device`): each failure written the moment it arrives --------
+
+FAILURES_AS_THEY_COME = "FAILURES_AS_THEY_COME"
+_TAIL_LINES = 15
+_streaming = {"on": False}
+
+
+def pytest_configure(config: Any) -> None:
+    # Under xdist the workers' reports reach the controller, which writes them once.
+    _streaming["on"] = bool(os.environ.get(FAILURES_AS_THEY_COME)) and not hasattr(
+        config, "workerinput"
+    )
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    """A suite stopped at its time limit writes no JUnit report: this file still says what
+    failed until then, with the last lines of each error."""
+    if not _streaming["on"] or not report.failed:
+        return
+    what = "failed" if report.when == "call" else f"error in {report.when}"
+    tail = str(report.longrepr).strip().splitlines()[-_TAIL_LINES:]
+    with Path(os.environ[FAILURES_AS_THEY_COME]).open("a") as log:
+        log.write(f"{report.nodeid}: {what}\n" + "".join(f"    {line}\n" for line in tail))
 
 
 def _has_xdist(env: dict[str, str]) -> bool:

@@ -51,7 +51,7 @@ from trainables.memory import (
     metered_step,
     step_peak_bytes,
 )
-from trainables.oom import release_memory
+from trainables.oom import is_out_of_memory, release_memory
 from trainables.settings import TrainSettings
 from trainables.step import train_step
 from trainables.techniques import capacity_rows
@@ -239,11 +239,47 @@ def measure_row(
     if not prober.on_card:  # time what the host can hold; scale per image
         host_limit = host_limit_mb * MIB
         timed = max(1, min(largest, largest_fitting(lambda b: prober.peak_bytes(b) <= host_limit)))
-    step_seconds, measured_mb = prober.time_steps(timed, steps)
+    if prober.on_card:
+        largest, step_seconds, measured_mb = timed_where_it_trains(prober, largest, steps, say)
+        timed = largest
+    else:
+        step_seconds, measured_mb = prober.time_steps(timed, steps)
     peak_mb = measured_mb if prober.on_card else prober.peak_bytes(largest) / MIB
     seconds = time.perf_counter() - started
     return CapacityRow(name, largest, 1, largest, step_seconds * largest / timed, peak_mb,
                        timed, predicted, probes, seconds)  # fmt: skip
+
+
+# A probe that fits at the very edge of the budget can leave no room for the timed steps
+# after it (the allocator's cache, cut to the probes' sizes, fragments): the batch then steps
+# down this share at a time, at most this many times, until several steps train.
+STEP_DOWN_SHARE = 0.02
+STEP_DOWNS = 5
+
+
+def timed_where_it_trains(
+    prober: Prober, largest: int, steps: int, say: Callable[[str], None] | None = None
+) -> tuple[int, float, float]:
+    """(the batch, median seconds per step, peak MiB) of `steps` training steps on the card
+    from an empty cache, as a trial trains: at `largest`, or where those steps run out of
+    memory, at the largest batch a little below it that trains (the row's answer is what
+    trains, not what one probe held)."""
+    for _ in range(STEP_DOWNS):
+        release_memory(prober.device)
+        try:
+            return largest, *prober.time_steps(largest, steps)
+        except Exception as error:  # only the card's out-of-memory error steps down
+            if not is_out_of_memory(error):
+                raise
+        release_memory(prober.device)  # out of the except block: its frames are gone
+        prober.probes += 1
+        lower = largest - max(1, round(largest * STEP_DOWN_SHARE))
+        if say is not None:
+            say(f"    batch {largest}: its timed steps ran out of memory; {lower} next")
+        largest = lower
+        if largest < 1:
+            break
+    raise torch.OutOfMemoryError(f"no batch down to {largest} trains {steps} steps here")
 
 
 def give_back_freed_memory() -> None:

@@ -51,9 +51,16 @@ def kill_processes_with_env(key: str, value: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def importable(*folders: Path) -> str:
+    """A PYTHONPATH with this checkout and `folders` first, then whatever the suite itself
+    was given (on the lent GPU machine the project's packages are there, not installed)."""
+    inherited = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
+    return os.pathsep.join([str(REPO), *map(str, folders), *inherited])
+
+
 def cli_env(ray_tmp: Path | None = None, **extra: str) -> dict[str, str]:
     """The environment a user's shell would give the CLI, with this checkout importable."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), **extra}
+    env = {**os.environ, "PYTHONPATH": importable(), **extra}
     if ray_tmp is not None:
         env["RAY_TMPDIR"] = str(ray_tmp)
     return env

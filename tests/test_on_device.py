@@ -3,8 +3,10 @@ folder, a part over its limit is stopped and named, and failed tests are listed.
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+import tarfile
 import time
 
 import pytest
@@ -40,24 +42,76 @@ PASSES = "def test_passes():\n    assert True\n"
 def test_a_part_over_its_limit_is_stopped_and_a_failing_test_is_listed(tmp_path):
     fails = "\n\ndef test_fails():\n    assert 1 == 2, 'the card said no'\n"
     tests = suite_of(tmp_path, PASSES + fails)
+    card_tests = tmp_path / "test_card.py"
+    card_tests.write_text("def test_on_the_card():\n    assert True\n")
     out = tmp_path / "out"
-    finished = on_device(out, "--parts", "loop", "--part-timeout", "0.5",
-                         "--pytest-args", f"-q {tests}")  # fmt: skip
+    finished = on_device(out, "--parts", "loop", "--part-timeout", "0.5", "--card-tests",
+                         str(card_tests), "--pytest-args", f"-q {tests}")  # fmt: skip
     assert finished.returncode == 1  # a test failed
     summary = (out / "summary.txt").read_text()
-    assert "pytest:" in summary and "failed tests: 1" in summary and "card:" in summary
+    assert "card tests:" in summary and "pytest:" in summary and "card:" in summary
+    assert "failed tests: 1" in summary
     assert "test_fails" in (out / "failures.txt").read_text()
     assert "the card said no" in (out / "failures.txt").read_text()
+    assert "the card said no" in (out / "failures-as-they-came.log").read_text()
+    assert "test_on_the_card PASSED" in (out / "card-tests.log").read_text()
     rows = (out / "gpu.csv").read_text()
     assert "the part ran out of time" in rows  # loop: stopped after half a second
-    assert (out / "gpu-loop.log").exists() and (out / "tests.log").exists()
-    assert (out / "junit.xml").exists()
+    with tarfile.open(out / "parts.tar.gz") as parts:
+        assert {"gpu-loop.log", "junit.xml", "card-tests.xml"} <= set(parts.getnames())
+    # The device tool brings back at most 8 files.
+    assert len([path for path in out.rglob("*") if path.is_file()]) <= 8
+
+
+def test_a_suite_stopped_at_its_limit_still_names_what_failed_before(tmp_path):
+    source = (
+        "import time\n\ndef test_a_fails():\n    assert False, 'seen before the limit'\n\n"
+        "def test_b_hangs():\n    time.sleep(120)\n"
+    )
+    tests = suite_of(tmp_path, source)
+    out = tmp_path / "out"
+    finished = on_device(out, "--parts", "--card-tests", "", "--workers", "1",
+                         "--suite-timeout", "20", "--pytest-args", f"-q {tests}")  # fmt: skip
+    assert finished.returncode == 1
+    summary = (out / "summary.txt").read_text()
+    assert "pytest: " in summary and "stopped at its limit" in summary
+    assert "failed tests: at least 1" in summary
+    came = (out / "failures-as-they-came.log").read_text()
+    assert "test_probe.py::test_a_fails: failed" in came and "seen before the limit" in came
+
+
+def test_a_bench_part_stopped_midway_keeps_the_rows_it_measured(tmp_path):
+    """Each row is on disk as it is measured: a part killed after its first row keeps it."""
+    csv_path = tmp_path / "gpu-loop.csv"
+    dies_after_one_row = (
+        "import os, signal, sys\n"
+        f"sys.path[:0] = [{str(REPO / 'bench')!r}, {str(REPO)!r}]\n"
+        "import gpu\n"
+        "def rows():\n"
+        "    yield gpu.Row('loop', 'measured first', 1.5, 'images/s')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"gpu.write_csv(rows(), gpu.Path({str(csv_path)!r}), 'a card')\n"
+    )
+    code = on_device_module.run_limited(
+        [sys.executable, "-c", dies_after_one_row], tmp_path / "log.txt", 120
+    )
+    assert code == -signal.SIGKILL
+    assert [row.measurement for row in _gpu_module().read_csv(csv_path)] == ["measured first"]
+
+
+def _gpu_module():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import gpu
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    return gpu
 
 
 def test_the_suite_alone_passing_is_a_clean_exit(tmp_path):
     tests = suite_of(tmp_path, PASSES)
     out = tmp_path / "out"
-    finished = on_device(out, "--parts", "--pytest-args", f"-q {tests}")
+    finished = on_device(out, "--parts", "--card-tests", "", "--pytest-args", f"-q {tests}")
     assert finished.returncode == 0, finished.stdout + finished.stderr
     assert (out / "failures.txt").read_text() == ""
     assert not (out / "gpu.csv").exists()

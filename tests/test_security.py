@@ -10,6 +10,7 @@ import torch
 from search.config import load_config
 from search.errors import ConfigError
 from tests.conftest import REPO
+from tests.processes import importable
 from trainables.run_state import STATE_FILE, load_run_state
 
 
@@ -55,7 +56,7 @@ def test_a_local_ray_instance_runs_with_token_authentication():
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": "/root"},
+        env={"PYTHONPATH": importable(), "PATH": "/usr/bin:/bin", "HOME": "/root"},
     )
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert "AUTH token" in finished.stdout

@@ -15,6 +15,7 @@ import yaml
 from search.run import main
 from tests.conftest import CONFIGS, REPO
 from tests.fake_cuda import FakeCard, FakeCuda
+from tests.processes import importable
 
 SHIPPED = sorted(CONFIGS.glob("*.yaml"))
 NEEDS_GPU = {"cats_dogs_gpu.yaml", "deelvin_resnet50.yaml"}
@@ -205,7 +206,7 @@ def test_as_a_real_process_a_bad_config_prints_no_traceback(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": importable(), "PATH": "/usr/bin:/bin"},
     )
     assert finished.returncode == 2
     assert "Traceback" not in finished.stderr + finished.stdout

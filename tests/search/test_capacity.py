@@ -72,10 +72,43 @@ def test_on_the_fake_card_two_probes_predict_the_largest_batch_and_a_few_more_ve
     assert fake_cuda.calls.count("load_kernels") == 1
 
 
+class RepeatedStepsTakeMore(CardLoad):
+    """A step right after one of the same batch takes 3% more per image: what a real card
+    did under an 11 GB share (activation checkpointing, batch 296 fit as a probe, and its
+    timed steps after ran out of memory: the cache the probes had cut up)."""
+
+    previous = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and torch.is_grad_enabled():
+            repeated = len(x) == self.previous
+            self.previous = len(x)
+            per_image = round(self.per_image * 1.03) if repeated else self.per_image
+            self.card.hold(self.fixed + per_image * len(x))
+            return x
+        return super().forward(x)
+
+
+def test_a_batch_whose_timed_steps_run_out_steps_down_to_one_that_trains(monkeypatch, fake_cuda):
+    from trainables.cuda import TorchCudaCard
+
+    card = fake_cuda.cards[0]
+    insert_stage(monkeypatch, RepeatedStepsTakeMore(card, per_image=10 * MIB, fixed=100 * MIB),
+                 at=0)  # fmt: skip
+    lines = []
+    row = measure_row("baseline", TrainSettings(device="cpu"), image_size=16, budget_mb=3000,
+                      steps=2, host_limit_mb=1024, card=TorchCudaCard(torch.device("cuda")),
+                      say=lines.append)  # fmt: skip
+    # One probe holds 240 (100 + 10 x 240 = 2500 MiB); repeated steps hold 233 at most.
+    assert any("batch 240: its timed steps ran out of memory" in line for line in lines)
+    assert 225 <= row.max_batch_size <= 233 and row.timed_batch_size == row.max_batch_size
+    assert row.step_time_s > 0 and row.peak_mem_mb > 0
+
+
 def test_the_cpu_probe_solves_the_meter_exactly_because_it_is_affine_in_the_batch():
     settings = TrainSettings(
-        model="resnet18", optimizer="adam", amp=True, activation_checkpointing=True
-    )
+        model="resnet18", optimizer="adam", amp=True, activation_checkpointing=True, device="cpu"
+    )  # cpu: on a machine with a card, "auto" would pick the card
     prober = Prober(settings, image_size=32, budget_mb=100)
     run = prober.run
     assert not prober.on_card

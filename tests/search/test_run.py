@@ -1,7 +1,6 @@
 """The command users run: `python -m search.run --config ...`."""
 
 import json
-import os
 import socket
 import time
 
@@ -13,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from search.run import main
 from tests.conftest import CONFIGS, REPO
-from tests.processes import cli_env, run_cli
+from tests.processes import cli_env, importable, run_cli
 
 SMOKE = CONFIGS / "smoke.yaml"
 
@@ -177,7 +176,7 @@ def test_the_guides_own_model_example_is_searched_with_checkpointing_of_its_bloc
     section = guide.split("## Your own model", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     (tmp_path / "my_models.py").write_text(example)
-    env = cli_env(PYTHONPATH=f"{REPO}{os.pathsep}{tmp_path}")
+    env = cli_env(PYTHONPATH=importable(tmp_path))
     finished = run_cli(
         ["--config", str(SMOKE), "--name", "own-model", "train.model=my_models:build",
          "train.activation_checkpointing=true", "train.epochs=2", "search.num_samples=2"],

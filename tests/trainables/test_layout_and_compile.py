@@ -90,6 +90,17 @@ def test_a_compiled_trial_compiles_each_batch_shape_once_before_its_clock(
     assert resumed.metrics[-1]["compile_s"] > first["compile_s"]  # its own compile, added
 
 
+def test_a_compiled_trial_with_activation_checkpointing_compiles(tiny_data: PreparedData):
+    reports = Reports()
+    last = fit_classifier(
+        settings(epochs=1, batch_size=24, compile=True, activation_checkpointing=True),
+        tiny_data,
+        reports,
+    )
+    assert last["status"] == "ok", last["status_detail"]
+    assert last["compile_mode"] == "compiled" and last["compile_s"] > 0
+
+
 def test_a_model_that_cannot_be_compiled_ends_its_trial_as_compile_failed(
     tiny_data: PreparedData, monkeypatch
 ):
