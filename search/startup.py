@@ -89,7 +89,16 @@ def load_and_prepare(config: SearchConfig, accepted: Future[bool]) -> PreparedDa
     return data
 
 
+# Ray (2.60) leaves CUDA_VISIBLE_DEVICES alone for a task that asks for no GPU, so a CPU
+# trial on a machine with cards sees them all; this restores hiding them (the variable is read
+# by each worker as a task starts: `ray._private.utils.set_visible_accelerator_ids`).
+HIDE_CARDS_FROM_CPU_TRIALS = {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "1"}
+
+
 def start_ray(address: str | None) -> None:
+    # Every worker of this search's job gets it; `trainables.classifier.settings_for_trial`
+    # also keeps such a trial on the CPU where Ray was started without it.
+    runtime_env = {"env_vars": HIDE_CARDS_FROM_CPU_TRIALS}
     if address is None:
         # Ray's own services listen on the machine's address (Ray turns a loopback node
         # address into a reachable one); its token authentication, on by default since
@@ -98,9 +107,11 @@ def start_ray(address: str | None) -> None:
             include_dashboard=False,
             log_to_driver=False,  # trial errors still reach the terminal through Tune
             ignore_reinit_error=True,
+            runtime_env=runtime_env,
         )
     else:
-        ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
+        ray.init(address=address, log_to_driver=False, ignore_reinit_error=True,
+                 runtime_env=runtime_env)  # fmt: skip
 
 
 def check_cluster_resources(config: SearchConfig) -> None:

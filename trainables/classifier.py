@@ -73,15 +73,25 @@ def train_classifier(config: dict[str, Any], data: PreparedData | None = None) -
     Pass prepared data with `tune.with_parameters(train_classifier, data=prepared)` so that
     it is decoded once per search; without it the trial prepares `config["data"]` itself.
     """
-    settings = TrainSettings.from_config(config)
+    gpu_share = _trial_gpu_share()
+    settings = settings_for_trial(config, gpu_share)
     torch.set_num_threads(settings.num_threads or _trial_cpu_share())
     prepared = data if data is not None else prepare_data(settings.data)
     checkpoint = tune.get_checkpoint()
     with checkpoint.as_directory() if checkpoint else nullcontext() as resume_dir:
         state = load_run_state(Path(resume_dir)) if resume_dir else None
-    fit_classifier(
-        settings, prepared, _report_to_tune, resume_state=state, gpu_share=_trial_gpu_share()
-    )
+    fit_classifier(settings, prepared, _report_to_tune, resume_state=state, gpu_share=gpu_share)
+
+
+def settings_for_trial(config: dict[str, Any], gpu_share: float) -> TrainSettings:
+    """A trial's settings: `config` over the defaults, and a trial given no GPU share trains
+    on the CPU where its device is `auto`. Ray (2.60) leaves the cards visible to a trial
+    that asked for none (`RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO` is off by default): `auto`
+    would put it on one, held to no share."""
+    settings = TrainSettings.from_config(config)
+    if gpu_share == 0 and settings.device == "auto":
+        return settings.model_copy(update={"device": "cpu"})
+    return settings
 
 
 def _report_to_tune(metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:

@@ -225,8 +225,12 @@ def driver_version() -> str:
     return version.decode() if isinstance(version, bytes) else str(version)
 
 
-def software_versions() -> dict[str, str]:
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+def software_versions(on_card: bool = True) -> dict[str, str]:
+    """torch's, CUDA's and cuDNN's versions; cuDNN's only for a trial on a card: asking it
+    walks the visible cards (torch checks their compute capability), which a CPU trial on a
+    machine with cards must not touch."""
+    on_card = on_card and torch.backends.cudnn.is_available()
+    cudnn = torch.backends.cudnn.version() if on_card else None
     return {
         "torch_version": str(torch.__version__),  # a str subclass: checkpoints load plain str
         "cuda_version": str(torch.version.cuda or "none"),
@@ -242,5 +246,5 @@ def describe_device(device: torch.device) -> dict[str, str]:
     return {
         "device_name": f"cpu ({processor}, {os.cpu_count()} cores)",
         "driver_version": "none",
-        **software_versions(),
+        **software_versions(on_card=False),
     }

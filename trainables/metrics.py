@@ -125,7 +125,7 @@ METRICS: dict[str, MetricSpec] = {
     "driver_version": MetricSpec("the NVIDIA driver's version (NVML); none on CPU"),
     "torch_version": MetricSpec("PyTorch's version"),
     "cuda_version": MetricSpec("the CUDA version PyTorch was built with"),
-    "cudnn_version": MetricSpec("cuDNN's version as PyTorch loads it"),
+    "cudnn_version": MetricSpec("cuDNN's version as PyTorch loads it; none on CPU"),
     "precision": MetricSpec(
         "the float type the steps ran in: fp32, float16 (with a GradScaler) or bfloat16 (asked "
         "for on a card without it, float16 runs instead)"

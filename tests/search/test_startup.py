@@ -2,6 +2,8 @@
 the data is prepared; a Ray instance the search started is shut down while the report is
 written, and one it found running is left running."""
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -115,3 +117,31 @@ def test_a_ray_that_fails_to_start_leaves_no_thread_waiting_and_no_store(tmp_pat
         thread.join(timeout=60)
     assert not any(thread.is_alive() for thread in preparing)
     assert not (tmp_path / "mlflow.db").exists()
+
+
+VISIBLE_CARDS_PROBE = """
+import os, ray
+from search.startup import start_ray
+start_ray(None)
+
+@ray.remote(num_cpus=1, num_gpus=0)
+def visible_cards():
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+print("VISIBLE", repr(ray.get(visible_cards.remote())))
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_a_task_that_asks_for_no_gpu_sees_no_card_in_a_ray_the_search_starts(tmp_path):
+    """As on a machine with a card: CUDA_VISIBLE_DEVICES=0 where Ray starts."""
+    from tests.processes import cli_env, ray_temp_dir
+
+    with ray_temp_dir() as ray_tmp:
+        env = cli_env(ray_tmp, CUDA_VISIBLE_DEVICES="0")
+        finished = subprocess.run([sys.executable, "-c", VISIBLE_CARDS_PROBE], env=env,
+                                  cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                                  check=False)  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert "VISIBLE ''" in finished.stdout

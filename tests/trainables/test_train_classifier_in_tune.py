@@ -92,3 +92,27 @@ def test_a_trial_uses_as_many_torch_threads_as_cpus_it_was_given(
 
 def test_every_trainable_key_has_a_default():
     assert all(not field.is_required() for field in TrainSettings.model_fields.values())
+
+
+def test_a_trial_given_no_gpu_trains_on_the_cpu_and_leaves_a_visible_card_untouched(
+    fake_cuda, tiny_data: PreparedData
+):
+    """Ray leaves the cards visible to a trial that asked for none: `auto` must not take one."""
+    from trainables.classifier import fit_classifier, settings_for_trial
+
+    settings = settings_for_trial({"epochs": 1, "train_eval_size": 8}, gpu_share=0.0)
+    assert settings.device == "cpu"
+    fake_cuda.calls.clear()
+    last = fit_classifier(settings, tiny_data, lambda metrics, _: None, gpu_share=0.0)
+    assert last["status"] == "ok" and last["device_name"] != "Fake H100"
+    touched = [call for call in fake_cuda.calls if call != "is_available"]
+    assert touched == [], touched
+    card = fake_cuda.cards[0]
+    assert card.reserved == 0 and card.kernels_loaded == 0
+
+
+def test_a_trial_given_a_gpu_share_keeps_auto_and_an_explicit_device_is_kept():
+    from trainables.classifier import settings_for_trial
+
+    assert settings_for_trial({}, gpu_share=0.25).device == "auto"
+    assert settings_for_trial({"device": "cuda:0"}, gpu_share=0.0).device == "cuda:0"
