@@ -458,7 +458,7 @@ def _one_step(model: torch.nn.Module, batch: int, amp: bool, layout: torch.memor
     with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
         loss = F.cross_entropy(model(images), labels)
     loss.backward()
-    torch.cuda.synchronize()
+    synchronize(images.device)
 
 
 def card_part() -> Iterator[Row]:
@@ -500,7 +500,7 @@ def card_part() -> Iterator[Row]:
     yield Row("card", "outside the allocator, after a compiled resnet18 step", now, "MiB",
               f"{now - measured:+.0f} MiB over the tiny kernels' figure")  # fmt: skip
     del model, compiled
-    torch.cuda.empty_cache()
+    card.release_cached()
     # Near a limit: each error a step raises, and whether it is taken for out of memory.
     total = card.total_bytes()
     for autotuner in (False, True):
@@ -515,13 +515,13 @@ def card_part() -> Iterator[Row]:
                 first = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:90]}"
                 seen.setdefault(first, (batch, is_out_of_memory(error)))
             model.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
+            card.release_cached()
         where = f"error at the limit, autotuner {'on' if autotuner else 'off'}"
         for message, (batch, taken) in seen.items():
             verdict = "OOM" if taken else "NOT taken for OOM"
             yield Row("card", where, batch, "batch", f"{verdict}: {message}")
         del model
-        torch.cuda.empty_cache()
+        card.release_cached()
     card.set_allocator_fraction(1.0)
 
 

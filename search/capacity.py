@@ -269,7 +269,7 @@ def timed_where_it_trains(
         try:
             return largest, *prober.time_steps(largest, steps)
         except Exception as error:  # only the card's out-of-memory error steps down
-            if not is_out_of_memory(error):
+            if not is_out_of_memory(error, prober.run.budget.allocator_refused):
                 raise
         release_memory(prober.device)  # out of the except block: its frames are gone
         prober.probes += 1

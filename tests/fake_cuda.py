@@ -59,6 +59,7 @@ class FakeCard:
     peak_reserved: int = 0
     fraction: float | None = None
     fractions: list[float] = field(default_factory=list)  # every limit set, in order
+    refusals: int = 0  # requests the allocator refused (torch counts them as num_ooms)
 
     @property
     def outside(self) -> int:
@@ -79,6 +80,7 @@ class FakeCard:
                 self.reserved = _blocks(self.allocated)  # the cache goes back, then a retry
                 more = _blocks(needed - self.reserved)
                 if not self._may_reserve(more):
+                    self.refusals += 1
                     raise torch.OutOfMemoryError(self._oom_message(nbytes))
             self.reserved += more
         self.allocated = needed
@@ -164,6 +166,12 @@ class FakeCuda:
         card = self.card(device)
         card.peak_allocated, card.peak_reserved = card.allocated, card.reserved
 
+    def memory_stats(self, device: Any = None) -> dict[str, int]:
+        """torch's allocator statistics, those the project reads."""
+        self.calls.append("memory_stats")
+        card = self.card(self.current if device is None else device)
+        return {"num_ooms": card.refusals, "reserved_bytes.all.current": card.reserved}
+
     def set_per_process_memory_fraction(self, fraction: Any, device: Any) -> None:
         self.calls.append("set_per_process_memory_fraction")
         card = self.card(device)
@@ -243,4 +251,32 @@ class CardLoad(nn.Module):
             self.card.hold(self.fixed + self.per_image * len(x))
         elif not self.training:
             self.card.hold(self.fixed + self.in_eval * len(x))
+        return x
+
+
+CUDNN_NO_ENGINE = "cuDNN error: FIND was unable to find an engine to execute this computation"
+
+
+class CudnnPlanSearch(nn.Module):
+    """A convolution as cuDNN v8 runs it (aten/src/ATen/native/cudnn/Conv_v8.cpp): each plan
+    asks for its workspace (`workspaces`, bytes per image, largest first), a plan whose
+    workspace the allocator refuses is skipped with its error swallowed, and when none is
+    left the step fails with cuDNN's own words, which do not say memory. `runnable`: False
+    for a shape no plan can run, memory or not."""
+
+    def __init__(self, card: FakeCard, workspaces: list[int], runnable: bool = True) -> None:
+        super().__init__()
+        self.card, self.workspaces, self.runnable = card, workspaces, runnable
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and torch.is_grad_enabled():
+            if not self.runnable:
+                raise RuntimeError(CUDNN_NO_ENGINE)
+            for per_image in self.workspaces:
+                try:
+                    self.card.hold(per_image * len(x))
+                    return x
+                except torch.OutOfMemoryError:
+                    continue  # the next plan
+            raise RuntimeError(CUDNN_NO_ENGINE)
         return x

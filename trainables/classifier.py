@@ -299,7 +299,7 @@ def fit_classifier(
         state = run.state if run else state
         return _report_pruned(state, report, epoch, STATUS_COMPILE_FAILED, detail, plan, **record)
     except Exception as error:
-        if not is_out_of_memory(error):
+        if not is_out_of_memory(error, budget.allocator_refused if budget else None):
             raise
         # Only text and numbers leave this block: the traceback holds the step's tensors.
         detail = f"out of memory in {phase}: {first_line(error)}"
@@ -444,7 +444,7 @@ def compile_new_shapes(run: TrainingRun, steps: EpochSteps, splits: TrialData) -
         try:
             dry_step(run.step_model, run.optimizer, batch, run.precision)
         except Exception as error:
-            if is_out_of_memory(error):
+            if is_out_of_memory(error, run.budget.allocator_refused):
                 raise
             # The compiler's failure only if the same step runs uncompiled: a bug of the
             # model or the config stays an error, as it would without compile.

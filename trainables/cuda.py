@@ -33,6 +33,7 @@ CUDA_CALLS: tuple[str, ...] = (
     "max_memory_allocated",
     "max_memory_reserved",
     "reset_peak_memory_stats",
+    "memory_stats",
     "set_per_process_memory_fraction",
     "synchronize",
     "empty_cache",
@@ -171,6 +172,12 @@ class TorchCudaCard:
 
     def release_cached(self) -> None:
         release_cached(self.device)
+
+    def allocation_failures(self) -> int:
+        """How many times the allocator has refused a request in this process: counted
+        where it raises, also when a library catches the error and goes on (cuDNN's plan
+        search tries each plan's workspace and hides the refusals)."""
+        return int(torch.cuda.memory_stats(self.device).get("num_ooms", 0))
 
     def outside_allocator_bytes(self) -> int:
         """What this process holds on the card beyond PyTorch's allocator: measured once per

@@ -396,6 +396,7 @@ class MemoryBudget:
         self.card = card
         self.share: CudaShare | None = None
         self._metered: dict[tuple[int, ...], int] = {}  # CPU meter's peak by batch shape
+        self._refusals_before = 0  # the allocator's refusals when the peak was last reset
         if self.card is not None:
             outside = self.card.outside_allocator_bytes()  # once per process
             if self.card.reserved_bytes() > 0:
@@ -406,6 +407,7 @@ class MemoryBudget:
             self.share = cuda_share(self.card.total_bytes(), gpu_share, budget_mb, outside)
             # Always set: a reused worker process must not keep the previous trial's limit.
             self.card.set_allocator_fraction(self.share.allocator_fraction)
+            self._refusals_before = self.card.allocation_failures()
             if self.share.allocator_bytes <= 0:
                 raise torch.OutOfMemoryError(
                     f"a share of {self.share.allowed_bytes / MIB:.0f} MiB cannot hold this "
@@ -483,11 +485,11 @@ class MemoryBudget:
             else:
                 if fresh:
                     self.card.release_cached()
-                self.card.reset_peak()
+                self.reset_peak()
                 dry_step(model, optimizer, (inputs, targets), precision)
                 peak = StepPeak(self.card.peak_bytes(), self.card.peak_reserved_bytes())
         except Exception as error:
-            if not is_out_of_memory(error):
+            if not is_out_of_memory(error, self.allocator_refused):
                 raise
         finally:
             model.train(was_training)
@@ -521,8 +523,16 @@ class MemoryBudget:
         return self.budget_bytes is None or metered_bytes <= self.budget_bytes
 
     def reset_peak(self) -> None:
+        """Start measuring a step (or an epoch): its peak, and the allocator's refusals."""
         if self.card is not None:
             self.card.reset_peak()
+            self._refusals_before = self.card.allocation_failures()
+
+    def allocator_refused(self) -> bool:
+        """Whether the card's allocator refused a request since `reset_peak` (or since the
+        budget was set): what turns cuDNN's "unable to find an engine" into out of memory
+        (`trainables.oom.is_out_of_memory`)."""
+        return self.card is not None and self.card.allocation_failures() > self._refusals_before
 
     def peak(self, metered: int) -> StepPeak:
         """The peak since `reset_peak`: the allocator's on CUDA, else the meter's

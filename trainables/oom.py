@@ -7,6 +7,7 @@ else must still fail loudly.
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 
 import torch
 
@@ -24,6 +25,10 @@ _OOM_MESSAGES = (
 # that blames memory or its workspace is an out-of-memory error.
 _CUDNN_NOT_SUPPORTED = "cudnn_status_not_supported"
 _MEMORY_WORDS = ("memory", "workspace")
+# cuDNN v8's plan search catches each plan's out-of-memory error and, when no plan is left,
+# says only this (aten/src/ATen/native/cudnn/Conv_v8.cpp): out of memory where the allocator
+# refused a request meanwhile, a shape cuDNN cannot run where it did not.
+_CUDNN_NO_ENGINE = "unable to find an engine to execute this computation"
 
 
 class MemoryBudgetExceeded(torch.OutOfMemoryError):
@@ -37,12 +42,19 @@ class MemoryBudgetExceeded(torch.OutOfMemoryError):
         self.needed_mb = needed_mb
 
 
-def is_out_of_memory(error: BaseException) -> bool:
+def is_out_of_memory(
+    error: BaseException, allocator_refused: Callable[[], bool] | None = None
+) -> bool:
+    """Whether `error` means out of memory. `allocator_refused`: whether the card's allocator
+    refused a request since the step began (`MemoryBudget.allocator_refused`), which decides
+    what cuDNN's "unable to find an engine" means; without it, that message is an error."""
     if isinstance(error, torch.OutOfMemoryError):  # also torch.cuda.OutOfMemoryError
         return True
     if not isinstance(error, RuntimeError):
         return False
     message = str(error).lower()
+    if _CUDNN_NO_ENGINE in message:
+        return allocator_refused is not None and allocator_refused()
     if _CUDNN_NOT_SUPPORTED in message:
         return any(word in message for word in _MEMORY_WORDS)
     return any(pattern in message for pattern in _OOM_MESSAGES)

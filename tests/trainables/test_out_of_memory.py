@@ -437,3 +437,52 @@ def test_only_the_first_epochs_reserved_peak_starts_from_an_empty_cache(
     assert first == 168  # the training step's, in 2 MiB blocks
     assert second > first  # what evaluation left cached
     assert all(m["peak_mem_mb"] == 167 for m in reports.metrics)  # live tensors: the step's
+
+
+def test_cudnns_no_engine_near_the_limit_is_out_of_memory_and_prunes_the_trial(
+    tiny_data: PreparedData, monkeypatch, fake_cuda
+):
+    """Every plan's workspace is refused under the share: cuDNN says only that it found no
+    engine, and the trial is pruned as out of memory, not ended as an error."""
+    from tests.fake_cuda import MIB, CudnnPlanSearch
+
+    card = fake_cuda.cards[0]
+    on_the_fake_card(monkeypatch)
+    with_stage(monkeypatch, CudnnPlanSearch(card, workspaces=[200 * MIB, 150 * MIB]))
+    last = fit_classifier(settings(batch_size=8, memory_budget_mb=1500, device="cpu"),
+                          tiny_data, Reports())  # fmt: skip
+    assert last["status"] == "oom" and last["oom_cause"] == "share", last["status_detail"]
+    assert "unable to find an engine" in last["status_detail"]
+
+
+def test_cudnns_no_engine_with_room_to_spare_is_an_error(
+    tiny_data: PreparedData, monkeypatch, fake_cuda
+):
+    """The same words for a shape no plan can run: nothing was refused, so it fails loudly."""
+    from tests.fake_cuda import MIB, CudnnPlanSearch
+
+    card = fake_cuda.cards[0]
+    on_the_fake_card(monkeypatch)
+    with_stage(monkeypatch, CudnnPlanSearch(card, workspaces=[MIB], runnable=False))
+    with pytest.raises(RuntimeError, match="unable to find an engine"):
+        fit_classifier(settings(batch_size=8, memory_budget_mb=1500, device="cpu"),
+                       tiny_data, Reports())  # fmt: skip
+
+
+def test_a_request_refused_before_the_step_began_does_not_count_for_it(fake_cuda):
+    """A plan refused in an earlier step (cuDNN went on with another) must not turn a later
+    "no engine" for an unrunnable shape into out of memory."""
+    from tests.fake_cuda import GIB
+    from trainables.cuda import TorchCudaCard
+    from trainables.memory import MemoryBudget
+
+    card = fake_cuda.cards[0]
+    budget = MemoryBudget(torch.device("cpu"), 1500, card=TorchCudaCard(torch.device("cuda")))
+    with pytest.raises(torch.OutOfMemoryError):
+        card.hold(2 * GIB)  # refused, before the step
+    assert budget.allocator_refused()
+    budget.reset_peak()  # the step begins
+    assert not budget.allocator_refused()
+    with pytest.raises(torch.OutOfMemoryError):
+        card.hold(2 * GIB)
+    assert budget.allocator_refused()
