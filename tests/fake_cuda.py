@@ -51,6 +51,9 @@ class FakeCard:
     uuid: str = "00000000-fake-card-0000-000000000000"
     neighbours: int = 0  # other processes on the card
     context: int = 500 * MIB  # this process's, outside the allocator, once kernels load
+    # what the context grows by at the first real step (the model's own kernels load then)
+    context_growth: int = 0
+    stepped: bool = False
     nvml_sees_process: bool = True  # False: NVML lists no process (a container's PID space)
     kernels_loaded: int = 0  # times `load_kernels` ran
     allocated: int = 0
@@ -63,7 +66,9 @@ class FakeCard:
 
     @property
     def outside(self) -> int:
-        return self.context if self.kernels_loaded else 0
+        if not self.kernels_loaded:
+            return 0
+        return self.context + (self.context_growth if self.stepped else 0)
 
     def free(self) -> int:
         return self.total - self.neighbours - self.outside - self.reserved
@@ -92,6 +97,7 @@ class FakeCard:
 
     def hold(self, nbytes: int) -> None:
         """A step's transient memory: taken (or out of memory), then given back."""
+        self.stepped = True
         self.allocate(nbytes)
         self.release(nbytes)
 

@@ -309,10 +309,12 @@ class CudaShare:
     total_bytes: int  # the card
     allowed_bytes: int  # the trial's share in all: gpu share x card, or a stricter budget
     outside_allocator_bytes: int  # context, kernels, library handles: measured
+    # what the context grows by after it was measured (the real model's kernels load lazily)
+    context_growth_bytes: int = 0
 
     @property
     def allocator_bytes(self) -> int:
-        return self.allowed_bytes - self.outside_allocator_bytes
+        return self.allowed_bytes - self.outside_allocator_bytes - self.context_growth_bytes
 
     @property
     def allocator_fraction(self) -> float:
@@ -320,21 +322,29 @@ class CudaShare:
         return max(self.allocator_bytes, 0) / self.total_bytes
 
 
+# The context is measured after tiny kernels (`trainables.cuda.load_kernels`); the real
+# model's cuDNN engines, cuBLASLt and Triton kernels load later. On an H100 (torch 2.11,
+# 2026-11-26: `python bench/gpu.py --parts card`) that added 4 MiB after a ResNet-50 step,
+# 6 with AMP, channels-last and the autotuner, 10 after a compiled step: kept aside, thrice.
+CONTEXT_GROWTH_BYTES = 32 * MIB
+
+
 def cuda_share(
     total_bytes: int,
     gpu_share: float | None,
     budget_mb: float | None,
     outside_allocator_bytes: int,
+    context_growth_bytes: int = CONTEXT_GROWTH_BYTES,
 ) -> CudaShare:
     """A trial on a quarter of a card keeps to a quarter of its memory (Ray gives no memory
-    isolation), context included: four quarter-shares then fit the card together. A
-    budget stricter than the share acts like a card of that size."""
+    isolation), context included, and what it grows by later: four quarter-shares then fit
+    the card together. A budget stricter than the share acts like a card of that size."""
     allowed = float(total_bytes)
     if gpu_share is not None and 0 < gpu_share < 1:
         allowed *= gpu_share
     if budget_mb is not None:
         allowed = min(allowed, budget_mb * MIB)
-    return CudaShare(total_bytes, int(allowed), outside_allocator_bytes)
+    return CudaShare(total_bytes, int(allowed), outside_allocator_bytes, context_growth_bytes)
 
 
 def card_was_full(
@@ -551,7 +561,8 @@ class MemoryBudget:
         note = (
             f"; the trial held {reserved / MIB:.0f} of its {self.share.allocator_bytes / MIB:.0f} "
             f"MiB for tensors (share {self.share.allowed_bytes / MIB:.0f} MiB, "
-            f"{self.share.outside_allocator_bytes / MIB:.0f} MiB outside the allocator), "
+            f"{self.share.outside_allocator_bytes / MIB:.0f} MiB outside the allocator and "
+            f"{self.share.context_growth_bytes / MIB:.0f} kept for its growth), "
             f"the card had {free / MIB:.0f} MiB free"
         )
         if card_was_full(self.share, free, reserved, requested_bytes(message)):

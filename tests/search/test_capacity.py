@@ -63,8 +63,8 @@ def test_on_the_fake_card_two_probes_predict_the_largest_batch_and_a_few_more_ve
     row = measure_row("baseline", TrainSettings(device="cpu"), image_size=16, budget_mb=3000,
                       steps=1, host_limit_mb=1024, card=TorchCudaCard(torch.device("cuda")),
                       say=lines.append)  # fmt: skip
-    # 3000 MiB less the 500 MiB context: 100 + 10 x 240 = 2500 MiB
-    assert row.max_batch_size == 240 and row.predicted_batch_size == 240
+    # 3000 MiB less the 500 MiB context and 32 for its growth: 100 + 10 x 236 <= 2468 MiB
+    assert row.max_batch_size == 236 and row.predicted_batch_size == 236
     assert row.probes <= 6  # two to predict, then the verification
     assert len(lines) == row.probes  # a line per probe, as it goes
     assert [line.split(":")[0].strip() for line in lines[:2]] == ["batch 16", "batch 64"]
@@ -99,9 +99,9 @@ def test_a_batch_whose_timed_steps_run_out_steps_down_to_one_that_trains(monkeyp
     row = measure_row("baseline", TrainSettings(device="cpu"), image_size=16, budget_mb=3000,
                       steps=2, host_limit_mb=1024, card=TorchCudaCard(torch.device("cuda")),
                       say=lines.append)  # fmt: skip
-    # One probe holds 240 (100 + 10 x 240 = 2500 MiB); repeated steps hold 233 at most.
-    assert any("batch 240: its timed steps ran out of memory" in line for line in lines)
-    assert 225 <= row.max_batch_size <= 233 and row.timed_batch_size == row.max_batch_size
+    # One probe holds 236 (100 + 10 x 236 <= 2468 MiB); repeated steps hold 229 at most.
+    assert any("batch 236: its timed steps ran out of memory" in line for line in lines)
+    assert 220 <= row.max_batch_size <= 229 and row.timed_batch_size == row.max_batch_size
     assert row.step_time_s > 0 and row.peak_mem_mb > 0
 
 

@@ -397,7 +397,7 @@ def test_a_step_over_the_share_of_the_fake_card_fails_at_the_first_full_size_ste
     assert last["status"] == "oom" and last["oom_cause"] == "share"
     assert "out of memory in training" in last["status_detail"]
     assert "Tried to allocate 1600.00 MiB" in last["status_detail"]
-    assert last["memory_limit_mb"] == 1000  # the budget less the 500 MiB context
+    assert last["memory_limit_mb"] == 968  # the budget less the context and its growth
     assert load.batches == [16]  # its first forward, at the whole batch
     assert card.allocated == 0 and "empty_cache" in fake_cuda.calls
 
@@ -486,3 +486,23 @@ def test_a_request_refused_before_the_step_began_does_not_count_for_it(fake_cuda
     with pytest.raises(torch.OutOfMemoryError):
         card.hold(2 * GIB)
     assert budget.allocator_refused()
+
+
+def test_a_trial_whose_context_grows_after_it_was_measured_stays_inside_its_quarter(
+    tiny_data: PreparedData, monkeypatch, fake_cuda
+):
+    """The context is measured after tiny kernels; the model's own load at its first step
+    (a real H100 added up to 10 MiB). A trial that fills its allocator to the limit must
+    still keep its whole footprint inside its quarter, so four fit the card together."""
+    from tests.fake_cuda import MIB, CardLoad
+
+    card = fake_cuda.cards[0]
+    card.context_growth = 24 * MIB
+    on_the_fake_card(monkeypatch)
+    with_stage(monkeypatch, CardLoad(card, per_image=100 * MIB))
+    last = fit_classifier(settings(batch_size=8, device="cpu"), tiny_data, Reports(),
+                          gpu_share=0.25)  # fmt: skip
+    assert last["status"] == "ok", last["status_detail"]
+    limit = last["memory_limit_mb"] * MIB
+    assert card.stepped and card.outside == card.context + 24 * MIB
+    assert card.outside + limit <= card.total / 4  # the whole footprint, at the allocator's limit
