@@ -1,6 +1,9 @@
 """The CUDA path on a real card, where there is one (`python bench/on_device.py` runs the
 suite on the lent GPU machine); skipped elsewhere, where tests/fake_cuda.py stands in."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 import torch
 
@@ -104,3 +107,35 @@ def test_each_technique_trains_a_trial_on_a_quarter_of_the_card(technique, small
     assert 0 < last["peak_mem_mb"] < last["memory_limit_mb"]
     for key, value in reported.items():
         assert last[key] == value, (key, last[key])
+
+
+@contextmanager
+def host_waits_refused() -> Iterator[None]:
+    """Inside, an operation that makes the host wait for the card raises (torch's own
+    check: a copy from pageable memory, reading a tensor's value, ...)."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_augmentation_sends_its_draws_to_the_card_without_waiting_for_it():
+    from trainables.augment import random_crop_flip
+
+    images = torch.zeros(64, 3, 32, 32, dtype=torch.uint8, device="cuda")
+    with host_waits_refused():
+        augmented = random_crop_flip(images, torch.Generator().manual_seed(0))
+    assert augmented.shape == images.shape and augmented.device == images.device
+
+
+def test_a_recomputed_block_restores_its_batch_counters_without_waiting_for_the_card():
+    from trainables.activation_checkpointing import enable_checkpointing
+    from trainables.models import build_model
+
+    model = enable_checkpointing(build_model("resnet18", 2, 32)).cuda().train()
+    inputs = torch.randn(8, 3, 32, 32, device="cuda")
+    with host_waits_refused():
+        model(inputs).square().sum().backward()
+    assert int(model.bn1.num_batches_tracked) == 1
