@@ -13,7 +13,8 @@ handful of probes where doubling and bisection took about 2 log2(b). On a GPU a 
 real training step (an out-of-memory error means no) and its peak is the allocator's
 reserved memory; the cuDNN autotuner, which tunes every new batch shape again, runs only
 in the row that measures it (`trainables.techniques.capacity_rows`: the baseline; the
-memory-saving techniques' rows run with it off). On CPU the probe is the memory meter,
+memory-saving techniques' rows run with it off), and there only to verify the batch the
+search found without it. On CPU the probe is the memory meter,
 whose parts are affine in the batch, measured on two tiny batches and solved exactly
 (`trainables.memory.MeteredStep`), so batches the host could not hold are never allocated.
 A line per probe is printed as it goes.
@@ -30,7 +31,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -222,6 +223,22 @@ class Prober:
         return statistics.median(durations[1:] or durations), peak / MIB
 
 
+def confirmed_near(fits: Callable[[int], bool], guess: int) -> int:
+    """`guess` where it fits and one more does not (two probes); else the search from it."""
+    if fits(guess) and not fits(guess + 1):
+        return guess
+    return largest_near(fits, guess)
+
+
+@contextlib.contextmanager
+def autotuner_off() -> Iterator[None]:
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = True
+
+
 def measure_row(
     name: str, settings: TrainSettings, image_size: int, budget_mb: float, steps: int,
     host_limit_mb: float, card: TorchCudaCard | None = None,
@@ -229,8 +246,17 @@ def measure_row(
 ) -> CapacityRow:  # fmt: skip
     started = time.perf_counter()
     prober = Prober(settings, image_size, budget_mb, card=card, say=say)
-    predicted = prober.predicted_largest()
-    largest = largest_near(prober.fits, predicted)
+    if prober.on_card and torch.backends.cudnn.benchmark:
+        # The autotuner tunes every new batch shape again (7 s a probe for ResNet-50 on an
+        # H100): the search runs without it, then its answer is verified with it on, which
+        # takes a probe either side where the autotuner's kernels need no more memory.
+        with autotuner_off():
+            predicted = prober.predicted_largest()
+            untuned = largest_near(prober.fits, predicted)
+        largest = confirmed_near(prober.fits, max(untuned, 1))
+    else:
+        predicted = prober.predicted_largest()
+        largest = largest_near(prober.fits, predicted)
     probes = prober.probes
     if largest == 0:
         seconds = time.perf_counter() - started

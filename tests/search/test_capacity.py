@@ -153,3 +153,33 @@ def test_without_a_budget_on_a_cpu_machine_the_command_says_which_key_to_set(tmp
     code = main(["--config", str(CONFIGS / "smoke.yaml"), "--out", str(tmp_path / "x.csv")])
     assert code == 2
     assert "resources.memory_budget_mb" in capsys.readouterr().err
+
+
+class AutotunerSpy(CardLoad):
+    """Records, for each training step, whether the cuDNN autotuner was on."""
+
+    autotuned: list[bool]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and torch.is_grad_enabled():
+            self.autotuned = [*getattr(self, "autotuned", []), torch.backends.cudnn.benchmark]
+        return super().forward(x)
+
+
+def test_the_autotuners_row_searches_without_it_and_verifies_with_it_in_two_probes(
+    monkeypatch, fake_cuda
+):
+    """It tunes every new batch shape again (7 s a probe for ResNet-50 on an H100)."""
+    from trainables.cuda import TorchCudaCard
+
+    spy = AutotunerSpy(fake_cuda.cards[0], per_image=10 * MIB, fixed=100 * MIB)
+    insert_stage(monkeypatch, spy, at=0)
+    settings = TrainSettings(device="cpu", cudnn_benchmark=True)
+    row = measure_row("baseline", settings, image_size=16, budget_mb=3000, steps=1,
+                      host_limit_mb=1024, card=TorchCudaCard(torch.device("cuda")))  # fmt: skip
+    assert row.max_batch_size == 236  # as without the autotuner (the fake's memory is the same)
+    steps = list(zip(spy.batches, spy.autotuned, strict=True))[1:]  # the optimizer's first
+    # The search without it; two probes with it (236 fits, 237 does not), then the timed steps.
+    assert [step for step in steps if step[1]] == [(236, True), (237, True), (236, True),
+                                                   (236, True)]  # fmt: skip
+    assert torch.backends.cudnn.benchmark  # as the row's settings left it
