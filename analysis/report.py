@@ -71,6 +71,8 @@ from trainables.techniques import idle_settings
 
 NOISE_CHART_CONFIGS = 8  # configs drawn in the noise-scale chart, best-ranked first
 NUM_CLASSES_TAG = "num_classes"  # the search run's classes, for its min accuracy
+# the search run's param: the GPU share its trials got (`resources.gpu` may say auto)
+GPU_SHARE_PARAM = "resources.gpu_share"
 
 
 @dataclass(frozen=True)
@@ -491,9 +493,10 @@ def min_accuracy_from_parent(tags: Mapping[str, str]) -> float:
 
 
 def gpu_from_parent(params: Mapping[str, str]) -> bool | None:
-    """Whether the search's trials had GPUs (its `resources.gpu` param); None: unknown."""
+    """Whether the search's trials had GPUs (the share they got; before `auto`, the
+    `resources.gpu` param); None: unknown."""
     try:
-        return float(params["resources.gpu"]) > 0
+        return float(params.get(GPU_SHARE_PARAM, params["resources.gpu"])) > 0
     except (KeyError, ValueError):
         return None
 

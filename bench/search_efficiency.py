@@ -171,12 +171,13 @@ def run_stock(config: SearchConfig, workdir: Path, name: str) -> Outcome:
     )
     space = {key: param.to_tune() for key, param in config.space.items()}
     data = prepare_data(config.data)
-    resources = {"cpu": config.resources.cpu, "gpu": config.resources.gpu}
     launched, started = time.time(), time.perf_counter()
     # Tune's default TensorBoard logger warns for every NaN it is given; the trainable
     # reports NaN gaps between scorings on purpose
     logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
     ray.init(include_dashboard=False, log_to_driver=False)
+    config = config.with_cards(int(ray.cluster_resources().get("GPU", 0)))  # auto, as the CLI
+    resources = {"cpu": config.resources.cpu, "gpu": config.resources.gpu_share}
     try:
         tuner = tune.Tuner(
             tune.with_resources(tune.with_parameters(stock_trial, data=data), resources),

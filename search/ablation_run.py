@@ -125,7 +125,7 @@ def run_ablations(
     else:
         frame = frame_from_tune(experiment_dir, tuple(METRICS))
         bases = bases_of(frame, experiment_dir, config, min_accuracy) if len(frame) else []
-        points = ablation_points(bases, config.space, plan, config.resources.gpu > 0)
+        points = ablation_points(bases, config.space, plan, config.resources.gpu_share > 0)
         if not points:
             say("Ablations: none (no trial on the front, or no setting to change)")
             return None

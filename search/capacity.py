@@ -417,7 +417,8 @@ def budget_of(config: SearchConfig, card: TorchCudaCard | None) -> float:
         return config.resources.memory_budget_mb
     if card is not None:
         total = card.total_bytes() / MIB
-        share = config.resources.gpu if 0 < config.resources.gpu < 1 else 1.0
+        asked = config.resources.with_cards(1).gpu_share  # a card is here: auto's share
+        share = asked if 0 < asked < 1 else 1.0
         return total * share
     raise ConfigError(
         config.source,

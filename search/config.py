@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
 from search.errors import (
     ConfigError,
@@ -101,21 +109,61 @@ class SearchSection(BaseModel):
         return objectives
 
 
+# A card's share per trial where `resources.gpu: auto` finds cards: four trials to a card
+# (four ResNet-50 trials on quarters of an H200 trained 2.2x the images of one alone).
+AUTO_GPU_SHARE = 0.25
+
+
 class ResourcesSection(BaseModel):
     model_config = _FROZEN
 
     cpu: float = Field(1.0, gt=0)  # CPUs per trial; also the trial's torch threads
-    gpu: float = Field(0.0, ge=0)  # GPU share per trial: 0.25 runs four trials to a card
+    # GPU share per trial: 0.25 runs four trials to a card; auto: 0.25 where the machine (or
+    # the cluster) has cards, else 0, the trials on CPU without touching a card
+    gpu: float | Literal["auto"] = 0.0
     # MiB per trial: on a GPU a stricter limit than the share; on CPU enforced by the
     # memory meter, so a CPU box can stand in for a card of that size.
     memory_budget_mb: float | None = Field(None, gt=0)
+    _cards: int | None = PrivateAttr(None)  # the cards `auto` was resolved against
 
-    @field_validator("gpu")
+    @field_validator("gpu", mode="before")
     @classmethod
-    def _ray_gpu_rule(cls, gpu: float) -> float:
+    def _ray_gpu_rule(cls, gpu: Any) -> float | str:
+        if gpu == "auto":
+            return gpu
+        if isinstance(gpu, bool) or not isinstance(gpu, int | float):
+            raise ValueError(
+                f"must be a GPU share (0.25: four trials to a card) or auto, got {gpu!r}"
+            )
+        if gpu < 0:
+            raise ValueError(f"a GPU share is 0 or more, or auto, got {gpu}")
         if gpu > 1 and gpu != int(gpu):
             raise ValueError(f"a share above 1 GPU must be a whole number, got {gpu}")
-        return gpu
+        return float(gpu)
+
+    @property
+    def gpu_share(self) -> float:
+        """The GPU share each trial asks Ray for, `auto` resolved (`with_cards`)."""
+        if self.gpu != "auto":
+            return float(self.gpu)
+        if self._cards is None:
+            raise RuntimeError("resources.gpu is auto and not resolved: call with_cards first")
+        return AUTO_GPU_SHARE if self._cards > 0 else 0.0
+
+    def with_cards(self, cards: int) -> ResourcesSection:
+        """These resources where `cards` GPUs are there to use (what `auto` decides by)."""
+        resolved = self.model_copy()
+        resolved._cards = cards
+        return resolved
+
+    def describe_gpu(self) -> str:
+        """The share and, for `auto`, why: for the plan printed at the start."""
+        share = self.gpu_share
+        said = f"{share:g} GPU" if share else "no GPU"
+        if self.gpu != "auto":
+            return said
+        cards = f"{self._cards} card{'s' if self._cards != 1 else ''}" if self._cards else "no card"
+        return f"{said} (resources.gpu auto: {cards} here)"
 
 
 class RunSection(BaseModel):
@@ -194,6 +242,11 @@ class SearchConfig(BaseModel):
         """The early-stopping rungs: epochs whose reports the scheduler compares."""
         stopping = self.search.early_stopping
         return stopping.rungs if stopping is not None else ()
+
+    def with_cards(self, cards: int) -> SearchConfig:
+        """This config where `cards` GPUs are there for its trials (`resources.gpu: auto`
+        is resolved by them); the config as written, `as_yaml_dict`, keeps `auto`."""
+        return self.model_copy(update={"resources": self.resources.with_cards(cards)})
 
     def as_yaml_dict(self) -> dict[str, Any]:
         """The resolved config, as it would be written in a file."""

@@ -37,9 +37,7 @@ def runs_link(tracking_uri: str, experiment_id: str, view: str | None = None) ->
 def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
     objectives = ", ".join(f"{name} ({way})" for name, way in config.objectives.items())
     sampled = ", ".join(config.space) or "nothing (fixed config)"
-    resources = f"{config.resources.cpu:g} CPU" + (
-        f" + {config.resources.gpu:g} GPU" if config.resources.gpu else ""
-    )
+    resources = f"{config.resources.cpu:g} CPU + {config.resources.describe_gpu()}"
     return "\n".join(
         [
             f"{'Resuming' if resume else 'Search'} {experiment_dir.name}: "
@@ -61,7 +59,7 @@ def ablation_plan(config: SearchConfig) -> str:
     if plan is None:
         return "none (search.ablation: null)"
     around = "the knee trial" if plan.around == "knee" else "the front trials, knee first"
-    budget = budget_of(plan, config.space, config.resources.gpu > 0)
+    budget = budget_of(plan, config.space, config.resources.gpu_share > 0)
     return (
         f"up to {budget} more trials after the search, around {around} "
         f"({plan.seeds} of them on other seeds for the noise floor)"

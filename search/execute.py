@@ -15,7 +15,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
 from analysis.flat import flatten
 from analysis.load import frame_from_tune, histories_from_tune, trial_row
-from analysis.report import NUM_CLASSES_TAG, build_report, publish
+from analysis.report import GPU_SHARE_PARAM, NUM_CLASSES_TAG, build_report, publish
 from search.ablation_run import ABLATIONS_DIR, run_ablations
 from search.background import in_background
 from search.cli import EXIT_INTERRUPTED, EXIT_STOPPED, RunOptions
@@ -143,7 +143,7 @@ def report_and_finish(
         bounds=config.search.hypervolume_bounds or None,
         min_accuracy=min_accuracy_for(data.num_classes),
         histories=histories_from_tune(experiment_dir),
-        on_gpu=config.resources.gpu > 0,
+        on_gpu=config.resources.gpu_share > 0,
     )
     publish(parent.client, parent.run_id, report)
     parent.close_unfinished_trials("lost")  # trials whose runs died with an earlier driver
@@ -201,7 +201,8 @@ def open_parent_run(
         tracking_uri=config.tracking.uri or "",
         experiment=config.tracking.experiment or config.name,
         run_name=experiment_dir.name,
-        params=flatten("", config.as_yaml_dict()),
+        # the config as written (resources.gpu may say auto), and the share its trials got
+        params={**flatten("", config.as_yaml_dict()), GPU_SHARE_PARAM: config.resources.gpu_share},
         tags=tags,
         resume_run_id=previous.parent_run_id if previous else None,
     )

@@ -8,7 +8,6 @@ the fit, the report, and every MLflow run left FINISHED or FAILED.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from search.config import (
     renamed_notes,
     say_where_set,
 )
+from search.devices import check_devices
 from search.errors import Problem
 from search.experiment import (
     ExperimentNotFound,
@@ -37,7 +37,6 @@ from search.experiment import (
     new_run_name,
 )
 from search.models import check_models
-from trainables.settings import TrainSettings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, args.overrides, flags=flags)
         for note in renamed_notes(config):
             print(note, file=sys.stderr)
-        check_trial_device(config)
-        check_local_devices(config, options)
+        check_devices(config, options)
         check_models(config)
         check_storage(Path(config.run.storage_path), config.source)
         check_tracking_store(config.tracking.uri or "", config.source)
@@ -80,89 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     from search.startup import start  # Ray, and on a thread MLflow, Optuna and Tune, load here
 
     return start(config, experiment_dir, options)
-
-
-def check_local_devices(config: SearchConfig, options: RunOptions) -> None:
-    """Refuse a GPU share on a machine without one (Ray would never schedule the trial),
-    and bfloat16 where one of its cards lacks it."""
-    if options.address is not None or config.resources.gpu == 0:
-        return  # a cluster's GPUs are checked once connected; CPU trials need no card
-    if not _torch_sees_cuda():
-        raise ConfigError(
-            config.source,
-            [
-                Problem(
-                    "resources.gpu",
-                    f"asks for {config.resources.gpu:g} GPU per trial, but this machine has no "
-                    "GPU that torch can use; run on a GPU machine, or set resources.gpu=0 "
-                    "and train.device=cpu",
-                )
-            ],
-        )
-    check_bfloat16(config)
-
-
-def check_bfloat16(config: SearchConfig) -> None:
-    """Refuse bfloat16 where a card of this machine lacks it: its trials would run float16
-    under a bfloat16 setting, and a sampled bfloat16 would spend trials repeating float16."""
-    asked = [("train.amp_dtype", "is")] if config.train.get("amp_dtype") == "bfloat16" else []
-    sampled = config.space.get("amp_dtype")
-    if sampled is not None and "bfloat16" in sampled.values:
-        asked.append(("space.amp_dtype", "samples"))
-    if not asked:
-        return
-    from trainables.cuda import cards_without_bf16
-
-    lacking = cards_without_bf16()
-    if lacking:
-        raise ConfigError(
-            config.source,
-            [
-                Problem(
-                    key,
-                    f"{verb} bfloat16, but {', '.join(lacking)} has no native bfloat16 "
-                    "(it needs compute capability 8.0 or later): its trials would run float16; use "
-                    "float16",
-                )
-                for key, verb in asked
-            ],
-        )
-
-
-def check_trial_device(config: SearchConfig) -> None:
-    """Refuse a trial device the trial will not see: Ray shows a trial its own GPUs only
-    (none without `resources.gpu`), numbered from 0."""
-    device = TrainSettings.from_config(config.train).device
-    if device.startswith("cuda") and config.resources.gpu == 0:
-        raise ConfigError(
-            config.source,
-            [
-                Problem(
-                    "train.device",
-                    f"is {device!r} but resources.gpu is 0: trials would see no GPU",
-                )
-            ],
-        )
-    index = int(device.partition(":")[2] or 0)
-    seen = max(1, math.ceil(config.resources.gpu))  # Ray shows a trial only its own GPUs
-    if index >= seen:
-        raise ConfigError(
-            config.source,
-            [
-                Problem(
-                    "train.device",
-                    f"is {device!r} but each trial sees {seen} GPU{'s' if seen > 1 else ''} "
-                    f"(resources.gpu={config.resources.gpu:g}), numbered from 0: use 'cuda' "
-                    "or 'auto'",
-                )
-            ],
-        )
-
-
-def _torch_sees_cuda() -> bool:
-    from trainables.cuda import available  # only a config that asks for a GPU waits for torch
-
-    return available()
 
 
 def locate_experiment(config: SearchConfig, options: RunOptions) -> Path:

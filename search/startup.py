@@ -20,6 +20,7 @@ from search.background import in_background
 from search.cli import EXIT_USAGE, RunOptions
 from search.config import ConfigError, SearchConfig
 from search.console import plan, say
+from search.devices import resolve_gpu
 from search.errors import Problem
 
 if TYPE_CHECKING:
@@ -34,12 +35,17 @@ def start(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> in
     down at the end; one already running in this process (a notebook's, a test's) is left
     running. A refusal leaves nothing behind: MLflow's store is opened only once the
     cluster has been accepted."""
-    say(plan(config, experiment_dir, options.resume))
+    planned = config.resources.gpu != "auto"  # else said once Ray has counted the cards
+    if planned:
+        say(plan(config, experiment_dir, options.resume))
     accepted: Future[bool] = Future()  # whether the cluster can run the trials
     preparing = in_background(lambda: load_and_prepare(config, accepted), name="prepare")
     owns_ray = not ray.is_initialized()
     try:
         start_ray(options.address)
+        config = resolve_gpu(config, options)
+        if not planned:
+            say(plan(config, experiment_dir, options.resume))
         check_cluster_resources(config)
         accepted.set_result(True)
     except ConfigError as error:
@@ -119,13 +125,13 @@ def check_cluster_resources(config: SearchConfig) -> None:
     it for ever."""
     resources = ray.cluster_resources()
     gpus, cpus = resources.get("GPU", 0), resources.get("CPU", 0)
-    if config.resources.gpu > 0 and gpus == 0:
+    if config.resources.gpu_share > 0 and gpus == 0:
         raise ConfigError(
             config.source,
             [
                 Problem(
                     "resources.gpu",
-                    f"asks for {config.resources.gpu:g} GPU per trial, but the "
+                    f"asks for {config.resources.gpu_share:g} GPU per trial, but the "
                     "Ray cluster has no GPUs",
                 )
             ],

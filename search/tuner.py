@@ -32,7 +32,7 @@ def trainable(config: SearchConfig, data: PreparedData, compared: bool = True) -
     early stopping compares (`compared` False: none, for trials it never sees), and the
     trial's resources. The rungs travel here, not in the param space, which
     `Tuner.restore` requires unchanged from the search's start."""
-    resources = {"cpu": config.resources.cpu, "gpu": config.resources.gpu}
+    resources = {"cpu": config.resources.cpu, "gpu": config.resources.gpu_share}
     rungs = config.rungs() if compared else ()
     with_data = tune.with_parameters(classifier_trial, data=data, rungs=rungs)
     return tune.with_resources(with_data, resources)
@@ -65,7 +65,7 @@ def memory_model(config: SearchConfig, num_classes: int) -> MemoryModel | None:
     they report."""
     if not config.search.predict_oom:
         return None
-    on_gpu = config.resources.gpu > 0
+    on_gpu = config.resources.gpu_share > 0
     return MemoryModel(probe=None if on_gpu else CpuMeterProbe(num_classes), on_gpu=on_gpu)
 
 

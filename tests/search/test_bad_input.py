@@ -152,7 +152,7 @@ def test_a_bad_override_on_the_command_line_is_one_message(override, nothing_run
         (["train.device=cuda:1", "resources.gpu=0.5"],
          "train.device: is 'cuda:1' but each trial sees 1 GPU (resources.gpu=0.5), numbered "
          "from 0: use 'cuda' or 'auto' (set on the command line)"),
-        (["train.device=cuda:0"], "train.device: is 'cuda:0' but resources.gpu is 0"),
+        (["train.device=cuda:0"], "train.device: is 'cuda:0' but each trial gets no GPU"),
     ],
 )  # fmt: skip
 def test_a_device_the_trials_cannot_see_is_one_message_before_anything_starts(

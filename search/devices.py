@@ -1,0 +1,125 @@
+"""What a search's trials train on: `resources.gpu: auto` resolved by the cards Ray finds,
+and the checks of a config's devices (a share Ray could never give, a trial device the
+trial will not see, bfloat16 on a card without it).
+
+A config that names its share is checked before anything starts (`check_devices`, from
+`search.run`: a machine without a card answers without torch); one that says `auto` once
+Ray is up (`resolve_gpu`, from `search.startup`), since Ray's count of the cards, on this
+machine or the cluster it joined, is what its trials will be given.
+"""
+
+from __future__ import annotations
+
+import math
+
+from search.cli import RunOptions
+from search.config import ConfigError, SearchConfig
+from search.errors import Problem
+from trainables.settings import TrainSettings
+
+
+def check_devices(config: SearchConfig, options: RunOptions) -> None:
+    """The checks that need no Ray; with `auto` they wait for `resolve_gpu`."""
+    if config.resources.gpu == "auto":
+        return
+    check_trial_device(config)
+    check_local_devices(config, options)
+
+
+def resolve_gpu(config: SearchConfig, options: RunOptions) -> SearchConfig:
+    """With `resources.gpu: auto`, the config resolved by the GPUs Ray counts (this
+    machine's, or the cluster's it joined), then checked as `check_devices` checks a
+    config that names its share; any other config as it is."""
+    if config.resources.gpu != "auto":
+        return config
+    import ray  # started by now: `search.startup`
+
+    resolved = config.with_cards(int(ray.cluster_resources().get("GPU", 0)))
+    check_trial_device(resolved)
+    if options.address is None and resolved.resources.gpu_share > 0:
+        check_bfloat16(resolved)
+    return resolved
+
+
+def check_local_devices(config: SearchConfig, options: RunOptions) -> None:
+    """Refuse a GPU share on a machine without one (Ray would never schedule the trial),
+    and bfloat16 where one of its cards lacks it."""
+    if options.address is not None or config.resources.gpu_share == 0:
+        return  # a cluster's GPUs are checked once connected; CPU trials need no card
+    if not _torch_sees_cuda():
+        raise ConfigError(
+            config.source,
+            [
+                Problem(
+                    "resources.gpu",
+                    f"asks for {config.resources.gpu_share:g} GPU per trial, but this machine "
+                    "has no GPU that torch can use; run on a GPU machine, or set "
+                    "resources.gpu=auto (or 0) and train.device=auto (or cpu)",
+                )
+            ],
+        )
+    check_bfloat16(config)
+
+
+def check_bfloat16(config: SearchConfig) -> None:
+    """Refuse bfloat16 where a card of this machine lacks it: its trials would run float16
+    under a bfloat16 setting, and a sampled bfloat16 would spend trials repeating float16."""
+    asked = [("train.amp_dtype", "is")] if config.train.get("amp_dtype") == "bfloat16" else []
+    sampled = config.space.get("amp_dtype")
+    if sampled is not None and "bfloat16" in sampled.values:
+        asked.append(("space.amp_dtype", "samples"))
+    if not asked:
+        return
+    from trainables.cuda import cards_without_bf16
+
+    lacking = cards_without_bf16()
+    if lacking:
+        raise ConfigError(
+            config.source,
+            [
+                Problem(
+                    key,
+                    f"{verb} bfloat16, but {', '.join(lacking)} has no native bfloat16 "
+                    "(it needs compute capability 8.0 or later): its trials would run float16; use "
+                    "float16",
+                )
+                for key, verb in asked
+            ],
+        )
+
+
+def check_trial_device(config: SearchConfig) -> None:
+    """Refuse a trial device the trial will not see: Ray shows a trial its own GPUs only
+    (none without `resources.gpu`), numbered from 0."""
+    device = TrainSettings.from_config(config.train).device
+    if device.startswith("cuda") and config.resources.gpu_share == 0:
+        raise ConfigError(
+            config.source,
+            [
+                Problem(
+                    "train.device",
+                    f"is {device!r} but each trial gets {config.resources.describe_gpu()}: "
+                    "it would see no GPU",
+                )
+            ],
+        )
+    index = int(device.partition(":")[2] or 0)
+    seen = max(1, math.ceil(config.resources.gpu_share))  # Ray shows a trial only its own GPUs
+    if index >= seen:
+        raise ConfigError(
+            config.source,
+            [
+                Problem(
+                    "train.device",
+                    f"is {device!r} but each trial sees {seen} GPU{'s' if seen > 1 else ''} "
+                    f"(resources.gpu={config.resources.gpu_share:g}), numbered from 0: use "
+                    "'cuda' or 'auto'",
+                )
+            ],
+        )
+
+
+def _torch_sees_cuda() -> bool:
+    from trainables.cuda import available  # only a config that asks for a GPU waits for torch
+
+    return available()

@@ -1,0 +1,63 @@
+"""`resources.gpu: auto`: the trials get a quarter of a card where Ray counts cards, and
+the CPU elsewhere; the device checks wait for that count, then say the same as for a
+config that names its share."""
+
+import pytest
+import ray
+
+from search import devices
+from search.cli import RunOptions
+from search.config import AUTO_GPU_SHARE, ConfigError, load_config
+from search.run import main
+from tests.conftest import CONFIGS
+
+MAIN = str(CONFIGS / "cats_dogs.yaml")
+LOCAL = RunOptions(run_name=None, address=None, resume=False)
+
+
+def test_the_main_config_asks_for_auto_and_keeps_it_as_written():
+    config = load_config(MAIN, [])
+    assert config.resources.gpu == "auto"
+    assert config.with_cards(1).as_yaml_dict()["resources"]["gpu"] == "auto"
+    with pytest.raises(RuntimeError, match="not resolved"):
+        _ = config.resources.gpu_share  # nothing may use a share nobody decided
+
+
+@pytest.mark.ray
+def test_where_ray_counts_no_card_the_trials_ask_for_none_and_the_plan_says_why(ray_instance):
+    resolved = devices.resolve_gpu(load_config(MAIN, []), LOCAL)
+    assert resolved.resources.gpu_share == 0
+    assert resolved.resources.describe_gpu() == "no GPU (resources.gpu auto: no card here)"
+
+
+def test_where_ray_counts_cards_each_trial_gets_a_quarter_of_one(monkeypatch):
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 2.0})
+    monkeypatch.setattr(devices, "_torch_sees_cuda", lambda: True)
+    resolved = devices.resolve_gpu(load_config(MAIN, []), LOCAL)
+    assert resolved.resources.gpu_share == AUTO_GPU_SHARE == 0.25
+    assert resolved.resources.describe_gpu() == "0.25 GPU (resources.gpu auto: 2 cards here)"
+
+
+def test_a_config_that_names_its_share_is_left_as_it_is():
+    config = load_config(MAIN, ["resources.gpu=0.5"])
+    assert devices.resolve_gpu(config, LOCAL) is config
+
+
+@pytest.mark.ray
+def test_a_cuda_trial_device_with_auto_and_no_card_is_refused_once_ray_has_counted(
+    ray_instance,
+):
+    config = load_config(MAIN, ["train.device=cuda"])
+    with pytest.raises(ConfigError) as refused:
+        devices.resolve_gpu(config, LOCAL)
+    (problem,) = refused.value.problems
+    assert problem.path == "train.device"
+    assert "each trial gets no GPU (resources.gpu auto: no card here)" in problem.message
+
+
+@pytest.mark.parametrize("value", ["half", "-1", "1.5", "true"])
+def test_a_share_that_is_neither_a_number_nor_auto_is_one_message(value, nothing_runs, capsys):
+    assert main(["--config", MAIN, f"resources.gpu={value}"]) == 2
+    err = capsys.readouterr().err
+    (line,) = [line for line in err.splitlines() if "resources.gpu" in line]  # one problem
+    assert line.startswith("  resources.gpu: ") and "Traceback" not in err and not nothing_runs
