@@ -6,8 +6,9 @@ noise-floor run on another seed). Its effect on a metric is its value less the m
 base config's runs (the base trial, its repeats and its noise-floor runs); the 95% interval
 is the prediction interval of one run from the base runs' spread, t(k-1) * s * sqrt(1 +
 1/k): what the change would have to beat to be told from the seed's noise. Accuracies and
-gaps (fractions) change in points, everything else (images/s, MiB, seconds) in percent of
-the base. The answer holds for this config, this model, this data and this device.
+gaps (fractions) change in points; everything else (images/s, MiB, seconds) is a ratio to
+the base's geometric mean, in percent, its interval taken on the logarithms (never below
+-100%). The answer holds for this config, this model, this data and this device.
 """
 
 from __future__ import annotations
@@ -91,7 +92,12 @@ def _change_text(label: str, base: pd.Series) -> tuple[str, str]:
 
 def one_effect(ablated: float, base: np.ndarray, points: bool) -> tuple[float, float, float, str]:
     """(effect, low, high, verdict) of one ablated run against the base runs' values. An
-    infinite value is a target never reached (time_to_target_s): no effect, and why."""
+    infinite value is a target never reached (time_to_target_s): no effect, and why.
+
+    In points, the difference from the base mean and its prediction interval. Otherwise
+    (images/s, MiB, seconds: positive amounts) a ratio: the same on the logarithms, then
+    back to percent, so an interval can never claim that a change takes away more than all
+    of a speed (never below -100%), and a halving and a doubling are the same size."""
     base = np.asarray(base, dtype=float)
     finite = base[np.isfinite(base)]
     if not len(base):
@@ -102,19 +108,24 @@ def one_effect(ablated: float, base: np.ndarray, points: bool) -> tuple[float, f
         return math.nan, math.nan, math.nan, f"{why}{changed}"
     if not math.isfinite(ablated):
         return math.nan, math.nan, math.nan, "never reached with the change"
-    mean = float(finite.mean())
-    scale = 100.0 if points else (100.0 / abs(mean) if mean else math.nan)
-    effect = (ablated - mean) * scale
-    if len(finite) < 2:
-        return effect, math.nan, math.nan, "one base run: no interval"
-    spread = float(finite.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(finite) - 1)) * spread
-    half *= math.sqrt(1 + 1 / len(finite)) * scale
-    low, high = effect - half, effect + half
-    if low <= 0 <= high:
-        verdict = "no change" if effect == 0 and half == 0 else "not told from noise"
+    if not points and (ablated <= 0 or (finite <= 0).any()):
+        return math.nan, math.nan, math.nan, "not a positive amount: no ratio"
+    values, changed = (finite, ablated) if points else (np.log(finite), math.log(ablated))
+    difference = changed - float(values.mean())
+    if len(values) < 2:
+        low = high = math.nan
+        verdict = "one base run: no interval"
     else:
-        verdict = "raises" if effect > 0 else "lowers"
+        half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(values) - 1))
+        half *= float(values.std(ddof=1)) * math.sqrt(1 + 1 / len(values))
+        low, high = difference - half, difference + half
+        if low <= 0 <= high:
+            verdict = "no change" if difference == 0 and half == 0 else "not told from noise"
+        else:
+            verdict = "raises" if difference > 0 else "lowers"
+    if points:
+        return difference * 100, low * 100, high * 100, verdict
+    effect, low, high = (100 * math.expm1(value) for value in (difference, low, high))
     return effect, low, high, verdict
 
 

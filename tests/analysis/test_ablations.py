@@ -68,6 +68,30 @@ def test_an_effect_is_the_change_against_the_base_mean_with_a_prediction_interva
     assert relative == (pytest.approx(10.0), pytest.approx(10.0), pytest.approx(10.0), "raises")
 
 
+def test_a_ratio_is_taken_on_the_logarithms_so_no_interval_falls_below_minus_100_percent():
+    """The issue's case: a throughput spread of 1322-1910 images/s over three runs once gave
+    "-29.9% [-123.6, +63.7]" for a change to 1300: a speed cannot lose more than all of it."""
+    base = np.array([1910.0, 1322.0, 1523.0])
+    effect, low, high, verdict = one_effect(1300.0, base, points=False)
+    geometric = math.exp(np.log(base).mean())
+    assert effect == pytest.approx((1300 / geometric - 1) * 100)
+    assert -100 < low < effect < high and verdict == "not told from noise"
+    # halving and doubling are the same distance from the base, either way
+    down = one_effect(50.0, np.array([100.0, 100.1, 99.9]), points=False)
+    up = one_effect(200.0, np.array([100.0, 100.1, 99.9]), points=False)
+    assert down[0] == pytest.approx(-50.0, abs=0.01) and up[0] == pytest.approx(100.0, abs=0.02)
+    assert math.log1p(up[0] / 100) == pytest.approx(-math.log1p(down[0] / 100), abs=1e-3)
+    for amounts in (np.array([1.0, 30.0, 2.0]), np.array([5.0, 5000.0])):
+        assert one_effect(0.5, amounts, points=False)[1] >= -100  # -100 itself: a float's limit
+
+
+def test_an_amount_that_is_not_positive_has_no_ratio():
+    assert (
+        one_effect(0.0, np.array([10.0, 11.0]), points=False)[3]
+        == "not a positive amount: no ratio"
+    )
+
+
 def test_a_known_effect_is_recovered_within_its_interval_as_often_as_it_claims():
     """Searches where amp adds exactly 5 points of accuracy, on seeds' noise of 2 points:
     the 95% interval holds the true effect in about 95% of them."""

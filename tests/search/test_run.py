@@ -43,7 +43,7 @@ def test_a_gpu_share_on_a_machine_without_a_gpu_is_refused_before_anything_start
     monkeypatch.chdir(tmp_path)
     assert main(["--config", str(SMOKE), "resources.gpu=0.5"]) == 2
     err = capsys.readouterr().err
-    assert "resources.gpu: asks for 0.5 GPU per trial" in err and "train.device=cpu" in err
+    assert "resources.gpu: asks for 0.5 GPU per trial" in err and "resources.gpu=auto" in err
     assert not (tmp_path / "mlflow.db").exists()
 
 
