@@ -24,9 +24,10 @@ from ray import tune
 from torch import nn
 
 from trainables.activation_checkpointing import enable_checkpointing
-from trainables.cuda import describe_device, resolve_device, synchronize
+from trainables.cuda import describe_device, device_key, resolve_device, synchronize
 from trainables.data import PreparedData, Split, prepare_data
 from trainables.data.errors import first_line
+from trainables.device_gate import DeviceGate, gate_of
 from trainables.eval_batch import EvalBatch
 from trainables.memory import MIB, MemoryBudget
 from trainables.metrics import (
@@ -49,6 +50,7 @@ from trainables.precision import Precision, precision_for
 from trainables.run_state import RunState, load_run_state, renamed_from_staged, save_run_state
 from trainables.schedules import EpochPlan, epoch_plan, grows_by_noise, warmup_factor
 from trainables.settings import TrainSettings
+from trainables.speed import ConfigSpeed, SpeedWindow, own_speed, own_time
 from trainables.step import dry_step
 from trainables.training import (
     DIVERGED_AFTER_SKIPPED_STEPS,
@@ -129,6 +131,10 @@ class TrainingRun:
     # the device, the software and the kernels it trains with, in every report
     record: dict[str, str] = field(default_factory=dict)
     compiled_sizes: set[int] = field(default_factory=set)  # batch sizes compiled so far
+    # the device's gate (its neighbours hold while this trial times its speed) and each
+    # configuration's timed blocks (trainables.speed)
+    gate: DeviceGate | None = None
+    speeds: ConfigSpeed = field(default_factory=ConfigSpeed)
 
     @property
     def stepper(self) -> nn.Module:
@@ -218,8 +224,9 @@ def start_run(
         torch.compiler.reset()
         step_model = torch.compile(model)  # compiled when it first runs
     return TrainingRun(
-        settings, model, optimizer, precision, state, budget, eval_batch, best_weights, step_model
-    )
+        settings, model, optimizer, precision, state, budget, eval_batch, best_weights,
+        step_model, speeds=ConfigSpeed.from_dict(state.speeds),
+    )  # fmt: skip
 
 
 def choose_kernels(settings: TrainSettings) -> None:
@@ -266,12 +273,15 @@ def fit_classifier(
         choose_kernels(settings)  # before the budget's warm-up starts cuBLAS
         budget = MemoryBudget(device, settings.memory_budget_mb, gpu_share)
         run = start_run(settings, data.num_classes, data.image_size, budget, resume_state)
+        run.gate = trial_gate(budget.memory_device)
         record = describe_device(budget.memory_device) | describe_run(run)
         run.record = record
         splits = TrialData.of(data, device, settings)
+        gated = run.gate.step  # every use of the device, so that a neighbour's timing is clean
         for epoch in range(run.state.epoch + 1, settings.epochs + 1):
             phase, plan = "memory probe", None
-            plan = plan_that_fits(run, epoch, splits)
+            with gated():
+                plan = plan_that_fits(run, epoch, splits)
             phase = "training"
             result = train_one_epoch(run, epoch, plan, splits)
             if result.diverged:
@@ -280,7 +290,8 @@ def fit_classifier(
                     run.state, report, epoch, STATUS_DIVERGED, detail, plan, **record
                 )
             phase = "evaluation"
-            metrics, progress = evaluate_epoch(run, epoch, plan, result, splits)
+            with gated():
+                metrics, progress = evaluate_epoch(run, epoch, plan, result, splits)
             phase = "saving the trial state"
             run.state = replace(
                 run.state,
@@ -291,6 +302,7 @@ def fit_classifier(
                 growths=run.growths_after(plan, result, len(splits.train)),
                 eval_seconds_per_image=dict(run.eval_batch.seconds_per_image),
                 compile_seconds=metrics["compile_s"],  # the trial's, this epoch's included
+                speeds=run.speeds.to_dict(),
             )
             _save_and_report(run, report)
         return run.state.last_metrics
@@ -399,9 +411,10 @@ def train_one_epoch(
     settings = run.settings
     generator = torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch))
     steps = EpochSteps.drawn(len(splits.train), plan, generator, settings.noise_probes)
-    metered = meter_first_step(run.budget, run.model, run.optimizer, splits.train,
-                               splits.normalise, steps, run.precision)  # fmt: skip
-    compile_seconds = compile_new_shapes(run, steps, splits)
+    with run.gate.step() if run.gate else nullcontext():  # metering and compiling use it too
+        metered = meter_first_step(run.budget, run.model, run.optimizer, splits.train,
+                                   splits.normalise, steps, run.precision)  # fmt: skip
+        compile_seconds = compile_new_shapes(run, steps, splits)
     result = train_epoch(
         run.stepper,
         run.optimizer,
@@ -416,8 +429,36 @@ def train_one_epoch(
         lr_at=run.lr_schedule(epoch, plan),
         skipped=SkippedSteps(streak=run.state.skipped_streak),
         noise=NoiseMeter(run.model) if steps.measured else None,
+        window=speed_window(run, plan),
     )
     return replace(result, compile_seconds=compile_seconds)
+
+
+def trial_gate(device: torch.device) -> DeviceGate:
+    """The gate of the trial's device; on the CPU it knows the trial's threads, which
+    decide whether the node is crowded (`DeviceGate.crowded`)."""
+    gate = gate_of(device_key(device))
+    if device.type == "cpu":
+        gate.register(torch.get_num_threads())
+    return gate
+
+
+def speed_window(run: TrainingRun, plan: EpochPlan) -> SpeedWindow | None:
+    """The epoch's timing of its configuration (`trainables.speed`). A card is always
+    crowded (its trials share its time); the CPU where the live trials' threads are more
+    than the node's cores."""
+    if run.gate is None:
+        return None
+    device, gate, cores = run.budget.device, run.gate, os.cpu_count() or 1
+    return SpeedWindow(
+        run.gate,
+        lambda: synchronize(device),
+        run.speeds,
+        ConfigSpeed.key(plan.batch_size, plan.accumulation_steps),
+        precision=run.settings.speed_precision,
+        max_seconds=run.settings.speed_window_s,
+        crowded=lambda: device.type == "cuda" or gate.crowded(cores),
+    )
 
 
 class CompileFailed(Exception):
@@ -486,7 +527,7 @@ def evaluate_epoch(
             len(split),
             lambda batch_size: evaluate(
                 run.model, split, splits.normalise, batch_size=batch_size,
-                precision=run.precision,
+                precision=run.precision, gate=run.gate,
             ),
         )  # fmt: skip
 
@@ -503,7 +544,9 @@ def evaluate_epoch(
     scores = EvalScores(train_eval_acc=train_eval_acc, val_acc=val_acc, test_acc=test_acc)
     progress = run.state.progress.advance(
         epoch, scores, result.seconds + result.compile_seconds, settings.target_acc,
-        steps=result.optimizer_steps,
+        steps=result.optimizer_steps, config=ConfigSpeed.key(plan.batch_size,
+        plan.accumulation_steps), images=result.images, train_seconds=result.seconds,
+        compile_seconds=run.state.compile_seconds + result.compile_seconds,
     )  # fmt: skip
     if improved:
         run.best_weights = None if gaps_due else host_copy(run.model)
@@ -524,6 +567,7 @@ def evaluate_epoch(
         data_bytes=splits.nbytes,
         memory_limit_bytes=run.budget.limit_bytes,
         compile_seconds=run.state.compile_seconds + result.compile_seconds,
+        speeds=run.speeds,
     )
     return {**metrics, **run.record}, progress
 
@@ -599,8 +643,17 @@ def epoch_metrics(
     data_bytes: int,
     memory_limit_bytes: int | None = None,
     compile_seconds: float = 0.0,
+    speeds: ConfigSpeed | None = None,
 ) -> dict[str, Any]:
-    """One epoch's values under the schema's names (`trainables.metrics.METRICS`)."""
+    """One epoch's values under the schema's names (`trainables.metrics.METRICS`). The
+    throughput and the time to target are the config's own (`trainables.speed.own_time`),
+    from the speeds timed so far: each report says what is known by then."""
+    speeds = speeds or ConfigSpeed()
+    speed = own_speed(progress.images_by_config, progress.seconds_by_config, speeds)
+    to_target = progress.time_to_target_s
+    if progress.images_to_target is not None:
+        seconds = own_time(progress.images_to_target, progress.seconds_by_config, speeds)[0]
+        to_target = seconds + progress.compile_to_target_s
     return {
         "epoch": epoch,
         "train_loss": result.train_loss,
@@ -613,10 +666,13 @@ def epoch_metrics(
         "best_epoch": progress.best_epoch,
         "gen_gap": progress.gen_gap,
         "val_test_gap": progress.val_test_gap,
-        "throughput": throughput(result.images, result.seconds),
+        "throughput": speed[0],
+        "throughput_low": speed[1],
+        "throughput_high": speed[2],
+        "shared_throughput": throughput(result.images, result.seconds),
         "epoch_time_s": result.seconds,
         "train_time_s": progress.train_seconds,
-        "time_to_target_s": progress.time_to_target_s,
+        "time_to_target_s": to_target,
         "compile_s": compile_seconds,
         "train_steps": progress.train_steps,
         "steps_to_target": progress.steps_to_target,

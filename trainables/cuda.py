@@ -82,6 +82,15 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def device_key(device: torch.device) -> str:
+    """What names a device across the node's processes, for its gate
+    (`trainables.device_gate`): "cpu", or the card's UUID (its index differs between
+    processes that Ray shows different cards)."""
+    if device.type != "cuda":
+        return device.type
+    return f"cuda-{torch.cuda.get_device_properties(indexed(device)).uuid}"
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (a clock read after it is honest); CPU: nothing."""
     if device.type == "cuda":

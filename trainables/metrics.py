@@ -9,7 +9,7 @@ statuses, the default objectives and the minimum accuracy live here too: `traina
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 Direction = Literal["max", "min"]
@@ -49,13 +49,26 @@ METRICS: dict[str, MetricSpec] = {
     "val_test_gap": MetricSpec(
         "abs(val_acc - test_acc) at the best-val epoch; known when gen_gap is", "min"
     ),
-    "throughput": MetricSpec("training images per second over the epoch, eval excluded", "max"),
+    "throughput": MetricSpec(
+        "the config's speed: training images per second of its own steps, timed after "
+        "warm-up while no other trial of the node steps on its device (trainables.speed), "
+        "over the epochs so far; eval and compile excluded",
+        "max",
+    ),
+    "throughput_low": MetricSpec("the low end of throughput's 95% interval (NaN: not timed)"),
+    "throughput_high": MetricSpec("the high end of throughput's 95% interval (NaN: not timed)"),
+    "shared_throughput": MetricSpec(
+        "training images per second the trial got over the epoch's wall time, its "
+        "neighbours on the device included (utilisation; not the config's speed)"
+    ),
     "epoch_time_s": MetricSpec("wall seconds of the epoch's training part", "min"),
     "train_time_s": MetricSpec(
         "training seconds of all epochs so far, eval excluded, compile_s included", "min"
     ),
     "time_to_target_s": MetricSpec(
-        "training seconds (compile_s included) until val_acc >= target_acc; inf if never", "min"
+        "the config's seconds until val_acc >= target_acc: the images until then at its "
+        "throughput, plus compile_s (the wall time where it was not timed); inf if never",
+        "min",
     ),
     "compile_s": MetricSpec(
         "seconds torch.compile took so far (each new batch shape is compiled before its "
@@ -150,6 +163,9 @@ TEXT_METRICS = frozenset(
 MACHINE_METRICS = frozenset(
     {
         "throughput",
+        "throughput_low",
+        "throughput_high",
+        "shared_throughput",
         "epoch_time_s",
         "train_time_s",
         "time_to_target_s",
@@ -215,7 +231,7 @@ SEARCH_NOTES = frozenset({PREDICTED_FROM, REPEAT_OF, PREDICTED_PEAK, ABLATION_OF
 
 def unit_of(metric: str) -> str:
     """The unit of a schema metric, read off its name's convention."""
-    if metric == "throughput":
+    if metric.endswith("throughput") or metric.startswith("throughput_"):
         return "images/s"
     if metric.endswith("_s"):
         return "s"
@@ -273,10 +289,17 @@ class Progress:
     best_epoch: int = 0
     gen_gap: float = math.nan
     val_test_gap: float = math.nan
-    train_seconds: float = 0.0  # training time so far, eval excluded
+    train_seconds: float = 0.0  # training time so far, eval excluded (wall, compile in)
     time_to_target_s: float = math.inf
     train_steps: int = 0  # optimizer steps so far
     steps_to_target: float = math.inf  # a whole number once reached
+    # Where the images went, by configuration (physical batch x accumulation: AdaBatch
+    # changes it), with the wall seconds they took: the config's own speed and time are
+    # computed from them and its timed speeds (`trainables.speed.own_time`).
+    images_by_config: dict[str, int] = field(default_factory=dict)
+    seconds_by_config: dict[str, float] = field(default_factory=dict)
+    images_to_target: dict[str, int] | None = None  # the same, up to the target's epoch
+    compile_to_target_s: float = 0.0  # compiling up to then
 
     @property
     def gap_pending(self) -> bool:
@@ -306,17 +329,34 @@ class Progress:
         target_acc: float,
         *,
         steps: int = 0,
+        config: str = "",
+        images: int = 0,
+        train_seconds: float | None = None,
+        compile_seconds: float = 0.0,
     ) -> Progress:
-        """After `epoch`, which took `epoch_seconds` of training and `steps` optimizer steps."""
-        train_seconds = self.train_seconds + epoch_seconds
+        """After `epoch`, which took `epoch_seconds` (wall, compile in) and `steps`
+        optimizer steps: `images` of them in configuration `config`, in `train_seconds`
+        (compile out); `compile_seconds` of compiling so far."""
+        train_seconds_total = self.train_seconds + epoch_seconds
         train_steps = self.train_steps + steps
+        images_by_config = dict(self.images_by_config)
+        seconds_by_config = dict(self.seconds_by_config)
+        if images:
+            images_by_config[config] = images_by_config.get(config, 0) + images
+            seconds_by_config[config] = seconds_by_config.get(config, 0.0) + (
+                epoch_seconds if train_seconds is None else train_seconds
+            )
         reached_now = math.isinf(self.time_to_target_s) and scores.val_acc >= target_acc
         progress = replace(
             self,
-            train_seconds=train_seconds,
-            time_to_target_s=train_seconds if reached_now else self.time_to_target_s,
+            train_seconds=train_seconds_total,
+            time_to_target_s=train_seconds_total if reached_now else self.time_to_target_s,
             train_steps=train_steps,
             steps_to_target=train_steps if reached_now else self.steps_to_target,
+            images_by_config=images_by_config,
+            seconds_by_config=seconds_by_config,
+            images_to_target=dict(images_by_config) if reached_now else self.images_to_target,
+            compile_to_target_s=compile_seconds if reached_now else self.compile_to_target_s,
         )
         if self.improved_by(scores.val_acc):
             best = replace(progress, best_val_acc=scores.val_acc, best_epoch=epoch)

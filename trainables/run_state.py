@@ -36,6 +36,8 @@ class RunState:
     # scores at the batch it chose
     eval_seconds_per_image: dict[int, float] = field(default_factory=dict)
     compile_seconds: float = 0.0  # torch.compile so far (compile_s)
+    # each configuration's timed blocks (trainables.speed.ConfigSpeed, as plain numbers)
+    speeds: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "progress": asdict(self.progress)}

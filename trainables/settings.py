@@ -145,6 +145,13 @@ class TrainSettings(BaseModel):
     # trial continues from); the last epoch always saves. A save is the weights and
     # optimizer state: ~200 MB for ResNet-50, seconds of an epoch on a GPU
     checkpoint_every: int = Field(1, gt=0, **_STRICT)
+    # throughput is the config's speed: its own steps timed in blocks where no other trial
+    # steps on its device (trainables.speed); on a crowded device the trial holds it for a
+    # short window an epoch, until the 95% interval is within this share of the speed (over
+    # 3 windows); 0: not timed, throughput is the epoch's images over its wall time
+    speed_precision: float = Field(0.05, ge=0, lt=1)
+    # the most seconds a configuration holds a crowded device, over all its windows
+    speed_window_s: float = Field(1.5, gt=0)
     data: DataSettings = DataSettings()  # used when no prepared data is passed in
 
     @field_validator("model")

@@ -33,6 +33,7 @@ from trainables.memory import MemoryBudget
 from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, probe_steps
 from trainables.precision import Precision
 from trainables.schedules import EpochPlan
+from trainables.speed import Gate, SpeedWindow
 from trainables.step import train_step
 
 # Consecutive steps the GradScaler may skip before the trial counts as diverged: enough to
@@ -296,6 +297,7 @@ def train_epoch(
     lr_at: Callable[[float], float] | None = None,
     skipped: SkippedSteps | None = None,
     noise: NoiseMeter | None = None,
+    window: SpeedWindow | None = None,
 ) -> EpochResult:
     """The epoch's `steps` over `split`, on the model's device.
 
@@ -304,8 +306,10 @@ def train_epoch(
     `lr_at(fraction of the epoch done)` sets the learning rate before every step. Skipped
     steps are counted on the device and read every `READ_SKIPPED_EVERY` steps: the epoch
     stops early, at such a reading, once `skipped` says the trial diverged. `noise`
-    measures the steps `steps.measured` names. The peak memory is that of the first step,
-    which always trains the full physical batch (the allocator's statistics, read on the
+    measures the steps `steps.measured` names. `window` passes each step through the
+    device's gate and times the configuration's speed (`trainables.speed.SpeedWindow`);
+    it is closed at the epoch's end, or when a step fails. The peak memory is that of the
+    first step, which always trains the full physical batch (the allocator's statistics, read on the
     host: no wait for the device; on CPU `metered`, the meter's figure from
     `meter_first_step`).
     """
@@ -331,19 +335,25 @@ def train_epoch(
     synchronize(device)
     started = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
-    with contextlib.closing(stream):
+    gated = window.step if window is not None else contextlib.nullcontext
+    with contextlib.closing(stream), contextlib.ExitStack() as closing:
+        if window is not None:
+            closing.callback(window.close)
         for step, group in enumerate(steps.batches):
             if lr_at is not None:
                 for param_group in optimizer.param_groups:
                     param_group["lr"] = lr_at(step / len(steps.batches))
-            outcome = train_step(
-                model,
-                optimizer,
-                micro_batches(len(group)),
-                precision,
-                images=sum(len(batch) for batch in group),
-                noise=noise if step in steps.measured else None,
-            )
+            with gated():
+                outcome = train_step(
+                    model,
+                    optimizer,
+                    micro_batches(len(group)),
+                    precision,
+                    images=sum(len(batch) for batch in group),
+                    noise=noise if step in steps.measured else None,
+                )
+            if window is not None:
+                window.after(outcome.images)
             images += outcome.images
             trained += 1
             first_step_peak = first_step_peak or budget.peak(metered)
@@ -386,17 +396,21 @@ def evaluate(
     *,
     batch_size: int,
     precision: Precision | None = None,
+    gate: Gate | None = None,
 ) -> tuple[float, float]:
     """(accuracy, mean loss) of `model` on `split` in eval mode, on the model's device, in
-    the layout `normalise` gives and the precision the trial trains in."""
+    the layout `normalise` gives and the precision the trial trains in; each batch passes
+    `gate` (a neighbour timing its speed holds it)."""
     device = next(model.parameters()).device
     model.eval()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     batches = [slice(start, start + batch_size) for start in range(0, len(split), batch_size)]
+    gated = gate.step if gate is not None else nullcontext
+    autocast = precision.autocast if precision is not None else nullcontext
     for pixels, targets in device_batches(split, batches, device):
         inputs = normalise(pixels)
-        with precision.autocast() if precision else nullcontext():
+        with gated(), autocast():
             logits = model(inputs)
         loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum")
         correct += (logits.argmax(dim=1) == targets).sum()

@@ -1,0 +1,109 @@
+"""Whether a config's throughput belongs to the config: one config run six times as a
+search's trials, once one trial at a time and once three trials to two cores (three
+one-thread processes on two cores stand in for trials packed on a card), with the speed
+timed in the device's gate (the default) and, for comparison, without timing
+(`train.speed_precision=0`: the epoch's images over its wall time).
+
+Printed per case: the six trials' throughputs (median, min-max spread as max/min), and
+at the end the ratio of the crowded set's median to the one-at-a-time set's. The issue's
+aims: the medians agree within 5% (a ratio of 0.95-1.05) and each set spreads at most 10%
+(max/min <= 1.10).
+
+    python bench/speed_consistency.py [--config configs/cats_dogs.yaml] [--trials 6]
+        [key.path=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from analysis.load import frame_from_tune
+from trainables.metrics import METRICS
+
+REPO = Path(__file__).resolve().parents[1]
+# The main search's knee on 2026-11-26 (docs/RESULTS.md section 8), as a fixed config.
+KNEE = {"batch_size": 32, "optimizer": "sgd", "lr": 0.0006974, "accumulation_steps": 4,
+        "warmup_epochs": 2}  # fmt: skip
+CASES = {
+    "one at a time": ["search.max_concurrent_trials=1"],
+    "three to two cores": ["resources.cpu=0.66", "search.max_concurrent_trials=3"],
+}
+TIMING = {"timed in the gate": [], "not timed (wall)": ["train.speed_precision=0"]}
+
+
+def fixed_config(source: Path, folder: Path) -> Path:
+    """`source` with nothing sampled: its train settings and the knee's, no ablations and
+    no early stopping (every trial runs whole)."""
+    config = yaml.safe_load(source.read_text())
+    config["train"] = {**config.get("train", {}), **KNEE}
+    config["space"] = {}
+    search = config.setdefault("search", {})
+    search.update({"ablation": None, "early_stopping": None})
+    path = folder / "fixed.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def one_search(config: Path, trials: int, overrides: list[str], folder: Path) -> pd.DataFrame:
+    command = [
+        sys.executable, "-m", "search.run", "--config", str(config), "--name", "bench",
+        f"search.num_samples={trials}", f"run.storage_path={folder / 'ray_results'}",
+        f"tracking.uri=sqlite:///{folder / 'mlflow.db'}", *overrides,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    # one row per trial (the report's table averages repeats of a config into one)
+    return frame_from_tune(folder / "ray_results" / "bench", tuple(METRICS))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
+    parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("overrides", nargs="*", help="key.path=value for every search")
+    args = parser.parse_args(argv)
+    rows = []
+    for timing, timing_overrides in TIMING.items():
+        medians = {}
+        for case, case_overrides in CASES.items():
+            with tempfile.TemporaryDirectory(prefix="speed-bench-") as name:
+                folder = Path(name)
+                config = fixed_config(Path(args.config), folder)
+                started = time.perf_counter()
+                trials = one_search(config, args.trials,
+                                    [*case_overrides, *timing_overrides, *args.overrides],
+                                    folder)  # fmt: skip
+                seconds = time.perf_counter() - started
+            speeds = trials["throughput"].astype(float)
+            medians[case] = statistics.median(speeds)
+            spread = speeds.max() / speeds.min()
+            rows.append({
+                "timing": timing, "case": case, "median images/s": medians[case],
+                "min": speeds.min(), "max": speeds.max(), "spread (max/min)": spread,
+                "shared images/s (median)": statistics.median(
+                    trials.get("shared_throughput", speeds).astype(float)),
+                "wall s": seconds,
+            })  # fmt: skip
+            print(f"{timing}, {case}: median {medians[case]:.0f} images/s, spread "
+                  f"{spread:.2f}x ({seconds:.0f} s)", flush=True)  # fmt: skip
+        ratio = medians["three to two cores"] / medians["one at a time"]
+        rows[-1]["crowded / alone"] = ratio
+        print(f"{timing}: three to two cores / one at a time = {ratio:.2f}x (aim 0.95-1.05)")
+    print(pd.DataFrame(rows).round(2).to_markdown(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The config's speed: blocks of its own steps, the median's distribution-free interval, a
+window that stops at its precision, and configurations kept apart."""
+
+import math
+
+import pytest
+
+from trainables.speed import (
+    MIN_BLOCKS,
+    MIN_WINDOWS,
+    WARMUP_STEPS,
+    WINDOW_BLOCKS,
+    ConfigSpeed,
+    SpeedWindow,
+    estimate,
+    median_interval,
+)
+
+
+def test_the_median_interval_is_between_order_statistics_and_needs_six_values():
+    assert all(math.isnan(bound) for bound in median_interval([1.0, 2.0, 3.0, 4.0, 5.0]))
+    assert median_interval([6.0, 1.0, 5.0, 2.0, 4.0, 3.0]) == (1.0, 6.0)  # min and max of six
+    low, high = median_interval([float(v) for v in range(1, 101)])
+    assert (low, high) == (40.0, 61.0)  # ranks 40 and 61 of 100 hold the median with 95%
+
+
+def test_the_interval_holds_the_true_median_about_as_often_as_it_claims():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    held = sum(
+        low <= 1000 <= high
+        for low, high in (median_interval(list(rng.normal(1000, 80, size=20))) for _ in range(800))
+    )
+    assert 0.94 <= held / 800 <= 0.995  # order statistics are conservative by construction
+
+
+def test_an_estimate_is_the_median_rate_with_its_interval():
+    rates = [100.0, 102.0, 98.0, 101.0, 99.0, 250.0, 100.5]  # one block a neighbour never touched
+    speed = estimate(rates)
+    assert speed.images_per_s == 100.5 and speed.blocks == 7
+    assert speed.low <= 100.5 <= speed.high
+    assert estimate([]) is None
+
+
+def test_configurations_are_kept_apart_and_held_for_until_known_or_out_of_time():
+    speeds = ConfigSpeed()
+    key = ConfigSpeed.key(32, 2)
+    assert key == "32x2" and speeds.wants_window(key, precision=0.05, max_seconds=1.0)
+    for _ in range(MIN_WINDOWS):
+        speeds.add(key, [100.0] * MIN_BLOCKS, held_seconds=0.1)
+    assert not speeds.wants_window(key, precision=0.05, max_seconds=1.0)  # known, 3 windows
+    spread = ConfigSpeed()
+    spread.add(key, [50.0, 150.0] * MIN_BLOCKS, held_seconds=0.5)
+    assert spread.wants_window(key, precision=0.05, max_seconds=1.0)  # wide: more windows
+    assert not spread.wants_window(key, precision=0.05, max_seconds=0.5)  # no time left
+    assert not speeds.wants_window(ConfigSpeed.key(64, 1), precision=0, max_seconds=1.0)
+    assert ConfigSpeed.from_dict(speeds.to_dict()) == speeds  # saved with the trial's state
+    assert ConfigSpeed.from_dict({"blocks": {"8x1": [1.0]}}).windows == {}  # older states
+
+
+class Gate:
+    """Records what the window asked of the device's gate."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def step(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def exclusive(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def held():
+            self.events.append("exclusive")
+            yield
+            self.events.append("released")
+
+        return held()
+
+
+class Clock:
+    """Steps take `step_seconds` each; reading the clock takes no time."""
+
+    def __init__(self, step_seconds: float):
+        self.now, self.step_seconds = 0.0, step_seconds
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run_steps(window: SpeedWindow, clock: Clock, steps: int, images: int = 32) -> None:
+    for _ in range(steps):
+        with window.step():
+            clock.now += clock.step_seconds
+        window.after(images)
+    window.close()
+
+
+def window(events, clock, speeds, crowded, precision=0.05, max_seconds=10.0) -> SpeedWindow:
+    return SpeedWindow(Gate(events), lambda: None, speeds, "32x1", precision=precision,
+                       max_seconds=max_seconds, crowded=crowded, clock=clock)  # fmt: skip
+
+
+def test_on_a_device_nobody_crowds_every_block_of_the_epoch_is_timed_and_nobody_held():
+    events, clock, speeds = [], Clock(0.01), ConfigSpeed()
+    run_steps(window(events, clock, speeds, crowded=lambda: False), clock, steps=101)
+    assert events == []
+    rates = speeds.blocks["32x1"]
+    # from the second step to the last: a block of 1 step, then blocks of 20 ms or more
+    assert 30 <= len(rates) <= 50 and all(rate == pytest.approx(3200.0) for rate in rates)
+    assert speeds.windows == {}
+
+
+def test_on_a_crowded_device_a_short_window_is_held_after_warm_up():
+    events, clock, speeds = [], Clock(0.01), ConfigSpeed()
+    run_steps(window(events, clock, speeds, crowded=lambda: True), clock, steps=200)
+    assert events == ["exclusive", "released"]  # held once this epoch, let go
+    assert len(speeds.blocks["32x1"]) == WINDOW_BLOCKS and speeds.windows == {"32x1": 1}
+    # the warm-up, a block of one step, five of 20 ms or a step more
+    held = speeds.held_seconds["32x1"]
+    assert (WARMUP_STEPS + 11) * 0.01 <= held + 1e-9 <= (WARMUP_STEPS + 16) * 0.01
+
+
+def test_a_neighbour_arriving_drops_the_block_it_shared_and_the_rest_is_held_for():
+    events, clock, speeds = [], Clock(0.01), ConfigSpeed()
+    arrivals = iter([False] * 10 + [True] * 1000)  # crowded from the tenth block's end
+    run_steps(window(events, clock, speeds, crowded=lambda: next(arrivals)), clock, steps=200)
+    assert events == ["exclusive", "released"]
+    assert len(speeds.blocks["32x1"]) == 9 + WINDOW_BLOCKS  # the shared block left out
+
+
+def test_windows_stop_once_the_speed_is_known_over_enough_of_them_or_time_runs_out():
+    clock, speeds = Clock(0.01), ConfigSpeed()
+    for _ in range(6):
+        run_steps(window([], clock, speeds, crowded=lambda: True), clock, steps=50)
+    assert speeds.windows["32x1"] == MIN_WINDOWS  # steady: precise after three windows
+    short = ConfigSpeed()
+    for _ in range(10):
+        run_steps(window([], clock, short, crowded=lambda: True, precision=1e-6,
+                         max_seconds=0.3), clock, steps=50)  # fmt: skip
+    assert short.held_seconds["32x1"] <= 0.3 + 0.05  # a block over at most
+
+
+def test_untimed_nothing_is_held_or_timed():
+    events, clock, speeds = [], Clock(0.01), ConfigSpeed()
+    run_steps(window(events, clock, speeds, crowded=lambda: True, precision=0), clock, 50)
+    assert events == [] and speeds.blocks == {}
+
+
+def test_the_configs_own_time_adds_each_configurations_images_at_its_own_speed():
+    """AdaBatch: 640 images at batch 32 (timed at 3200/s), then 640 at batch 64 (6400/s)."""
+    from trainables.speed import own_speed, own_time
+
+    speeds = ConfigSpeed()
+    speeds.add("32x1", [3000.0, 3200.0, 3400.0] * 2 + [3200.0], 0.5)
+    speeds.add("64x1", [6400.0] * MIN_BLOCKS, 0.5)
+    images = {"32x1": 640, "64x1": 640}
+    walls = {"32x1": 1.0, "64x1": 1.0}  # shared with neighbours: slower than alone
+    seconds, slow, fast = own_time(images, walls, speeds)
+    assert seconds == pytest.approx(0.2 + 0.1)
+    assert slow == pytest.approx(640 / 3000 + 0.1) and fast == pytest.approx(640 / 3400 + 0.1)
+    rate, low, high = own_speed(images, walls, speeds)
+    assert rate == pytest.approx(1280 / 0.3) and low < rate < high
+
+
+def test_a_configuration_never_timed_counts_at_its_wall_time_and_leaves_no_interval():
+    from trainables.speed import own_speed
+
+    rate, low, high = own_speed({"32x1": 640}, {"32x1": 0.5}, ConfigSpeed())
+    assert rate == pytest.approx(1280.0) and math.isnan(low) and math.isnan(high)
+    assert all(math.isnan(value) for value in own_speed({}, {}, ConfigSpeed()))

@@ -1,0 +1,293 @@
+"""The speed that belongs to a config: its own training steps timed where nobody else
+steps on its device, with an interval.
+
+A trial's epoch runs beside its neighbours (other trials on the node's cores, or on the
+same card), so its images over its wall time say as much about the schedule as about the
+config. Here the trial's own steps are timed in blocks (each lasting `MIN_BLOCK_SECONDS`
+or more, the device synchronised only at a block's edges), and only blocks that ran
+alone count:
+
+- where the device is not crowded (on the CPU: the live trials' threads fit its cores,
+  `trainables.device_gate.DeviceGate.crowded`), every block of every epoch, at no cost to
+  anyone: the median over the whole trial evens out the machine's drift from one moment
+  to the next;
+- where it is (a card shared by trials, or more threads than cores), a window of
+  `WINDOW_BLOCKS` blocks in each epoch inside the device's gate, its neighbours holding at
+  their next step: windows spread over the trial's epochs, at most `max_seconds` of them
+  per configuration, and none once the speed is known to `precision` over `MIN_WINDOWS`
+  windows.
+
+The speed is the median of the blocks' images per second, its interval the
+distribution-free interval of a median (order statistics). A configuration is a physical
+batch and accumulation (AdaBatch changes them); its blocks are kept over epochs, and in the
+trial's saved state.
+
+The pure part (`estimate`, `ConfigSpeed`, `own_time`) is tested alone; `SpeedWindow` is
+what the training loop drives, step by step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scipy import stats
+
+CONFIDENCE = 0.95
+MIN_BLOCKS = 6  # the fewest with a 95% interval of a median (2 x 0.5^6 < 0.05)
+MIN_BLOCK_SECONDS = 0.02  # a block's steps take at least this: the clock and a sync are noise
+WARMUP_STEPS = 2  # inside a held window, before its first block: others' queued work drains
+WINDOW_BLOCKS = 6  # blocks of one held window (an epoch's share of a crowded device)
+MIN_WINDOWS = 3  # held windows, in as many epochs, before a precise speed stops them
+
+
+@dataclass(frozen=True)
+class SpeedEstimate:
+    """Images per second, the `CONFIDENCE` interval, from `blocks` timed blocks."""
+
+    images_per_s: float
+    low: float
+    high: float
+    blocks: int
+
+    @property
+    def relative_half_width(self) -> float:
+        if not self.images_per_s or math.isnan(self.low):
+            return math.inf
+        return (self.high - self.low) / (2 * self.images_per_s)
+
+
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The distribution-free interval of the median of `values`: between the order
+    statistics the binomial distribution puts the median between with `confidence`
+    (NaN where there are too few values for it)."""
+    ordered = sorted(values)
+    count = len(ordered)
+    # the largest k with P(Binomial(count, 1/2) < k) <= (1 - confidence) / 2
+    k = int(stats.binom.ppf((1 - confidence) / 2, count, 0.5))
+    while k > 0 and stats.binom.cdf(k - 1, count, 0.5) > (1 - confidence) / 2:
+        k -= 1
+    if k < 1:
+        return math.nan, math.nan
+    return ordered[k - 1], ordered[count - k]
+
+
+def estimate(rates: Sequence[float]) -> SpeedEstimate | None:
+    """The speed of blocks that ran at `rates` images per second; None without any."""
+    if not rates:
+        return None
+    low, high = median_interval(rates)
+    return SpeedEstimate(statistics.median(rates), low, high, len(rates))
+
+
+@dataclass
+class ConfigSpeed:
+    """The timed blocks of each of a trial's configurations (a key per physical batch and
+    accumulation), and the held windows spent on it, as plain numbers for the trial's
+    saved state."""
+
+    blocks: dict[str, list[float]] = field(default_factory=dict)  # key -> block images/s
+    held_seconds: dict[str, float] = field(default_factory=dict)  # key -> in held windows
+    windows: dict[str, int] = field(default_factory=dict)  # key -> held windows taken
+
+    @staticmethod
+    def key(batch_size: int, accumulation_steps: int) -> str:
+        return f"{batch_size}x{accumulation_steps}"
+
+    def of(self, key: str) -> SpeedEstimate | None:
+        return estimate(self.blocks.get(key, []))
+
+    def wants_window(self, key: str, precision: float, max_seconds: float) -> bool:
+        """Whether a crowded device should be held for this configuration once more: time
+        is left, and its speed is not yet known to `precision` over `MIN_WINDOWS` windows."""
+        if precision <= 0 or self.held_seconds.get(key, 0.0) >= max_seconds:
+            return False
+        known = self.of(key)
+        precise = known is not None and known.relative_half_width <= precision
+        return not (precise and self.windows.get(key, 0) >= MIN_WINDOWS)
+
+    def add(self, key: str, rates: Sequence[float], held_seconds: float = 0.0) -> None:
+        """Blocks timed; `held_seconds` > 0: in a held window of that length."""
+        self.blocks[key] = [*self.blocks.get(key, []), *rates]
+        if held_seconds:
+            self.held_seconds[key] = self.held_seconds.get(key, 0.0) + held_seconds
+            self.windows[key] = self.windows.get(key, 0) + 1
+
+    def to_dict(self) -> dict[str, dict]:
+        return {"blocks": dict(self.blocks), "held_seconds": dict(self.held_seconds),
+                "windows": dict(self.windows)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, values: dict[str, dict] | None) -> ConfigSpeed:
+        values = values or {}
+        return cls(dict(values.get("blocks", {})), dict(values.get("held_seconds", {})),
+                   dict(values.get("windows", {})))  # fmt: skip
+
+
+def own_time(
+    images_by_config: dict[str, int], seconds_by_config: dict[str, float], speeds: ConfigSpeed
+) -> tuple[float, float, float]:
+    """The seconds the images would take alone, by their configurations' timed speeds:
+    (at the speed, at the interval's low end, at its high end). A configuration not timed
+    counts at the wall time it took, and leaves the interval unknown (NaN)."""
+    seconds = slow = fast = 0.0
+    for config, images in images_by_config.items():
+        timed = speeds.of(config)
+        if timed is None or not timed.images_per_s > 0:
+            seconds += seconds_by_config.get(config, math.nan)
+            slow = fast = math.nan
+            continue
+        at_speed = images / timed.images_per_s
+        seconds += at_speed
+        slow += images / timed.low if timed.low > 0 else math.nan
+        fast += images / timed.high if timed.high > 0 else math.nan
+    return seconds, slow, fast
+
+
+def own_speed(
+    images_by_config: dict[str, int], seconds_by_config: dict[str, float], speeds: ConfigSpeed
+) -> tuple[float, float, float]:
+    """(images per second, low, high) of the images so far at their configurations' timed
+    speeds (`own_time`); NaN where nothing was trained, or an end is not known."""
+    images = sum(images_by_config.values())
+    seconds, slow, fast = own_time(images_by_config, seconds_by_config, speeds)
+    rate, low, high = (images / t if t > 0 else math.nan for t in (seconds, slow, fast))
+    return rate, low, high
+
+
+class Gate(Protocol):
+    """What the window needs of a device's gate (`trainables.device_gate.DeviceGate`)."""
+
+    def step(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+class SpeedWindow:
+    """One epoch's timing of its configuration, driven by the training loop: `step()`
+    around each step, `after(images)` after it, `close()` at the epoch's end.
+
+    From the epoch's second step (the first meters and allocates) it times blocks. Where
+    `crowded()` says no, every block until the epoch's end; a block in which the device
+    became crowded is dropped, and the rest of the epoch is held for, as below. Where it
+    says yes and `ConfigSpeed.wants_window`, the device is held (`Gate.exclusive`),
+    `WARMUP_STEPS` pass, then `WINDOW_BLOCKS` blocks are timed and the device is let go;
+    else nothing is timed. `synchronize` waits for the device's queued work: only at a
+    block's edges."""
+
+    def __init__(
+        self,
+        gate: Gate,
+        synchronize: Callable[[], None],
+        speeds: ConfigSpeed,
+        key: str,
+        *,
+        precision: float,
+        max_seconds: float,
+        crowded: Callable[[], bool],
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._gate, self._synchronize, self._clock = gate, synchronize, clock
+        self._speeds, self._key, self._crowded = speeds, key, crowded
+        self._precision, self._max_seconds = precision, max_seconds
+        self._stack = contextlib.ExitStack()
+        self._mode = "waiting" if precision > 0 else "done"  # free, held, done
+        self._steps_seen = 0
+        self._warmup_left = 0
+        self._block_steps = 1
+        self._in_block = self._block_images = 0
+        self._block_started = self._held_at = 0.0
+        self._rates: list[float] = []
+
+    @property
+    def holding(self) -> bool:
+        return self._mode == "held"
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """Around one step: inside a held window the device is this trial's; else the
+        step passes the gate as every neighbour's does."""
+        if self._mode == "waiting" and self._steps_seen >= 1:
+            self._begin()
+        with self._gate.step():
+            yield
+
+    def after(self, images: int) -> None:
+        """After a step of `images` images."""
+        self._steps_seen += 1
+        if self._mode not in ("free", "held"):
+            return
+        if self._warmup_left:
+            self._warmup_left -= 1
+            if not self._warmup_left:
+                self._start_block(images)
+            return
+        self._in_block += 1
+        self._block_images += images
+        if self._in_block < self._block_steps:
+            return
+        self._synchronize()
+        seconds = self._clock() - self._block_started
+        if seconds < MIN_BLOCK_SECONDS:  # more steps a block, from the next one on
+            wanted = self._block_steps * MIN_BLOCK_SECONDS / max(seconds, 1e-6)
+            self._block_steps = max(self._block_steps + 1, math.ceil(wanted))
+        if self._mode == "free" and self._crowded():
+            self._free_to_held()  # this block shared the device with a newcomer: dropped
+            return
+        if seconds > 0:
+            self._rates.append(self._block_images / seconds)
+        if self._mode == "held" and self._window_full():
+            self.close()
+        else:
+            self._start_block(images)
+
+    def close(self) -> None:
+        """At the window's or the epoch's end: the blocks go to the configuration's (a
+        block cut short by the epoch's end is left out), and a held device is let go."""
+        if self._mode == "held":
+            self._speeds.add(self._key, self._rates, self._clock() - self._held_at)
+        elif self._mode == "free":
+            self._speeds.add(self._key, self._rates)
+        self._stack.close()
+        self._mode, self._rates = "done", []
+
+    def _begin(self) -> None:
+        if not self._crowded():
+            self._mode = "free"
+            self._start_block(0)
+        elif self._speeds.wants_window(self._key, self._precision, self._max_seconds):
+            self._hold()
+        else:
+            self._mode = "done"
+
+    def _free_to_held(self) -> None:
+        self._speeds.add(self._key, self._rates)  # the blocks timed alone before
+        self._rates = []
+        if self._speeds.wants_window(self._key, self._precision, self._max_seconds):
+            self._hold()
+        else:
+            self._mode = "done"
+
+    def _hold(self) -> None:
+        self._stack.enter_context(self._gate.exclusive())
+        self._mode = "held"
+        self._held_at = self._clock()
+        self._warmup_left = WARMUP_STEPS
+
+    def _start_block(self, images_per_step: int) -> None:
+        known = self._speeds.of(self._key)  # an earlier epoch's blocks size this one's
+        if known is not None and images_per_step and self._block_steps == 1:
+            wanted = MIN_BLOCK_SECONDS * known.images_per_s / images_per_step
+            self._block_steps = max(1, math.ceil(wanted))
+        self._synchronize()
+        self._in_block = self._block_images = 0
+        self._block_started = self._clock()
+
+    def _window_full(self) -> bool:
+        spent = self._speeds.held_seconds.get(self._key, 0.0) + self._clock() - self._held_at
+        return len(self._rates) >= WINDOW_BLOCKS or spent >= self._max_seconds
