@@ -43,11 +43,11 @@ def one_search(config: str, overrides: list[str], folder: Path) -> dict[str, obj
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     report = folder / "ray_results" / "bench" / "report"
-    row: dict[str, object] = {
-        "wall_s": seconds,
-        "trials": len(pd.read_csv(report / "trials.csv")),
-        "ablation_trials": 0,
-    }
+    trials = pd.read_csv(report / "trials.csv")
+    row: dict[str, object] = {"wall_s": seconds, "trials": len(trials), "ablation_trials": 0}
+    if "throughput_low" in trials:  # timed speeds (bench/speed_cost.py): their intervals
+        width = (trials["throughput_high"] - trials["throughput_low"]) / trials["throughput"]
+        row["throughput interval (% of speed)"] = 100 * float(width.median())
     if (report / "effects.csv").exists():
         effects = pd.read_csv(report / "effects.csv")
         row["ablation_trials"] = len(pd.read_csv(report / "ablations.csv"))
@@ -58,22 +58,31 @@ def one_search(config: str, overrides: list[str], folder: Path) -> dict[str, obj
     return row
 
 
+def side_by_side(
+    config: str, cases: list[tuple[str, list[str]]], repeats: int, overrides: list[str]
+) -> pd.DataFrame:
+    """Each case's search (`overrides` and its own), `repeats` times, alternating which
+    goes first; a row per search, printed as it ends and as a table at the end."""
+    rows = []
+    for repeat in range(repeats):
+        for name, extra in cases if repeat % 2 == 0 else cases[::-1]:
+            with tempfile.TemporaryDirectory(prefix="bench-search-") as folder:
+                row = one_search(config, [*overrides, *extra], Path(folder))
+            rows.append({"case": name, "repeat": repeat, **row})
+            print(f"{name}, run {repeat + 1}: {row['wall_s']:.1f} s", flush=True)
+    table = pd.DataFrame(rows)
+    print(table.round(2).to_markdown(index=False))
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("overrides", nargs="*", help="key.path=value for both searches")
     args = parser.parse_args(argv)
-    rows = []
-    for repeat in range(args.repeats):
-        cases = [("without ablations", [OFF]), ("with ablations", [])]
-        for name, extra in cases if repeat % 2 == 0 else cases[::-1]:
-            with tempfile.TemporaryDirectory(prefix="ablation-bench-") as folder:
-                row = one_search(args.config, [*args.overrides, *extra], Path(folder))
-            rows.append({"case": name, "repeat": repeat, **row})
-            print(f"{name}, run {repeat + 1}: {row['wall_s']:.1f} s", flush=True)
-    table = pd.DataFrame(rows)
-    print(table.round(2).to_markdown(index=False))
+    cases = [("without ablations", [OFF]), ("with ablations", [])]
+    table = side_by_side(args.config, cases, args.repeats, args.overrides)
     medians = {name: statistics.median(group["wall_s"]) for name, group in table.groupby("case")}
     ratio = medians["with ablations"] / medians["without ablations"]
     print(f"wall time with ablations / without: {ratio:.2f}x (aim: at most 1.60x)")

@@ -13,38 +13,14 @@ untimed (the issue's aim: at most 1.10).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-import pandas as pd
+from ablation_cost import side_by_side  # bench/, first on a script's path
 
 REPO = Path(__file__).resolve().parents[1]
 UNTIMED = "train.speed_precision=0"
-
-
-def one_search(config: str, overrides: list[str], folder: Path) -> dict[str, float]:
-    command = [
-        sys.executable, "-m", "search.run", "--config", config, "--name", "bench",
-        f"run.storage_path={folder / 'ray_results'}",
-        f"tracking.uri=sqlite:///{folder / 'mlflow.db'}", *overrides,
-    ]  # fmt: skip
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    trials = pd.read_csv(folder / "ray_results" / "bench" / "report" / "trials.csv")
-    row = {"wall_s": seconds, "trials": float(len(trials))}
-    if "throughput_low" in trials:
-        width = (trials["throughput_high"] - trials["throughput_low"]) / trials["throughput"]
-        row["median interval width (% of speed)"] = 100 * float(width.median())
-    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,16 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("overrides", nargs="*", help="key.path=value for both searches")
     args = parser.parse_args(argv)
-    rows = []
     cases = [("untimed", [UNTIMED]), ("timed", [])]
-    for repeat in range(args.repeats):
-        for name, extra in cases if repeat % 2 == 0 else cases[::-1]:
-            with tempfile.TemporaryDirectory(prefix="speed-cost-") as folder:
-                row = one_search(args.config, [*args.overrides, *extra], Path(folder))
-            rows.append({"case": name, "repeat": repeat, **row})
-            print(f"{name}, run {repeat + 1}: {row['wall_s']:.1f} s", flush=True)
-    table = pd.DataFrame(rows)
-    print(table.round(2).to_markdown(index=False))
+    table = side_by_side(args.config, cases, args.repeats, args.overrides)
     medians = {name: statistics.median(group["wall_s"]) for name, group in table.groupby("case")}
     ratio = medians["timed"] / medians["untimed"]
     print(f"wall time timed / untimed: {ratio:.2f}x (aim: at most 1.10x)")
