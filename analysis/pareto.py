@@ -161,17 +161,43 @@ def knee_point(frame: pd.DataFrame, objectives: Mapping[str, str]) -> object | N
     return order[0] if order else None
 
 
-def dominators(points: np.ndarray, feasible: np.ndarray | None = None) -> list[list[int]]:
+def dominators(
+    points: np.ndarray,
+    feasible: np.ndarray | None = None,
+    errors: np.ndarray | None = None,
+    constraint_column: int | None = None,
+    z: float = 1.96,
+) -> list[list[int]]:
     """For each row of a "lower is better" matrix, the rows that dominate it (no worse in
     every column, better in one). NaN counts as worst.
 
     With `feasible` (a mask of the rows that meet a constraint), constrained domination:
     a feasible row dominates every infeasible one, whatever their objectives, and rows on
     the same side of the constraint compare as above.
+
+    With `errors` (each value's standard error, the same shape), domination on evidence:
+    row i dominates row j only where it is worse in no column by more than z standard
+    errors of the difference (sqrt(e_i² + e_j²)) and better in one by more than that; a
+    feasible row dominates an infeasible one only where it is better beyond that in the
+    `constraint_column` (the objective the constraint is on).
     """
     values = np.nan_to_num(np.asarray(points, dtype=float), nan=np.inf)
-    no_worse = (values[:, None, :] <= values[None, :, :]).all(axis=2)
-    better = (values[:, None, :] < values[None, :, :]).any(axis=2)
+    if errors is None:
+        no_worse = (values[:, None, :] <= values[None, :, :]).all(axis=2)
+        better = (values[:, None, :] < values[None, :, :]).any(axis=2)
+        clearly_better = np.ones_like(better)  # across the constraint, whatever the values
+    else:
+        spread = np.nan_to_num(np.asarray(errors, dtype=float), nan=0.0)
+        margin = z * np.sqrt(spread[:, None, :] ** 2 + spread[None, :, :] ** 2)
+        with np.errstate(invalid="ignore"):  # inf - inf: neither better nor worse
+            difference = values[None, :, :] - values[:, None, :]  # [i, j]: j's less i's
+        difference = np.nan_to_num(difference, nan=0.0)
+        no_worse = (difference >= -margin).all(axis=2)
+        beyond = difference > margin
+        better = beyond.any(axis=2)
+        clearly_better = (
+            beyond[:, :, constraint_column] if constraint_column is not None else better
+        )
     dominates = no_worse & better  # [i, j]: row i dominates row j
     if feasible is not None:
         meets = np.asarray(feasible, dtype=bool)
@@ -181,5 +207,6 @@ def dominators(points: np.ndarray, feasible: np.ndarray | None = None) -> list[l
                 f"{len(values)} rows."
             )
         same_side = meets[:, None] == meets[None, :]
-        dominates = (dominates & same_side) | (meets[:, None] & ~meets[None, :])
+        across = meets[:, None] & ~meets[None, :] & clearly_better
+        dominates = (dominates & same_side) | across
     return [np.flatnonzero(dominates[:, j]).tolist() for j in range(len(values))]

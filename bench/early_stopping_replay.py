@@ -42,7 +42,7 @@ from analysis.pareto import declared_bounds, hypervolume, mark_front
 from search.config import EarlyStoppingSection, SearchConfig, load_config
 from search.early_stopping import ParetoEarlyStopping, replay
 from trainables.metrics import METRICS, STATUS_STOPPED_EARLY, min_accuracy_for
-from trainables.settings import DEFAULT_EPOCHS
+from trainables.settings import DEFAULT_EPOCHS, TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RULES = [
@@ -57,23 +57,28 @@ class Rule:
     min_peers: int
     sees_min_accuracy: bool = True  # False: the rule before 2026-11-25 (objectives alone)
     compared_on: tuple[str, ...] = ()  # the objectives compared at a rung; (): all
+    on_evidence: bool = True  # False: on the values alone, the rule before 2026-11-26's evening
 
     @classmethod
     def parse(cls, text: str) -> Rule:
-        """`rungs:keep[:min_peers[:blind[:objectives]]]`, e.g. `1,2,4:0.5`, `2,4:0.3:4`,
-        `1,2,4:0.5:3:blind` (trials below the min accuracy compared on the objectives
-        alone, as the scheduler did before 2026-11-25) or `1,2,4:0.5:3::throughput,
-        best_val_acc` (trials compared at the rungs on those objectives only)."""
+        """`rungs:keep[:min_peers[:how[:objectives]]]`, e.g. `1,2,4:0.5` (on evidence, as the
+        scheduler is now), `2,4:0.3:4`, `1,2,4:0.5:3:values` (on the values alone, as before
+        2026-11-26's evening), `1,2,4:0.5:3:blind` (on the values, trials below the min
+        accuracy compared on the objectives alone, as before 2026-11-25) or
+        `1,2,4:0.5:3::throughput,best_val_acc` (compared on those objectives only)."""
         rungs, keep, min_peers, blind, compared_on, *_ = [*text.split(":"), "", "", "", ""]
-        if blind not in ("", "blind"):
-            raise ValueError(f"the fourth field of a rule is 'blind' or nothing, got {blind!r}")
+        if blind not in ("", "blind", "values"):
+            raise ValueError(
+                f"the fourth field of a rule is 'values', 'blind' or nothing, got {blind!r}"
+            )
         default = EarlyStoppingSection()
         return cls(
             tuple(int(rung) for rung in rungs.split(",")),
             float(keep or default.keep),
             int(min_peers or default.min_peers),
-            sees_min_accuracy=not blind,
+            sees_min_accuracy=blind != "blind",
             compared_on=tuple(name.strip() for name in compared_on.split(",") if name.strip()),
+            on_evidence=not blind,
         )
 
     def objectives(self, searched: Mapping[str, str]) -> dict[str, str]:
@@ -90,6 +95,7 @@ class Rule:
         default = EarlyStoppingSection().min_peers
         peers = "" if self.min_peers == default else f", min {self.min_peers} peers"
         blind = "" if self.sees_min_accuracy else ", blind to the min accuracy"
+        blind += "" if self.on_evidence or not self.sees_min_accuracy else ", on the values"
         compared = f", on {' and '.join(self.compared_on)} only" if self.compared_on else ""
         return f"rungs {list(self.rungs)}, keep {self.keep:g}{peers}{blind}{compared}"
 
@@ -104,14 +110,18 @@ class Search:
     seconds: dict[str, float]  # each trial's wall seconds
     front: set[str]  # the trials of its front, no trial stopped
     min_accuracy: float  # below it a trial is off the front (chance + 0.05)
+    split_sizes: dict[str, int]  # images of val, train_eval and test: the objectives' noise
 
     @classmethod
-    def read(cls, experiment: Path, config: SearchConfig, min_accuracy: float) -> Search:
+    def read(
+        cls, experiment: Path, config: SearchConfig, min_accuracy: float, classes: int = 2
+    ) -> Search:
         objectives = dict(config.objectives)
         frame = frame_from_tune(experiment, tuple(METRICS))
         frame["trial_id"] = frame["trial_id"].astype(str)
         # best_val_acc: the min accuracy is judged on it, whatever the objectives
-        names = tuple(dict.fromkeys((*objectives, "best_val_acc", "timestamp", "time_total_s")))
+        names = tuple(dict.fromkeys((*objectives, "best_val_acc", "timestamp", "time_total_s",
+                                     "throughput_low", "throughput_high")))  # fmt: skip
         # a trial restored from its checkpoint reports its epochs since then again
         histories = histories_from_tune(experiment, names).drop_duplicates(
             ["trial_id", "epoch"], keep="last"
@@ -124,6 +134,7 @@ class Search:
             seconds=trial_seconds(experiment),
             front=set(marked.loc[marked["is_pareto"], "trial_id"]),
             min_accuracy=min_accuracy,
+            split_sizes=split_sizes_of(config, classes),
         )
 
     def last_epochs(self) -> dict[str, int]:
@@ -133,6 +144,13 @@ class Search:
             trial: int(value) if pd.notna(value) else DEFAULT_EPOCHS
             for trial, value in zip(self.frame["trial_id"], epochs, strict=True)
         }
+
+
+def split_sizes_of(config: SearchConfig, classes: int) -> dict[str, int]:
+    """The splits' images, as `search.tuner.split_sizes` counts them from the data."""
+    data, per_class = config.data, TrainSettings.from_config(config.train).train_eval_size
+    return {"val": data.val_per_class * classes, "test": data.test_per_class * classes,
+            "train_eval": min(per_class, data.train_per_class * classes)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -161,8 +179,9 @@ def replay_rule(search: Search, rule: Rule, config: SearchConfig) -> Replayed:
     objectives = dict(config.objectives)
     min_accuracy = search.min_accuracy if rule.sees_min_accuracy else None
     scheduler = ParetoEarlyStopping(
-        rule.objectives(objectives), rule.rungs, rule.keep, rule.min_peers, min_accuracy
-    )
+        rule.objectives(objectives), rule.rungs, rule.keep, rule.min_peers, min_accuracy,
+        split_sizes=search.split_sizes if rule.on_evidence else None,
+    )  # fmt: skip
     stops = replay(scheduler, search.histories, search.last_epochs())
     at_stop = search.histories.set_index(["trial_id", "epoch"])["time_total_s"]
     kept = {
@@ -240,7 +259,7 @@ def main() -> None:
             for seed in args.seeds
         ]
         min_accuracy = min_accuracy_for(args.classes)
-        searches = [Search.read(path, config, min_accuracy) for path in experiments]
+        searches = [Search.read(path, config, min_accuracy, args.classes) for path in experiments]
     for search in searches:
         missing = unscored_rungs(search, rules, list(config.objectives))
         if missing:

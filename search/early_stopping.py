@@ -17,6 +17,16 @@ differ by noise. A trial above the line that no peer dominates is never stopped:
 still be on the front. The trial ends
 `status=stopped_early`, with the rung and the trials that dominated it in its detail; the
 searcher tells Optuna PRUNED and the report keeps it off the front.
+
+On evidence (a search gives the splits' sizes): each objective carries its standard error
+(`trainables.metrics.standard_error`: an accuracy by the binomial of its split, a gap by
+the two splits', the throughput by its timed interval), and a peer dominates a trial only
+where it is no worse on any objective by more than 1.96 standard errors of the difference
+and better on one by more than that; across the min accuracy only where it is more
+accurate by more than that. At a rung where the trials are within the noise of chance
+and of each other, nobody is stopped. A trial whose learning rate is still warming up is
+not judged at a rung (it is a peer there). The detail says by how much, in standard
+errors, the trial trails the peer it trails most clearly.
 """
 
 from __future__ import annotations
@@ -31,16 +41,18 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from analysis.pareto import dominators, minimised
-from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY
+from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY, standard_error
 from trainables.settings import DEFAULT_EPOCHS
 
 
 class RungRecord(NamedTuple):
-    """A trial's standing at a rung: its objectives ("lower is better") and whether its
-    `best_val_acc` is at or above the min accuracy."""
+    """A trial's standing at a rung: its objectives ("lower is better"), whether its
+    `best_val_acc` is at or above the min accuracy, and each objective's standard error
+    (empty: exact, as records saved before the rule weighed evidence)."""
 
     values: tuple[float, ...]
     above_min_accuracy: bool = True
+    errors: tuple[float, ...] = ()
 
 
 def rung_verdict(
@@ -48,13 +60,15 @@ def rung_verdict(
     peers: Mapping[str, RungRecord],
     keep: float,
     min_peers: int,
+    accuracy_column: int | None = None,
 ) -> list[str] | None:
     """The peers that dominate a trial arriving at a rung as `record`, when it is to be
     stopped; None when it goes on.
 
     Stopped: at least `min_peers` trials (itself included) reached the rung, at least one
-    dominates it (constrained domination: see the module docstring), and ceil(keep x
-    trials) or more are dominated by fewer trials than it.
+    dominates it (constrained domination: see the module docstring; on evidence where the
+    records carry standard errors, across the min accuracy by `accuracy_column`), and
+    ceil(keep x trials) or more are dominated by fewer trials than it.
     """
     count = len(peers) + 1
     if count < min_peers:
@@ -62,7 +76,11 @@ def rung_verdict(
     ids = list(peers)
     records = [*(peers[i] for i in ids), record]
     matrix = np.array([r.values for r in records], dtype=float)
-    dominated_by = dominators(matrix, np.array([r.above_min_accuracy for r in records]))
+    errors = None
+    if any(r.errors for r in records):
+        errors = np.array([r.errors or (0.0,) * len(r.values) for r in records], dtype=float)
+    dominated_by = dominators(matrix, np.array([r.above_min_accuracy for r in records]),
+                              errors, accuracy_column)  # fmt: skip
     own = dominated_by[-1]
     if not own:
         return None
@@ -80,8 +98,10 @@ class ParetoEarlyStopping(FIFOScheduler):
     """
 
     # `Tuner.restore` unpickles the scheduler a search started with: one saved before the
-    # min accuracy was kept has no such attribute, and goes on with the rule it began with
+    # min accuracy (or the evidence) was kept has no such attribute, and goes on with the
+    # rule it began with
     min_accuracy: float | None = None
+    split_sizes: Mapping[str, int] | None = None
 
     def __init__(
         self,
@@ -90,27 +110,37 @@ class ParetoEarlyStopping(FIFOScheduler):
         keep: float = 0.5,
         min_peers: int = 3,
         min_accuracy: float | None = None,
+        split_sizes: Mapping[str, int] | None = None,
     ) -> None:
         """`min_accuracy`: the `best_val_acc` below which the report keeps a trial off the
-        front (`trainables.metrics.min_accuracy_for` the data's classes); None: none."""
+        front (`trainables.metrics.min_accuracy_for` the data's classes); None: none.
+        `split_sizes`: images of the "val", "train_eval" and "test" splits, which the
+        objectives' standard errors come from (`trainables.metrics.standard_error`): a
+        trial is then stopped only on evidence; None: on the values alone."""
         super().__init__()
         self.objectives = dict(objectives)
         self.rungs = sorted(rungs)
         self.keep = keep
         self.min_peers = min_peers
         self.min_accuracy = min_accuracy
+        self.split_sizes = dict(split_sizes) if split_sizes else None
         self.stopped: dict[str, str] = {}  # trial id -> why
         self.seen: dict[int, dict[str, RungRecord]] = {}  # rung -> trial -> its standing
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
         last_epoch = trial.config.get("epochs", DEFAULT_EPOCHS)
-        stop = self.verdict(trial.trial_id, result, last_epoch)
+        warmup = int(trial.config.get("warmup_epochs", 0) or 0)
+        stop = self.verdict(trial.trial_id, result, last_epoch, warmup)
         return TrialScheduler.STOP if stop else TrialScheduler.CONTINUE
 
-    def verdict(self, trial_id: str, result: Mapping[str, Any], last_epoch: int) -> bool:
-        """Whether the trial `trial_id` stops at `result`, of a run of `last_epoch` epochs;
-        a stop is recorded in `stopped` with why. Every result of every trial passes here,
-        in the order the results arrive: a trial is compared with those before it."""
+    def verdict(
+        self, trial_id: str, result: Mapping[str, Any], last_epoch: int, warmup_epochs: int = 0
+    ) -> bool:
+        """Whether the trial `trial_id` stops at `result`, of a run of `last_epoch` epochs
+        whose learning rate warms up over `warmup_epochs`; a stop is recorded in `stopped`
+        with why. Every result of every trial passes here, in the order the results
+        arrive: a trial is compared with those before it. A trial still warming up is
+        not judged at a rung (its rate is not yet its own), but is a peer there."""
         epoch = result.get("epoch")
         if epoch not in self.rungs or result.get("status", STATUS_OK) != STATUS_OK:
             return False
@@ -119,9 +149,17 @@ class ParetoEarlyStopping(FIFOScheduler):
             # not comparable (an objective this trial does not report at the rung): it
             # goes on, and is not a peer whose NaN would count as the worst value
             return False
-        record = RungRecord(values, self.above_min_accuracy(result))
+        errors = ()
+        if self.split_sizes is not None:
+            errors = tuple(standard_error(name, result, self.split_sizes)
+                           for name in self.objectives)  # fmt: skip
+        record = RungRecord(values, self.above_min_accuracy(result), errors)
         peers = self.seen.setdefault(int(epoch), {})
-        dominating = rung_verdict(record, peers, self.keep, self.min_peers)
+        judged = epoch > warmup_epochs
+        dominating = (
+            rung_verdict(record, peers, self.keep, self.min_peers, self.accuracy_column)
+            if judged else None
+        )  # fmt: skip
         peers[trial_id] = record
         if dominating is None or epoch == last_epoch:  # nothing left to save
             return False
@@ -135,9 +173,39 @@ class ParetoEarlyStopping(FIFOScheduler):
         self.stopped[trial_id] = (
             f"stopped at epoch {epoch} (rung {rung} of {len(self.rungs)}): {how} "
             f"{len(dominating)} of the {len(peers) - 1} trials that reached it before "
-            f"({', '.join(sorted(dominating))})"
+            f"({', '.join(sorted(dominating))}){self.trailing(record, dominating, peers)}"
         )
         return True
+
+    @property
+    def accuracy_column(self) -> int | None:
+        """Where `best_val_acc` is among the objectives: what the min accuracy is on."""
+        names = list(self.objectives)
+        return names.index("best_val_acc") if "best_val_acc" in names else None
+
+    def trailing(
+        self, record: RungRecord, dominating: Sequence[str], peers: Mapping[str, RungRecord]
+    ) -> str:
+        """By how much, and with what certainty, the trial trails the peer it trails most
+        clearly: the objective furthest behind in standard errors of the difference."""
+        if not record.errors:
+            return ""
+        best = None
+        for peer_id in dominating:
+            peer = peers[peer_id]
+            for column, name in enumerate(self.objectives):
+                behind = record.values[column] - peer.values[column]
+                error = math.hypot(record.errors[column], (peer.errors or record.errors)[column])
+                if behind > 0 and error > 0 and (best is None or behind / error > best[0]):
+                    best = (behind / error, name, peer_id, column, peer)
+        if best is None:
+            return ""
+        sigmas, name, peer_id, column, peer = best
+        sign = -1 if self.objectives[name] == "max" else 1
+        return (
+            f"; it trails {peer_id} most on {name}: {sign * record.values[column]:.4g} "
+            f"against {sign * peer.values[column]:.4g}, {sigmas:.1f} standard errors apart"
+        )
 
     def above_min_accuracy(self, result: Mapping[str, Any]) -> bool:
         """Whether the result's `best_val_acc` is at or above the min accuracy: as the

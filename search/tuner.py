@@ -17,6 +17,7 @@ from search.space import grid_points
 from search.trainable import classifier_trial
 from trainables import PreparedData
 from trainables.metrics import min_accuracy_for
+from trainables.settings import TrainSettings
 
 
 def param_space(config: SearchConfig) -> dict[str, Any]:
@@ -69,6 +70,13 @@ def memory_model(config: SearchConfig, num_classes: int) -> MemoryModel | None:
     return MemoryModel(probe=None if on_gpu else CpuMeterProbe(num_classes), on_gpu=on_gpu)
 
 
+def split_sizes(config: SearchConfig, data: PreparedData) -> dict[str, int]:
+    """Images of the splits each objective is scored on: what its standard error is of."""
+    train_eval = TrainSettings.from_config(config.train).train_eval_size
+    return {"val": len(data.val), "test": len(data.test),
+            "train_eval": min(train_eval, len(data.train))}  # fmt: skip
+
+
 def build_tuner(
     config: SearchConfig,
     data: PreparedData,
@@ -100,6 +108,7 @@ def build_tuner(
             keep=search.early_stopping.keep,
             min_peers=search.early_stopping.min_peers,
             min_accuracy=min_accuracy_for(data.num_classes),  # the report's, so the front's
+            split_sizes=split_sizes(config, data),  # a trial is stopped on evidence
         )
         callbacks = [EarlyStoppedStatus(scheduler), *callbacks]  # first: it marks the result
     return tune.Tuner(

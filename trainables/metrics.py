@@ -9,6 +9,7 @@ statuses, the default objectives and the minimum accuracy live here too: `traina
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -251,6 +252,41 @@ DEFAULT_MIN_ACCURACY = min_accuracy_for(2)  # 0.55: the seed study's cats vs dog
 UNTIL_TARGET_METRICS = ("time_to_target_s", "steps_to_target")
 OOM_CAUSE_SHARE = "share"
 OOM_CAUSE_CARD = "card"
+
+
+# How much an untimed speed (no throughput interval) moves between runs of one config: one
+# config's wall-clock throughput over six trials spread 1.18-1.34x (max/min) on the 2-core
+# machine (docs/RESULTS.md section 10), about a 10% standard deviation.
+UNTIMED_SPEED_NOISE = 0.10
+Z_95 = 1.959964  # a 95% interval's half-width in standard errors
+
+
+def standard_error(metric: str, result: Mapping[str, Any], split_sizes: Mapping[str, int]) -> float:
+    """The standard error of a result's `metric` from how it was measured: an accuracy of n
+    images by the binomial, sqrt(p(1-p)/n); a gap between two accuracies, sqrt(1/4n1 +
+    1/4n2) (its accuracies are not in the result: the widest the binomial allows); the
+    throughput from its 95% interval, else `UNTIMED_SPEED_NOISE` of it; a time, as its
+    speed. `split_sizes`: images of "val", "train_eval" and "test". 0: exact (memory,
+    steps), or not known."""
+    value = float(result.get(metric, math.nan))
+    accuracy_of = {"best_val_acc": "val", "val_acc": "val", "test_acc": "test",
+                   "train_eval_acc": "train_eval"}  # fmt: skip
+    gaps = {"gen_gap": ("train_eval", "test"), "val_test_gap": ("val", "test")}
+    if metric in accuracy_of:
+        n = split_sizes.get(accuracy_of[metric], 0)
+        p = min(max(value, 0.0), 1.0)
+        return math.sqrt(p * (1 - p) / n) if n and math.isfinite(value) else 0.0
+    if metric in gaps:
+        sizes = [split_sizes.get(split, 0) for split in gaps[metric]]
+        return math.sqrt(sum(0.25 / n for n in sizes)) if all(sizes) else 0.0
+    if metric == "throughput" or metric.endswith("_time_s") or metric == "time_to_target_s":
+        low, high = (float(result.get(f"throughput_{end}", math.nan)) for end in ("low", "high"))
+        speed = float(result.get("throughput", math.nan))
+        relative = UNTIMED_SPEED_NOISE
+        if math.isfinite(low) and math.isfinite(high) and speed > 0:
+            relative = (high - low) / (2 * Z_95 * speed)
+        return relative * abs(value) if math.isfinite(value) else 0.0
+    return 0.0
 
 
 def generalization_gap(scores: EvalScores) -> float:

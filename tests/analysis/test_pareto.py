@@ -174,3 +174,18 @@ def test_when_every_point_meets_the_constraint_the_objectives_alone_decide():
 def test_a_constraint_mask_of_another_length_than_the_points_is_refused():
     with pytest.raises(ValueError, match="one entry per row"):
         dominators(np.zeros((3, 2)), np.ones(1, dtype=bool))
+
+
+def test_on_evidence_a_point_dominates_only_where_it_is_better_beyond_the_noise():
+    from analysis.pareto import dominators
+
+    # lower is better; standard errors of 1 in every column
+    points = np.array([[0.0, 0.0], [1.0, 1.0], [10.0, 0.5]])
+    errors = np.ones_like(points)
+    assert dominators(points) == [[], [0], [0]]
+    # 1 behind in both columns is within 1.96 x sqrt(2): nobody dominates it; 10 behind is
+    assert dominators(points, errors=errors) == [[], [], [0, 1]]
+    # across a constraint, only by the constrained column beyond the noise
+    feasible = np.array([True, False, False])
+    assert dominators(points, feasible, errors, constraint_column=1) == [[], [], [1]]
+    assert dominators(points, feasible, errors, constraint_column=0) == [[], [], [0, 1]]

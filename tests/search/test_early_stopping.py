@@ -356,3 +356,66 @@ def test_replaying_a_search_with_its_own_settings_stops_the_trial_it_stopped(sto
     trials = pd.read_csv(experiment / "report" / "trials.csv", dtype={"trial_id": str})
     stopped = trials.loc[trials["status"] == "stopped_early", "trial_id"].tolist()
     assert stops == dict.fromkeys(stopped, 1) and len(stopped) == 1
+
+
+# --- stopping on evidence ----------------------------------------------------------------
+
+SPLITS = {"val": 400, "train_eval": 400, "test": 400}  # the main search's
+
+
+def evidence_scheduler(**changes) -> ParetoEarlyStopping:
+    options = {"rungs": [1], "min_peers": 3, "min_accuracy": 0.55, "split_sizes": SPLITS}
+    return ParetoEarlyStopping(OBJECTIVES, **{**options, **changes})
+
+
+def timed(epoch: int, speed: float, accuracy: float, width: float = 0.05) -> dict:
+    """A result whose throughput was timed to +-`width` of itself."""
+    return {**result(epoch, speed, accuracy), "throughput_low": speed * (1 - width),
+            "throughput_high": speed * (1 + width)}  # fmt: skip
+
+
+def test_a_trial_behind_by_less_than_its_split_can_tell_goes_on():
+    """The README's config lost in a run: 0.51 against 0.5375 on 400 validation images
+    (1.1 standard errors of the difference), and a speed that moved 1.3x between runs."""
+    scheduler = evidence_scheduler()
+    scheduler.on_trial_result(None, fake_trial("a"), result(1, 1300, 0.5375))
+    scheduler.on_trial_result(None, fake_trial("b"), result(1, 1250, 0.54))
+    decision = scheduler.on_trial_result(None, fake_trial("readme"), result(1, 1000, 0.51))
+    assert decision == TrialScheduler.CONTINUE and "readme" not in scheduler.stopped
+    # judged on the values alone, as before, it was stopped
+    blind = evidence_scheduler(split_sizes=None)
+    blind.on_trial_result(None, fake_trial("a"), result(1, 1300, 0.5375))
+    blind.on_trial_result(None, fake_trial("b"), result(1, 1250, 0.54))
+    assert blind.on_trial_result(None, fake_trial("readme"), result(1, 1000, 0.51)) == "STOP"
+
+
+def test_a_trial_clearly_behind_is_stopped_saying_by_how_much_and_how_surely():
+    scheduler = evidence_scheduler()
+    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.80))
+    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.75))
+    decision = scheduler.on_trial_result(None, fake_trial("behind"), timed(1, 1280, 0.51))
+    assert decision == TrialScheduler.STOP
+    detail = scheduler.stopped["behind"]
+    assert "it trails a most on best_val_acc: 0.51 against 0.8" in detail
+    assert "standard errors apart" in detail
+    sigmas = float(detail.rsplit(", ", 1)[1].split()[0])
+    assert sigmas == pytest.approx(0.29 / (0.8 * 0.2 / 400 + 0.51 * 0.49 / 400) ** 0.5, rel=0.01)
+
+
+def test_a_faster_trial_is_not_stopped_for_speed_its_intervals_cannot_tell_apart():
+    scheduler = evidence_scheduler(min_accuracy=None)
+    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.70, width=0.1))
+    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1290, 0.70, width=0.1))
+    close = scheduler.on_trial_result(None, fake_trial("close"), timed(1, 1200, 0.70, width=0.1))
+    assert close == TrialScheduler.CONTINUE  # 8% slower, inside 10% intervals
+    slow = scheduler.on_trial_result(None, fake_trial("slow"), timed(1, 600, 0.70, width=0.05))
+    assert slow == TrialScheduler.STOP
+
+
+def test_a_trial_still_warming_up_is_not_judged_at_a_rung_but_is_a_peer_there():
+    scheduler = evidence_scheduler(rungs=[1, 2])
+    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.80))
+    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.75))
+    warming = SimpleNamespace(trial_id="warming", config={"epochs": 8, "warmup_epochs": 2})
+    assert scheduler.on_trial_result(None, warming, timed(1, 1280, 0.51)) == "CONTINUE"
+    assert "warming" in scheduler.seen[1]
