@@ -13,11 +13,10 @@ untimed (the issue's aim: at most 1.10).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
-from ablation_cost import side_by_side  # bench/, first on a script's path
+from ablation_cost import print_ratio, side_by_side  # bench/, first on a script's path
 
 REPO = Path(__file__).resolve().parents[1]
 UNTIMED = "train.speed_precision=0"
@@ -31,9 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cases = [("untimed", [UNTIMED]), ("timed", [])]
     table = side_by_side(args.config, cases, args.repeats, args.overrides)
-    medians = {name: statistics.median(group["wall_s"]) for name, group in table.groupby("case")}
-    ratio = medians["timed"] / medians["untimed"]
-    print(f"wall time timed / untimed: {ratio:.2f}x (aim: at most 1.10x)")
+    print_ratio(table, "timed", "untimed", aim=1.10)
     return 0
 
 
