@@ -16,9 +16,7 @@ aims: the medians agree within 5% (a ratio of 0.95-1.05) and each set spreads at
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from ablation_cost import one_search  # bench/, first on a script's path
 
 from analysis.load import frame_from_tune
 from trainables.metrics import METRICS
@@ -54,17 +53,10 @@ def fixed_config(source: Path, folder: Path) -> Path:
     return path
 
 
-def one_search(config: Path, trials: int, overrides: list[str], folder: Path) -> pd.DataFrame:
-    command = [
-        sys.executable, "-m", "search.run", "--config", str(config), "--name", "bench",
-        f"search.num_samples={trials}", f"run.storage_path={folder / 'ray_results'}",
-        f"tracking.uri=sqlite:///{folder / 'mlflow.db'}", *overrides,
-    ]  # fmt: skip
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    # one row per trial (the report's table averages repeats of a config into one)
+def trials_of(config: Path, trials: int, overrides: list[str], folder: Path) -> pd.DataFrame:
+    """The search of `config` run `trials` times in `folder` (`ablation_cost.one_search`),
+    one row per trial: the report's table averages repeats of a config into one."""
+    one_search(str(config), [f"search.num_samples={trials}", *overrides], folder)
     return frame_from_tune(folder / "ray_results" / "bench", tuple(METRICS))
 
 
@@ -82,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 folder = Path(name)
                 config = fixed_config(Path(args.config), folder)
                 started = time.perf_counter()
-                trials = one_search(config, args.trials,
+                trials = trials_of(config, args.trials,
                                     [*case_overrides, *timing_overrides, *args.overrides],
                                     folder)  # fmt: skip
                 seconds = time.perf_counter() - started

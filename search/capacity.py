@@ -291,13 +291,13 @@ def timed_where_it_trains(
     memory, at the largest batch a little below it that trains (the row's answer is what
     trains, not what one probe held)."""
     for _ in range(STEP_DOWNS):
+        # from an empty cache; after a failed try, out of its except block: its frames are gone
         release_memory(prober.device)
         try:
             return largest, *prober.time_steps(largest, steps)
         except Exception as error:  # only the card's out-of-memory error steps down
             if not is_out_of_memory(error, prober.run.budget.allocator_refused):
                 raise
-        release_memory(prober.device)  # out of the except block: its frames are gone
         prober.probes += 1
         lower = largest - max(1, round(largest * STEP_DOWN_SHARE))
         if say is not None:

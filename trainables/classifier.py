@@ -527,7 +527,7 @@ def evaluate_epoch(
             len(split),
             lambda batch_size: evaluate(
                 run.model, split, splits.normalise, batch_size=batch_size,
-                precision=run.precision, gate=run.gate,
+                precision=run.precision,
             ),
         )  # fmt: skip
 

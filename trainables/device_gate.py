@@ -49,7 +49,6 @@ class DeviceGate:
         folder = directory or Path(tempfile.gettempdir()) / GATES_DIR
         folder.mkdir(parents=True, exist_ok=True)
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", key)
-        self.key = key
         self._turnstile = os.open(folder / f"{name}.turnstile", os.O_RDWR | os.O_CREAT, 0o666)
         self._steps = os.open(folder / f"{name}.steps", os.O_RDWR | os.O_CREAT, 0o666)
         self._exclusive = False
@@ -113,11 +112,6 @@ class DeviceGate:
                 fcntl.flock(self._steps, fcntl.LOCK_UN)
         finally:
             fcntl.flock(self._turnstile, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        for descriptor in (self._turnstile, self._steps):
-            with contextlib.suppress(OSError):
-                os.close(descriptor)
 
 
 def _alive(pid: int) -> bool:

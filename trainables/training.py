@@ -33,7 +33,7 @@ from trainables.memory import MemoryBudget
 from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, probe_steps
 from trainables.precision import Precision
 from trainables.schedules import EpochPlan
-from trainables.speed import Gate, SpeedWindow
+from trainables.speed import SpeedWindow
 from trainables.step import train_step
 
 # Consecutive steps the GradScaler may skip before the trial counts as diverged: enough to
@@ -396,21 +396,17 @@ def evaluate(
     *,
     batch_size: int,
     precision: Precision | None = None,
-    gate: Gate | None = None,
 ) -> tuple[float, float]:
     """(accuracy, mean loss) of `model` on `split` in eval mode, on the model's device, in
-    the layout `normalise` gives and the precision the trial trains in; each batch passes
-    `gate` (a neighbour timing its speed holds it)."""
+    the layout `normalise` gives and the precision the trial trains in."""
     device = next(model.parameters()).device
     model.eval()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     batches = [slice(start, start + batch_size) for start in range(0, len(split), batch_size)]
-    gated = gate.step if gate is not None else nullcontext
-    autocast = precision.autocast if precision is not None else nullcontext
     for pixels, targets in device_batches(split, batches, device):
         inputs = normalise(pixels)
-        with gated(), autocast():
+        with precision.autocast() if precision else nullcontext():
             logits = model(inputs)
         loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum")
         correct += (logits.argmax(dim=1) == targets).sum()

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 from tests.conftest import REPO
 from trainables.device_gate import DeviceGate
@@ -73,13 +72,21 @@ def test_while_a_trial_times_no_step_of_its_neighbours_is_inside_its_window(tmp_
         assert inside == []
 
 
-def test_nobody_waits_while_nobody_times(tmp_path):
+def test_a_step_holds_the_gate_only_shared_so_nobody_waits_while_nobody_times(tmp_path):
+    """Inside a step, a neighbour (another open file: as another process) can still take
+    both locks shared without waiting: steps never exclude each other."""
+    import fcntl
+
     gate = DeviceGate("cpu", tmp_path)
-    started = time.perf_counter()
-    for _ in range(1000):
+    neighbour = [os.open(tmp_path / f"cpu.{part}", os.O_RDWR) for part in ("turnstile", "steps")]
+    try:
         with gate.step():
-            pass
-    assert (time.perf_counter() - started) / 1000 < 0.001  # microseconds a step, generously
+            for descriptor in neighbour:
+                fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)  # raises if it must wait
+                fcntl.flock(descriptor, fcntl.LOCK_UN)
+    finally:
+        for descriptor in neighbour:
+            os.close(descriptor)
 
 
 def test_the_cpu_is_crowded_only_where_the_live_trials_threads_are_more_than_its_cores(
