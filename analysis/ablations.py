@@ -9,10 +9,17 @@ is the prediction interval of one run from the base runs' spread, t(k-1) * s * s
 gaps (fractions) change in points; everything else (images/s, MiB, seconds) is a ratio to
 the base's geometric mean, in percent, its interval taken on the logarithms (never below
 -100%). The answer holds for this config, this model, this data and this device.
+
+Two effects are not measured against the seeds' runs. A change of the learning rate, its
+warmup or the seed (`trainables.settings.SAME_WORK_PER_IMAGE`) leaves a step's work as it
+is: no effect on speed or memory, by construction. The throughput effect of any other
+change is its trial's `speed_vs_baseline`, where it was timed against its base in
+alternation (A B A B: the machine's drift on both sides), with that ratio's interval.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -29,6 +36,7 @@ from trainables.metrics import (
     STATUS_OK,
     unit_of,
 )
+from trainables.settings import SAME_WORK_PER_IMAGE
 
 CONFIDENCE = 0.95
 # Besides the objectives: what every large-batch technique is chosen or avoided for.
@@ -43,6 +51,13 @@ ENDED = {
     "compile_failed": "cannot be compiled",
     "error": "fails (an error)",
 }
+
+
+# What a step's work decides; a change that leaves it alone leaves these alone.
+WORK_METRICS = ("throughput", "peak_mem_mb", "peak_reserved_mb")
+BY_CONSTRUCTION = "none by construction (the same work per image)"
+TIMED_IN_ALTERNATION = "speed_vs_baseline"  # the metric of a trial timed against its base
+TOLD = ("raises", "lowers")  # the verdicts of an effect told from the noise
 
 
 def effect_metrics(objectives: Sequence[str]) -> list[str]:
@@ -129,13 +144,29 @@ def one_effect(ablated: float, base: np.ndarray, points: bool) -> tuple[float, f
     return effect, low, high, verdict
 
 
+def paired_effect(trial: pd.Series) -> tuple[float, float, float, str] | None:
+    """(effect %, low, high, verdict) of a trial's speed timed against its base in
+    alternation (`speed_vs_baseline` and its interval); None where it was not."""
+    ratio, low, high = (
+        float(pd.to_numeric(trial.get(f"{TIMED_IN_ALTERNATION}{end}"), errors="coerce"))
+        for end in ("", "_low", "_high")
+    )
+    if not ratio > 0:
+        return None
+    if not (low > 0 and high > 0):
+        return 100 * (ratio - 1), math.nan, math.nan, "one round: no interval"
+    verdict = "not told from noise" if low <= 1 <= high else "raises" if low > 1 else "lowers"
+    return 100 * (ratio - 1), 100 * (low - 1), 100 * (high - 1), verdict
+
+
 def ablation_effects(
     search: pd.DataFrame, ablations: pd.DataFrame, metrics: Sequence[str]
 ) -> pd.DataFrame:
     """One row per ablation and metric: `base`, `setting`, `change`, `status`, `metric`,
-    `unit` (points or %), `effect`, `low`, `high`, `verdict`, `base_runs`."""
+    `unit` (points or %), `effect`, `low`, `high`, `verdict`, `base_runs`, `measured`
+    (against the seeds' runs, in alternation, or by construction)."""
     columns = ["base", "setting", "change", "status", "metric", "unit", "effect", "low",
-               "high", "verdict", "base_runs"]  # fmt: skip
+               "high", "verdict", "base_runs", "measured"]  # fmt: skip
     rows = []
     changed = ablations[ablations[ABLATION_COLUMN] != NOISE_FLOOR] if len(ablations) else ablations
     for _, trial in changed.iterrows():
@@ -146,15 +177,21 @@ def ablation_effects(
             str(trial[ABLATION_COLUMN]), first.iloc[0] if len(first) else pd.Series(dtype=object)
         )
         status = str(trial.get("status", STATUS_OK))
+        paired = paired_effect(trial) if status == STATUS_OK else None
         for metric in metrics:
             unit = "points" if in_points(metric) else "%"
+            measured = "seeds"
             if status != STATUS_OK:
                 effect = (math.nan, math.nan, math.nan, ENDED.get(status, status))
+            elif setting in SAME_WORK_PER_IMAGE and metric in WORK_METRICS:
+                effect, measured = (math.nan, math.nan, math.nan, BY_CONSTRUCTION), "construction"
+            elif metric == "throughput" and paired is not None:
+                effect, measured = paired, "alternation"
             else:
                 ablated = float(pd.to_numeric(trial.get(metric), errors="coerce"))
                 values = pd.to_numeric(runs.get(metric, pd.Series(dtype=float)), errors="coerce")
                 effect = one_effect(ablated, values.to_numpy(dtype=float), in_points(metric))
-            rows.append([base, setting, change, status, metric, unit, *effect, len(runs)])
+            rows.append([base, setting, change, status, metric, unit, *effect, len(runs), measured])
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -175,9 +212,11 @@ def sentence(rows: pd.DataFrame) -> str:
     status = rows["status"].iloc[0]
     if status != STATUS_OK:
         return f"{change}: {rows['verdict'].iloc[0]}."
-    told, within, unknown = [], [], []
+    told, within, unknown, same_work = [], [], [], []
     for _, row in rows.iterrows():
-        if row["verdict"] in ("raises", "lowers"):
+        if row["verdict"] == BY_CONSTRUCTION:
+            same_work.append(row["metric"])
+        elif row["verdict"] in TOLD:
             told.append(
                 f"{_verb(row['verdict'], row['unit'])} {row['metric']} by "
                 f"{abs(row['effect']):.1f}{' points' if row['unit'] == 'points' else '%'} "
@@ -191,7 +230,9 @@ def sentence(rows: pd.DataFrame) -> str:
     if told:
         parts.append(", ".join(told))
     if within:
-        parts.append(f"left {', '.join(within)} within the seeds' noise")
+        parts.append(f"left {', '.join(within)} within the noise")
+    if same_work:
+        parts.append(f"{', '.join(same_work)}: none by construction (the same work per image)")
     if unknown:
         parts.append("; ".join(unknown))
     return f"{change}: {'; '.join(parts)}."
@@ -202,14 +243,73 @@ def answer(effects: pd.DataFrame, not_run: Mapping[str, str] | None = None) -> l
     lines = []
     for base, rows in effects.groupby("base", sort=False):
         runs = int(rows["base_runs"].max())
+        paired = (rows["measured"] == "alternation").any() if "measured" in rows else False
+        timing = "; speeds timed against it in alternation" if paired else ""
         lines.append(
             f"Around trial {base} ({runs} run{'s' if runs != 1 else ''} of its config give "
-            f"the noise floor; {CONFIDENCE:.0%} intervals):"
+            f"the noise floor{timing}; {CONFIDENCE:.0%} intervals):"
         )
         lines += [sentence(group) for _, group in rows.groupby("change", sort=False)]
     for setting, why in (not_run or {}).items():
         lines.append(f"{setting}: not ablated, {why}.")
     return lines
+
+
+def at_a_glance(effects: pd.DataFrame, objectives: Mapping[str, str]) -> list[str]:
+    """A line per objective: the change that did the most for it beyond the noise, with its
+    interval ("throughput: best raised by amp: false -> true, +30.1% [+25.0, +35.4]"), or
+    that none did."""
+    lines = []
+    for metric, direction in objectives.items():
+        rows = effects[(effects["metric"] == metric) & effects["verdict"].isin(TOLD)]
+        good = rows[rows["verdict"] == ("raises" if direction == "max" else "lowers")]
+        if good.empty:
+            lines.append(f"{metric}: no change {_better(metric, direction)} it beyond the noise.")
+            continue
+        best = good.loc[(good["effect"] if direction == "max" else -good["effect"]).idxmax()]
+        where = f" (around trial {best['base']})" if effects["base"].nunique() > 1 else ""
+        lines.append(
+            f"{metric}: best {_better(metric, direction)} by {best['change']}{where}, "
+            f"{_amount(best['effect'], best['unit'])} "
+            f"[{best['low']:+.1f}, {best['high']:+.1f}]."
+        )
+    return lines
+
+
+def _better(metric: str, direction: str) -> str:
+    if direction == "max":
+        return "raised"
+    return "cut" if not in_points(metric) else "lowered"
+
+
+def same_updates(ablations: pd.DataFrame) -> list[str]:
+    """Notes on pairs of ablations of one base that train the same images in each update,
+    only split differently between micro-batches (batch 32 -> 16 and accumulation 4 -> 2 both
+    train 64 images a step, in the same order): their accuracy effects may be identical, and
+    that is no bug; speed and memory tell them apart."""
+    batch, steps = f"{CONFIG_PREFIX}batch_size", f"{CONFIG_PREFIX}accumulation_steps"
+    if ablations.empty or batch not in ablations or steps not in ablations:
+        return []
+    split_only = {batch, steps, ABLATION_COLUMN}
+    others = [c for c in setting_columns(ablations) if c not in split_only]
+    notes = []
+    changed = ablations[ablations[ABLATION_COLUMN] != NOISE_FLOOR]
+    for base, trials in changed.groupby(ABLATION_OF_COLUMN, sort=False):
+        rows = list(trials.iterrows())
+        for (_, one), (_, other) in itertools.combinations(rows, 2):
+            images = one[batch] * one[steps]
+            if images != other[batch] * other[steps] or one[batch] == other[batch]:
+                continue
+            if any(repr(one[c]) != repr(other[c]) for c in others):
+                continue
+            notes.append(
+                f"{one[ABLATION_COLUMN]} and {other[ABLATION_COLUMN]} (around trial {base}) "
+                f"both train {as_written(images)} images an update, the same images in the "
+                "same order split into other micro-batches: the same updates (but for batch "
+                "norm's statistics), so alike accuracy effects are expected; speed and memory "
+                "tell them apart."
+            )
+    return notes
 
 
 def effect_table(effects: pd.DataFrame) -> pd.DataFrame:

@@ -20,10 +20,12 @@ import moocore
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from matplotlib.lines import Line2D
 from matplotlib.ticker import ScalarFormatter
 from plotly.subplots import make_subplots
 
-from analysis.ablations import in_points
+from analysis.ablations import BY_CONSTRUCTION, in_points
+from analysis.ablations import TOLD as TOLD_VERDICTS
 from analysis.effects import trials_with
 from analysis.load import (
     CONFIG_PREFIX,
@@ -394,6 +396,7 @@ def _ran_with(frame: pd.DataFrame) -> pd.Series:
 
 
 TOLD, NOISE = "#2ca02c", "#7f7f7f"  # an effect told from the noise, one within it
+EFFECT_KINDS = {True: "told from noise", False: "within the noise"}  # legend names
 
 
 def effect_rows(effects: pd.DataFrame) -> pd.DataFrame:
@@ -426,7 +429,7 @@ def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
         for _, effect in chosen.iterrows():
             y = rows.index(effect["row"])
             if np.isfinite(effect["effect"]):
-                colour = TOLD if effect["verdict"] in ("raises", "lowers") else NOISE
+                colour = TOLD if effect["verdict"] in TOLD_VERDICTS else NOISE
                 spread = None
                 if np.isfinite(effect["low"]):
                     spread = [
@@ -438,8 +441,10 @@ def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
             elif effect["status"] != STATUS_OK:  # how it ended is its effect
                 axis.text(0, y, effect["verdict"], fontsize=7, ha="center", va="center",
                           color=INFEASIBLE)  # fmt: skip
-            else:  # e.g. a time to target the config does not always reach
-                axis.text(0, y, "no value", fontsize=7, ha="center", va="center", color=NOISE)
+            else:  # the same work per image; a time to target not always reached
+                same_work = effect["verdict"] == BY_CONSTRUCTION
+                text = "none by construction" if same_work else "no value"
+                axis.text(0, y, text, fontsize=7, ha="center", va="center", color=NOISE)
         axis.axvline(0, c="k", lw=0.8)
         unit = "points" if in_points(metric) else "% of the base"
         axis.set_xlabel(f"{metric} ({unit})", fontsize=9)
@@ -448,6 +453,10 @@ def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
     axes[0][0].set_ylim(len(rows) - 0.5, -0.5)  # the first change on top
     figure.suptitle(title or "What each change did to the ablated config (95% intervals)",
                     fontsize=10)  # fmt: skip
+    # both kinds named whatever is drawn: a reader of a chart all grey learns what green means
+    kinds = [Line2D([], [], marker="o", ls="", c=colour) for colour in (TOLD, NOISE)]
+    figure.legend(kinds, list(EFFECT_KINDS), loc="lower center", ncol=2, fontsize=7,
+                  bbox_to_anchor=(0.5, -0.02))  # fmt: skip
     return figure
 
 
@@ -469,7 +478,7 @@ def interactive_effect_figure(effects: pd.DataFrame) -> go.Figure | None:
     for column, metric in enumerate(metrics, start=1):
         chosen = effects[effects["metric"] == metric]
         for told in (True, False):
-            kind = chosen[chosen["verdict"].isin(["raises", "lowers"]) == told]
+            kind = chosen[chosen["verdict"].isin(TOLD_VERDICTS) == told]
             figure.add_trace(go.Scatter(
                 x=kind["effect"], y=kind["row"], mode="markers",
                 marker={"color": TOLD if told else NOISE, "size": 8},
@@ -477,10 +486,14 @@ def interactive_effect_figure(effects: pd.DataFrame) -> go.Figure | None:
                          "array": kind["high"] - kind["effect"],
                          "arrayminus": kind["effect"] - kind["low"]},
                 text=kind["verdict"], hovertemplate="%{y}: %{x:+.1f} (%{text})<extra></extra>",
-                name="told from noise" if told else "within the noise", showlegend=column == 1,
-                legendgroup=str(told),
+                name=EFFECT_KINDS[told], showlegend=False, legendgroup=str(told),
             ), row=1, col=column)  # fmt: skip
         figure.add_vline(x=0, line_width=1, row=1, col=column)
+    for told in (True, False):  # the legend names both kinds, whatever is drawn
+        figure.add_trace(go.Scatter(
+            x=[None], y=[None], mode="markers", marker={"color": TOLD if told else NOISE,
+            "size": 8}, name=EFFECT_KINDS[told], legendgroup=str(told),
+        ), row=1, col=1)  # fmt: skip
     figure.update_yaxes(categoryorder="array", categoryarray=rows[::-1])
     figure.update_layout(
         title="Effect of each change on the ablated config (95% intervals)",

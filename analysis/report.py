@@ -25,8 +25,10 @@ from mlflow.tracking import MlflowClient
 from analysis.ablations import (
     ablation_effects,
     answer,
+    at_a_glance,
     effect_metrics,
     effect_table,
+    same_updates,
     split_ablations,
 )
 from analysis.charts import (
@@ -97,7 +99,11 @@ class Report:
         ablations)."""
         if self.ablation_effects.empty:
             return []
-        return answer(self.ablation_effects, self.not_ablated)
+        return [
+            *at_a_glance(self.ablation_effects, self.objectives),
+            *answer(self.ablation_effects, self.not_ablated),
+            *same_updates(self.ablations),
+        ]
 
     def rank_of_trial(self) -> dict[str, float]:
         """Each trial's rank; repeats of a config share their config's rank."""
@@ -325,7 +331,10 @@ ABLATION_INTRO = (
     "Ablations: the trial re-run with one sampled setting changed at a time, and unchanged on "
     "other seeds for the noise floor (search.ablation). Each effect holds for this config, "
     "this model, this data and this device: accuracies and gaps in points, the rest in % of "
-    "the config's mean, with a 95% interval from its runs' spread."
+    "the config's mean, with a 95% interval from its runs' spread; a change's throughput "
+    "effect is its speed timed against the config's in alternation (A B A B, the machine's "
+    "drift on both sides) with that ratio's interval, and none by construction where the "
+    "change leaves a step's work alone (the learning rate, its warmup, the seed)."
 )
 REGRESSION_INTRO = (
     "Share of the front that uses it against its share of feasible trials, and its effect on "

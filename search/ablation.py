@@ -11,15 +11,19 @@ device (the cuDNN autotuner on a CPU) is not run: the report says so.
 The plan comes in rounds, so that a small budget still covers every setting once: the
 nearest other value of every setting, then the next ones; the noise-floor seeds are spread
 over it (the first run first), so the noise floor holds the machine's drift too.
-Ablation trials are trials like the others (Tune, MLflow children tagged `ablation_of`,
-pruned on running out of memory) but no suggestions: Tune's own generator runs them, in a
-folder of their own (`ablations/` in the search's), so the sampler never hears of them,
-early stopping never sees them and the front never holds them. A resumed search resumes
-them.
+An ablation of a setting that changes the work of a step (all but the learning rate, its
+warmup and the seed: `trainables.settings.SAME_WORK_PER_IMAGE`) is timed against its base in
+alternation after its last epoch (`speed_baseline`, carried as a note): its speed effect is
+that ratio, clear of the machine's drift. Ablation trials are trials like the others (Tune,
+MLflow children tagged `ablation_of`, pruned on running out of memory) but no suggestions:
+Tune's own generator runs them, in a folder of their own (`ablations/` in the search's), so
+the sampler never hears of them, early stopping never sees them and the front never holds
+them. A resumed search resumes them.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,8 +32,14 @@ from typing import Any
 from analysis.flat import as_written
 from search.config import AblationSection
 from search.space import SpaceParam
-from trainables.metrics import ABLATION, ABLATION_OF, NOISE_FLOOR, SEARCH_NOTES
-from trainables.settings import TrainSettings
+from trainables.metrics import (
+    ABLATION,
+    ABLATION_OF,
+    NOISE_FLOOR,
+    SEARCH_NOTES,
+    TIMED_AGAINST_NOTE,
+)
+from trainables.settings import SAME_WORK_PER_IMAGE, TrainSettings
 from trainables.techniques import idle_settings
 
 NOISE_SEED_OFFSET = 1000  # noise-floor seeds: the base's seed + 1000, + 1001, ...
@@ -145,10 +155,11 @@ def ablation_points(
         base = {"seed": TrainSettings.model_fields["seed"].default}
         base |= {key: value for key, value in config.items() if key not in SEARCH_NOTES}
         for change in plan_changes(base, space, plan.seeds, on_gpu, budget - len(points)):
-            points.append(
-                {**base, change.setting: change.value, ABLATION_OF: trial_id,
-                 ABLATION: change.label}
-            )  # fmt: skip
+            point = {**base, change.setting: change.value, ABLATION_OF: trial_id,
+                     ABLATION: change.label}  # fmt: skip
+            if change.setting not in SAME_WORK_PER_IMAGE:
+                point[TIMED_AGAINST_NOTE] = json.dumps({change.setting: base[change.setting]})
+            points.append(point)
     return points
 
 

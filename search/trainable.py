@@ -3,6 +3,7 @@ predicted that the trial's config runs out of memory, in which case it ends at o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from trainables.metrics import (
     PREDICTED_FROM,
     SEARCH_NOTES,
     STATUS_OOM_PREDICTED,
+    TIMED_AGAINST_NOTE,
     pruned_metrics,
 )
 
@@ -32,6 +34,8 @@ def classifier_trial(
         tune.report(pruned_metrics(STATUS_OOM_PREDICTED, f"not trained: {reason}", epoch=0))
         return
     settings = without_notes(config)
+    if config.get(TIMED_AGAINST_NOTE):  # an ablation timed against its base
+        settings["speed_baseline"] = json.loads(config[TIMED_AGAINST_NOTE])
     if rungs:
         settings["gap_epochs"] = sorted({*settings.get("gap_epochs", ()), *rungs})
     train_classifier(settings, data)

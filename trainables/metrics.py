@@ -58,6 +58,14 @@ METRICS: dict[str, MetricSpec] = {
     ),
     "throughput_low": MetricSpec("the low end of throughput's 95% interval (NaN: not timed)"),
     "throughput_high": MetricSpec("the high end of throughput's 95% interval (NaN: not timed)"),
+    "speed_vs_baseline": MetricSpec(
+        "the config's speed over that of the settings speed_baseline names (a ratio: 1.2 is "
+        "20% faster), timed after the last epoch by fresh models of both in alternation, so "
+        "that the machine's drift falls on both (trainables.speed.time_in_alternation); "
+        "NaN without a baseline, before the last epoch, or where the two ran out of memory"
+    ),
+    "speed_vs_baseline_low": MetricSpec("the low end of speed_vs_baseline's 95% interval"),
+    "speed_vs_baseline_high": MetricSpec("the high end of speed_vs_baseline's 95% interval"),
     "shared_throughput": MetricSpec(
         "training images per second the trial got over the epoch's wall time, its "
         "neighbours on the device included (utilisation; not the config's speed)"
@@ -166,6 +174,9 @@ MACHINE_METRICS = frozenset(
         "throughput",
         "throughput_low",
         "throughput_high",
+        "speed_vs_baseline",
+        "speed_vs_baseline_low",
+        "speed_vs_baseline_high",
         "shared_throughput",
         "epoch_time_s",
         "train_time_s",
@@ -227,7 +238,12 @@ PREDICTED_PEAK = "predicted_peak_mb"  # the memory model's figure for the trial'
 ABLATION_OF = "ablation_of"  # the trial an ablation trial re-runs with one change
 ABLATION = "ablation"  # that change, as `setting=value`, or NOISE_FLOOR
 NOISE_FLOOR = "noise floor"  # an ablation that changes only the seed
-SEARCH_NOTES = frozenset({PREDICTED_FROM, REPEAT_OF, PREDICTED_PEAK, ABLATION_OF, ABLATION})
+# the settings an ablation trial's speed is timed against (the trainable's speed_baseline),
+# as JSON text: Tune's generator cannot take a dict that differs from point to point
+TIMED_AGAINST_NOTE = "speed_baseline_json"
+SEARCH_NOTES = frozenset(
+    {PREDICTED_FROM, REPEAT_OF, PREDICTED_PEAK, ABLATION_OF, ABLATION, TIMED_AGAINST_NOTE}
+)
 
 
 def unit_of(metric: str) -> str:

@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from trainables.data.settings import DataSettings
 from trainables.optimizers import OPTIMIZERS
@@ -148,10 +155,18 @@ class TrainSettings(BaseModel):
     # throughput is the config's speed: its own steps timed in blocks where no other trial
     # steps on its device (trainables.speed); on a crowded device the trial holds it for a
     # short window an epoch, until the 95% interval is within this share of the speed (over
-    # 3 windows); 0: not timed, throughput is the epoch's images over its wall time
+    # 3 windows), and a speed_baseline's ratio within +-this; 0: not timed, throughput is the
+    # epoch's images over its wall time, and no speed_baseline is timed
     speed_precision: float = Field(0.05, ge=0, lt=1)
     # the most seconds a configuration holds a crowded device, over all its windows
     speed_window_s: float = Field(1.5, gt=0)
+    # settings this config's speed is timed against after its last epoch, e.g. {amp: false}:
+    # fresh models of both train short blocks in alternation (A B A B ...), so the machine's
+    # drift falls on both, until the ratio's 95% interval is within +-speed_precision or
+    # speed_baseline_s has passed; reported as speed_vs_baseline. The search's ablations
+    # set it to the base's value of the setting they change. null: not timed
+    speed_baseline: dict[str, Any] | None = None
+    speed_baseline_s: float = Field(4.0, gt=0)  # the most seconds that alternation takes
     data: DataSettings = DataSettings()  # used when no prepared data is passed in
 
     @field_validator("model")
@@ -211,6 +226,37 @@ class TrainSettings(BaseModel):
             )
         return self
 
+    @field_validator("speed_baseline")
+    @classmethod
+    def _baseline_of_settings(cls, baseline: dict[str, Any] | None) -> dict[str, Any] | None:
+        if baseline is None:
+            return None
+        if not baseline:
+            raise ValueError("names no setting to time against; leave it out (null) instead")
+        unknown = sorted(set(baseline) - TIMED_AGAINST)
+        if unknown:
+            raise ValueError(
+                f"can change only the settings of a training step, not {', '.join(unknown)}"
+            )
+        return {key: _plain(value) for key, value in baseline.items()}
+
+    @model_validator(mode="after")
+    def _baseline_is_valid(self) -> TrainSettings:
+        if self.speed_baseline is None:
+            return self
+        try:
+            self.baseline()  # its own rules (e.g. sgd_nesterov's momentum) hold too
+        except ValidationError as error:
+            problems = "; ".join(problem["msg"].removeprefix("Value error, ")
+                                 for problem in error.errors())  # fmt: skip
+            raise ValueError(f"speed_baseline {self.speed_baseline}: {problems}") from None
+        return self
+
+    def baseline(self) -> TrainSettings:
+        """The settings `speed_baseline` names, over these (and not timed against anything)."""
+        changes = {**(self.speed_baseline or {}), "speed_baseline": None}
+        return TrainSettings.model_validate(self.model_dump() | changes)
+
     @property
     def noise_probes(self) -> int:
         """Steps per epoch probed for the gradient noise scale (see `noise_probe_steps`)."""
@@ -242,4 +288,18 @@ def _plain(value: Any) -> Any:
 
 
 TRAIN_KEYS: frozenset[str] = frozenset(TrainSettings.model_fields)
+# Settings that leave the work of a training step as it is: they change the numbers it
+# computes (the learning rate, its warmup, the seed), not what it computes or how much. A
+# change of one of them has no effect on speed or memory by construction.
+SAME_WORK_PER_IMAGE: frozenset[str] = frozenset({
+    "lr", "lr_scaling_batch", "warmup_epochs", "warmup_start_factor", "adabatch_lr_decay",
+    "seed", "target_acc",
+})  # fmt: skip
+# What `speed_baseline` may change: the settings of a training step, not the trial's
+# length, device, evaluation, saving or timing.
+TIMED_AGAINST: frozenset[str] = TRAIN_KEYS - {
+    "speed_baseline", "speed_baseline_s", "speed_precision", "speed_window_s", "data", "epochs",
+    "device", "num_threads", "memory_budget_mb", "checkpoint_every", "gap_epochs", "target_acc",
+    "train_eval_size", "eval_batch_size",
+}  # fmt: skip
 DEFAULT_EPOCHS: int = TrainSettings.model_fields["epochs"].default

@@ -22,8 +22,15 @@ distribution-free interval of a median (order statistics). A configuration is a 
 batch and accumulation (AdaBatch changes them); its blocks are kept over epochs, and in the
 trial's saved state.
 
-The pure part (`estimate`, `ConfigSpeed`, `own_time`) is tested alone; `SpeedWindow` is
-what the training loop drives, step by step.
+A speed effect (a config against another, `TrainSettings.speed_baseline`) is timed in
+alternation instead: a block of each side's steps, then again in the other order (A B, B A,
+...), each round giving one ratio of the two sides' seconds per image, so that the machine's
+drift between moments falls on both sides of each ratio (`time_in_alternation`). The ratio
+is their geometric mean, its interval Student's t on their logarithms (`paired_ratio`): a
+ratio, never below zero.
+
+The pure part (`estimate`, `ConfigSpeed`, `own_time`, `paired_ratio`) is tested alone;
+`SpeedWindow` is what the training loop drives, step by step.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
 from scipy import stats
 
 CONFIDENCE = 0.95
@@ -44,6 +52,8 @@ MIN_BLOCK_SECONDS = 0.02  # a block's steps take at least this: the clock and a 
 WARMUP_STEPS = 2  # inside a held window, before its first block: others' queued work drains
 WINDOW_BLOCKS = 6  # blocks of one held window (an epoch's share of a crowded device)
 MIN_WINDOWS = 3  # held windows, in as many epochs, before a precise speed stops them
+PAIRED_BLOCK_SECONDS = 0.1  # a side's block in an alternation: long enough to even out steps
+MIN_ROUNDS = 4  # rounds of an alternation (both sides once each) before it may stop
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,12 @@ class ConfigSpeed:
     @staticmethod
     def key(batch_size: int, accumulation_steps: int) -> str:
         return f"{batch_size}x{accumulation_steps}"
+
+    @staticmethod
+    def parts(key: str) -> tuple[int, int]:
+        """(physical batch, accumulation steps) of a `key`."""
+        batch_size, _, accumulation_steps = key.partition("x")
+        return int(batch_size), int(accumulation_steps)
 
     def of(self, key: str) -> SpeedEstimate | None:
         return estimate(self.blocks.get(key, []))
@@ -158,6 +174,81 @@ def own_speed(
     seconds, slow, fast = own_time(images_by_config, seconds_by_config, speeds)
     rate, low, high = (images / t if t > 0 else math.nan for t in (seconds, slow, fast))
     return rate, low, high
+
+
+@dataclass(frozen=True)
+class SpeedRatio:
+    """A config's speed over its baseline's, timed in alternation: the ratio, its
+    `CONFIDENCE` interval (NaN with one round), from `rounds` rounds."""
+
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval, in the ratio's units (0.05: +-5 points of speed)."""
+        return math.inf if math.isnan(self.low) else (self.high - self.low) / 2
+
+
+def paired_ratio(
+    base_seconds: Sequence[float], changed_seconds: Sequence[float], confidence: float = CONFIDENCE
+) -> SpeedRatio:
+    """The changed side's speed over the base's from rounds of alternation: round i took
+    `base_seconds[i]` and `changed_seconds[i]` per image. Each round's ratio is base over
+    changed (a speed ratio); the estimate is their geometric mean, its interval Student's t
+    on their logarithms."""
+    logs = np.log(np.asarray(base_seconds, dtype=float) / np.asarray(changed_seconds, dtype=float))
+    rounds = len(logs)
+    if not rounds:
+        return SpeedRatio(math.nan, math.nan, math.nan, 0)
+    mean = float(logs.mean())
+    if rounds < 2:
+        return SpeedRatio(math.exp(mean), math.nan, math.nan, rounds)
+    half = float(stats.t.ppf(0.5 + confidence / 2, rounds - 1)) * float(logs.std(ddof=1))
+    half /= math.sqrt(rounds)
+    return SpeedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), rounds)
+
+
+# A side of an alternation: its configurations, each (share of its images, a block of its
+# steps that returns the seconds it took per image).
+Side = Sequence[tuple[float, Callable[[], float]]]
+
+
+def seconds_per_image(side: Side) -> float:
+    """One block of each configuration of `side`, weighed by its share of the images."""
+    total = sum(share for share, _ in side)
+    return sum(share * block() for share, block in side) / total
+
+
+def time_in_alternation(
+    base: Side,
+    changed: Side,
+    *,
+    precision: float,
+    max_seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> SpeedRatio:
+    """Rounds of `base` then `changed`, the order reversed every other round (so a drift
+    within a round is no side's), until `MIN_ROUNDS` are done and the ratio is known to
+    `precision` (its interval's half width: 0.05 is +-5 points of speed) or `max_seconds`
+    have passed."""
+    started = clock()
+    base_seconds: list[float] = []
+    changed_seconds: list[float] = []
+    while True:
+        if len(base_seconds) % 2 == 0:
+            base_seconds.append(seconds_per_image(base))
+            changed_seconds.append(seconds_per_image(changed))
+        else:
+            changed_seconds.append(seconds_per_image(changed))
+            base_seconds.append(seconds_per_image(base))
+        ratio = paired_ratio(base_seconds, changed_seconds)
+        if ratio.rounds >= MIN_ROUNDS and (
+            ratio.half_width <= precision or clock() - started >= max_seconds
+        ):
+            return ratio
 
 
 class Gate(Protocol):

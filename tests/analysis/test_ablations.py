@@ -8,12 +8,15 @@ import pytest
 from scipy import stats
 
 from analysis.ablations import (
+    BY_CONSTRUCTION,
     ablation_effects,
     answer,
+    at_a_glance,
     base_runs,
     effect_metrics,
     effect_table,
     one_effect,
+    same_updates,
     split_ablations,
 )
 
@@ -130,12 +133,70 @@ def test_the_answer_says_what_a_change_did_with_its_interval_and_what_stayed_in_
     assert lines[0].startswith("Around trial knee (3 runs of its config give the noise floor")
     assert lines[1].startswith("amp: false -> true: raised throughput by 50.0% (+")
     assert "cut peak_mem_mb by 40.0%" in lines[1]
-    assert lines[1].endswith("left best_val_acc within the seeds' noise.")
+    assert lines[1].endswith("left best_val_acc within the noise.")
     assert lines[2] == "cudnn_benchmark: not ablated, it does nothing on the CPUs."
     table = effect_table(effects)
     assert list(table.columns) == ["base", "change", "throughput (%)", "best_val_acc (points)",
                                    "peak_mem_mb (%)"]  # fmt: skip
     assert table.loc[0, "peak_mem_mb (%)"] == "-40.0% [-40.0, -40.0]"  # the meter is exact
+
+
+def test_a_speed_timed_in_alternation_is_the_throughput_effect_with_its_own_interval():
+    search, ablations = search_and_ablations(
+        [{"throughput": 1400.0}, {"throughput": 700.0}],  # seeds that moved with the machine
+        [{"config.ablation": "amp=true", "throughput": 1500.0, "speed_vs_baseline": 0.8,
+          "speed_vs_baseline_low": 0.78, "speed_vs_baseline_high": 0.82}],
+    )  # fmt: skip
+    (row,) = ablation_effects(search, ablations, ["throughput"]).itertuples()
+    assert (row.effect, row.low, row.high) == pytest.approx((-20.0, -22.0, -18.0))
+    assert row.verdict == "lowers" and row.measured == "alternation"
+    lines = answer(ablation_effects(search, ablations, ["throughput"]))
+    assert "speeds timed against it in alternation" in lines[0]
+    assert lines[1] == "amp: false -> true: cut throughput by 20.0% (-22.0% to -18.0%)."
+
+
+def test_a_change_of_the_learning_rate_has_no_speed_or_memory_effect_by_construction():
+    search, ablations = search_and_ablations(
+        [{"throughput": 1400.0}, {"throughput": 700.0}],
+        [{"config.ablation": "lr=0.02", "throughput": 2000.0, "best_val_acc": 0.80,
+          "peak_mem_mb": 100.0}],
+        base={"config.lr": 0.01},
+    )  # fmt: skip
+    effects = ablation_effects(search, ablations, METRICS).set_index("metric")
+    assert effects.loc["throughput", "verdict"] == BY_CONSTRUCTION
+    assert effects.loc["peak_mem_mb", "verdict"] == BY_CONSTRUCTION
+    assert math.isnan(effects.loc["throughput", "effect"])
+    assert effects.loc["best_val_acc", "measured"] == "seeds"  # accuracy is measured
+    (line,) = answer(effects.reset_index())[1:]
+    assert line.endswith("throughput, peak_mem_mb: none by construction (the same work per image).")
+
+
+def test_the_answer_opens_with_what_did_most_for_each_objective_or_that_nothing_did():
+    search, ablations = search_and_ablations(
+        [{"throughput": 1010.0, "best_val_acc": 0.71}, {"throughput": 990.0, "best_val_acc": 0.69}],
+        [{"config.ablation": "amp=true", "throughput": 1500.0, "best_val_acc": 0.705},
+         {"config.ablation": "batch_size=64", "throughput": 1200.0, "best_val_acc": 0.69}],
+    )  # fmt: skip
+    effects = ablation_effects(search, ablations, ["throughput", "best_val_acc"])
+    lines = at_a_glance(effects, {"throughput": "max", "best_val_acc": "max"})
+    assert lines[0].startswith("throughput: best raised by amp: false -> true, +50.0% [+")
+    assert lines[1] == "best_val_acc: no change raised it beyond the noise."
+
+
+def test_two_changes_that_train_the_same_updates_are_said_to_do_so():
+    knee = {"config.batch_size": 32, "config.accumulation_steps": 4}
+    _, ablations = search_and_ablations(
+        [{}],
+        [{"config.ablation": "batch_size=16", "config.batch_size": 16,
+          "config.accumulation_steps": 4},
+         {"config.ablation": "accumulation_steps=2", "config.accumulation_steps": 2},
+         {"config.ablation": "amp=true", "config.amp": True}],
+        base=knee,
+    )  # fmt: skip
+    (note,) = same_updates(ablations)
+    assert note.startswith("batch_size=16 and accumulation_steps=2 (around trial knee) both "
+                           "train 64 images an update")  # fmt: skip
+    assert same_updates(ablations[ablations["config.ablation"] != "batch_size=16"]) == []
 
 
 def test_a_metric_the_base_never_reaches_has_no_effect_but_says_why():

@@ -1,5 +1,7 @@
 """The ablation plan: what each setting is changed to, in what order, within what budget."""
 
+import json
+
 import pytest
 
 from analysis.flat import as_written
@@ -86,6 +88,16 @@ def test_points_are_the_base_config_with_one_change_and_notes_of_what_they_ablat
     assert all(point["ablation_of"] == "abc" for point in points)
     assert "predicted_peak_mb" not in batch and "repeat_of" not in batch  # search notes
     assert describe(points).startswith("6 ablation trials around trial abc: noise floor, ")
+
+
+def test_a_change_of_a_steps_work_is_timed_against_the_bases_value_and_the_rest_are_not():
+    points = ablation_points([("abc", KNEE)], SPACE, AblationSection(seeds=1), on_gpu=False)
+    timed = {point["ablation"]: point.get("speed_baseline_json") for point in points}
+    assert json.loads(timed["batch_size=32"]) == {"batch_size": 64}
+    assert json.loads(timed["optimizer=sgd"]) == {"optimizer": "adam"}
+    assert json.loads(timed["amp=true"]) == {"amp": False}
+    assert timed["lr=0.01"] is None  # the same work per image: no speed effect to time
+    assert timed["noise floor"] is None
 
 
 def test_a_base_without_a_seed_is_ablated_at_the_trainables_default_seed():

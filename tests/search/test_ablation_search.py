@@ -109,6 +109,13 @@ def test_the_search_run_carries_the_effects_and_the_report_answers_from_them(abl
     (row,) = batch.itertuples()
     larger = int(row.change.rpartition("-> ")[2]) > int(row.change.split(": ")[1].split(" ")[0])
     assert (row.effect > 0) == larger and row.verdict in ("raises", "lowers")
+    # Speed effects: timed against the base in alternation, or none by construction (lr).
+    speed = effects[effects["metric"] == "throughput"].set_index("setting")
+    assert set(speed["measured"]) == {"alternation", "construction"}
+    assert speed.loc["lr", "measured"] == "construction" and np.isnan(speed.loc["lr", "effect"])
+    timed = speed.drop(index="lr")
+    assert (timed["measured"] == "alternation").all() and (timed["low"] > -100).all()
+    assert (timed["low"] <= timed["effect"]).all() and (timed["effect"] <= timed["high"]).all()
 
 
 @pytest.mark.parametrize("setting", ["amp", "activation_checkpointing"])

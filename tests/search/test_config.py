@@ -253,6 +253,9 @@ def test_a_search_trial_scores_its_gaps_at_the_rungs_and_at_the_epochs_its_confi
     trained.clear()
     trainable.classifier_trial({"lr": 0.1}, None)  # early stopping off: nothing added
     assert trained == {"lr": 0.1}
+    trained.clear()
+    trainable.classifier_trial({"amp": True, "speed_baseline_json": '{"amp": false}'}, None)
+    assert trained == {"amp": True, "speed_baseline": {"amp": False}}  # an ablation's note
 
 
 def test_early_stopping_needs_objectives_scored_every_epoch_and_one_seed_per_config(tmp_path):

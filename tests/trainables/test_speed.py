@@ -7,6 +7,7 @@ import pytest
 
 from trainables.speed import (
     MIN_BLOCKS,
+    MIN_ROUNDS,
     MIN_WINDOWS,
     WARMUP_STEPS,
     WINDOW_BLOCKS,
@@ -14,6 +15,8 @@ from trainables.speed import (
     SpeedWindow,
     estimate,
     median_interval,
+    paired_ratio,
+    time_in_alternation,
 )
 
 
@@ -173,3 +176,59 @@ def test_a_configuration_never_timed_counts_at_its_wall_time_and_leaves_no_inter
     rate, low, high = own_speed({"32x1": 640}, {"32x1": 0.5}, ConfigSpeed())
     assert rate == pytest.approx(1280.0) and math.isnan(low) and math.isnan(high)
     assert all(math.isnan(value) for value in own_speed({}, {}, ConfigSpeed()))
+
+
+def test_a_paired_ratio_is_the_geometric_mean_of_the_rounds_with_a_t_interval_on_logs():
+    base = [0.010, 0.012, 0.009, 0.011]  # seconds per image, drifting from round to round
+    changed = [0.020, 0.024, 0.018, 0.022]  # twice as slow in every round
+    ratio = paired_ratio(base, changed)
+    assert ratio.ratio == pytest.approx(0.5) and ratio.rounds == 4
+    assert ratio.low == pytest.approx(0.5) and ratio.high == pytest.approx(0.5)  # drift: gone
+    one = paired_ratio([0.01], [0.02])
+    assert one.ratio == pytest.approx(0.5) and math.isnan(one.low)
+
+
+def test_a_paired_interval_never_claims_a_speed_below_nothing():
+    ratio = paired_ratio([0.01, 0.01, 0.01, 0.01], [0.005, 0.09, 0.01, 0.3])
+    assert 0 < ratio.low < ratio.ratio < ratio.high
+
+
+class Rounds:
+    """Blocks on a fake clock: each records its side and adds its seconds to the clock."""
+
+    def __init__(self) -> None:
+        self.now, self.order = 0.0, []
+
+    def block(self, name: str, seconds_per_image: list[float]):
+        values = iter(seconds_per_image)
+
+        def run() -> float:
+            self.order.append(name)
+            self.now += 0.1
+            return next(values)
+
+        return run
+
+    def clock(self) -> float:
+        return self.now
+
+
+def test_an_alternation_reverses_its_order_every_other_round_and_stops_once_precise():
+    rounds = Rounds()
+    base = [(1.0, rounds.block("a", [0.01] * 20))]
+    changed = [(1.0, rounds.block("b", [0.02] * 20))]
+    ratio = time_in_alternation(base, changed, precision=0.05, max_seconds=60, clock=rounds.clock)
+    assert rounds.order == ["a", "b", "b", "a"] * (MIN_ROUNDS // 2)
+    assert ratio.rounds == MIN_ROUNDS and ratio.ratio == pytest.approx(0.5)
+
+
+def test_an_alternation_weighs_a_sides_configurations_by_their_images_and_stops_in_time():
+    rounds = Rounds()
+    noisy = [0.01, 0.03] * 50
+    base = [(1.0, rounds.block("a", [0.01] * 100))]
+    # three quarters of the images at 0.01 s, a quarter at noisy 0.01-0.03 s per image
+    changed = [(3.0, rounds.block("b1", [0.01] * 100)), (1.0, rounds.block("b2", noisy))]
+    ratio = time_in_alternation(base, changed, precision=0.001, max_seconds=2, clock=rounds.clock)
+    assert 2 <= rounds.now < 2 + 0.3 * 2 and ratio.rounds >= MIN_ROUNDS  # stopped at 2 s
+    assert ratio.low < ratio.ratio < ratio.high
+    assert 0.01 / (0.75 * 0.01 + 0.25 * 0.03) <= ratio.ratio <= 1.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from torch import nn
 
 
@@ -79,3 +81,24 @@ def from_host_generator(*, num_classes: int, image_size: int) -> nn.Module:
     with torch.no_grad():
         head.weight.copy_(torch.randn(head.weight.shape, generator=generator))
     return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), head)
+
+
+class Sleeps(nn.Module):
+    """A tiny classifier whose forward also sleeps: a step with a known cost."""
+
+    def __init__(self, num_classes: int, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.head = nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        time.sleep(self.seconds)
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def sleeps_50ms(*, num_classes: int, image_size: int) -> nn.Module:
+    return Sleeps(num_classes, 0.050)
+
+
+def sleeps_100ms(*, num_classes: int, image_size: int) -> nn.Module:
+    return Sleeps(num_classes, 0.100)
