@@ -5,6 +5,7 @@ anything."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,5 +29,17 @@ def as_written(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def as_shown(value: Any) -> str:
+    """A value as the console's and the report's tables show it: four significant digits,
+    "-" for a missing number, "never" for a target not reached (inf)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if math.isinf(value):
+            return "never" if value > 0 else "-inf"
         return f"{value:.4g}"
     return str(value)

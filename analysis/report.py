@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import html
 import sys
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -42,6 +43,7 @@ from analysis.charts import (
     parallel_chart,
 )
 from analysis.effects import technique_effects
+from analysis.flat import as_shown
 from analysis.importance import setting_importances
 from analysis.load import (
     CONFIG_PREFIX,
@@ -72,6 +74,7 @@ from trainables.metrics import (
 from trainables.techniques import idle_settings
 
 NOISE_CHART_CONFIGS = 8  # configs drawn in the noise-scale chart, best-ranked first
+DETAIL_WIDTH = 60  # characters a line of a trial's status detail in the markdown tables
 NUM_CLASSES_TAG = "num_classes"  # the search run's classes, for its min accuracy
 # the search run's param: the GPU share its trials got (`resources.gpu` may say auto)
 GPU_SHARE_PARAM = "resources.gpu_share"
@@ -237,7 +240,18 @@ def _front_table(report: Report) -> pd.DataFrame:
     columns = ["trial_id", *params, *report.objectives]
     columns += [f"{name}_std" for name in report.objectives if f"{name}_std" in front]
     shown = front[columns].rename(columns={p: p.removeprefix(CONFIG_PREFIX) for p in params})
-    return shown.round(4)
+    return as_shown_table(shown)
+
+
+def as_shown_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Every number as the console shows it (four significant digits): a table that fits a
+    page, as text."""
+    return table.map(as_shown)
+
+
+def wrapped(text: object, width: int = DETAIL_WIDTH) -> str:
+    """A long detail on several lines of a markdown table's cell."""
+    return "<br>".join(textwrap.wrap(str(text), width)) if isinstance(text, str) else str(text)
 
 
 def _infeasible_table(report: Report) -> pd.DataFrame:
@@ -252,6 +266,7 @@ def _infeasible_table(report: Report) -> pd.DataFrame:
         shown.loc[at_chance, "status_detail"] = (
             f"best_val_acc below {report.min_accuracy:.3g}: learned nothing"
         )
+    shown = as_shown_table(shown)
     return shown.rename(columns={c: c.removeprefix(CONFIG_PREFIX) for c in columns})
 
 
@@ -381,6 +396,7 @@ def render_markdown(report: Report, title: str, charts: list[str]) -> str:
             parts += [_not_measured_line(report), ""]
     infeasible = _infeasible_table(report)
     if not infeasible.empty:
+        infeasible = infeasible.assign(status_detail=infeasible["status_detail"].map(wrapped))
         parts += ["## Kept off the front", "", infeasible.to_markdown(index=False), ""]
     parts += ["## Charts", ""] + [f"![{name}]({name})" for name in charts]
     return "\n".join(parts) + "\n"

@@ -15,7 +15,9 @@ aim: at most 1.6).
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -45,6 +47,10 @@ def one_search(config: str, overrides: list[str], folder: Path) -> dict[str, obj
     report = folder / "ray_results" / "bench" / "report"
     trials = pd.read_csv(report / "trials.csv")
     row: dict[str, object] = {"wall_s": seconds, "trials": len(trials), "ablation_trials": 0}
+    front = trials[trials["is_pareto"] == True]  # noqa: E712  (a column of booleans and NaN)
+    row["front best_val_acc"] = float(front["best_val_acc"].max()) if len(front) else math.nan
+    hypervolume = re.search(r"Hypervolume of the front: ([0-9.eE+-]+)", done.stdout)
+    row["hypervolume"] = float(hypervolume.group(1)) if hypervolume else math.nan
     if "throughput_low" in trials:  # timed speeds (bench/speed_cost.py): their intervals
         width = (trials["throughput_high"] - trials["throughput_low"]) / trials["throughput"]
         row["throughput interval (% of speed)"] = 100 * float(width.median())

@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
+from analysis.flat import as_shown
 from search.ablation import budget_of
 from search.cluster import is_server
 from search.config import SearchConfig
@@ -66,16 +67,6 @@ def ablation_plan(config: SearchConfig) -> str:
     )
 
 
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "-"
-        if math.isinf(value):
-            return "never" if value > 0 else "-inf"
-        return f"{value:.4g}"
-    return str(value)
-
-
 def summary_table(frame: pd.DataFrame, sampled: Sequence[str], objectives: Sequence[str]) -> str:
     """Trials ordered by Pareto rank: rank, status, sampled params, objectives, key metrics."""
     key_metrics = ["best_val_acc", "throughput", "gen_gap", "peak_mem_mb"]
@@ -87,4 +78,4 @@ def summary_table(frame: pd.DataFrame, sampled: Sequence[str], objectives: Seque
         "-" if math.isnan(rank) else ("front" if rank == 0 else str(int(rank)))
         for rank in shown["rank"].astype(float)
     ]
-    return shown.to_string(index=False, na_rep="-", formatters={c: _fmt for c in shown.columns})
+    return shown.to_string(index=False, na_rep="-", formatters={c: as_shown for c in shown.columns})

@@ -68,6 +68,22 @@ def test_a_search_with_oom_trials_gets_every_chart_and_both_report_pages(tmp_pat
     assert (page.count("plotly") > 10 and "Parcoords" in page) or "parcoords" in page
 
 
+def test_the_report_tables_round_as_the_console_and_wrap_a_long_detail(tmp_path):
+    frame = trials()
+    frame.loc[0, "status_detail"] = "out of memory in training: " + "the step needed more " * 8
+    build_report(frame, OBJECTIVES, tmp_path)
+    markdown = (tmp_path / "report.md").read_text()
+    front = markdown.split("## The front")[1].split("##")[0]
+    speeds = [float(cell) for line in front.splitlines()[4:] if line.startswith("|")
+              for cell in [line.split("|")[-4]]]  # fmt: skip
+    assert speeds and all(len(f"{speed:g}".replace(".", "")) <= 4 for speed in speeds)
+    kept_off = markdown.split("## Kept off the front")[1].split("##")[0]
+    detail_line = next(line for line in kept_off.splitlines() if "out of memory" in line)
+    assert "<br>" in detail_line and all(
+        len(part) <= 62 for part in detail_line.split("|")[3].split("<br>")
+    )
+
+
 def test_a_search_without_any_status_detail_and_nothing_infeasible_still_reports(tmp_path):
     frame = trials().drop(columns="status_detail").assign(status="ok", best_val_acc=0.8)
     frame = frame.fillna({"throughput": 1.0, "gen_gap": 0.1})
