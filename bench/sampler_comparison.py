@@ -1,7 +1,7 @@
 """What the sampler and early stopping cost the answer: the main search with each sampler
-(and TPE without early stopping), on several seeds, side by side on one machine
-(`python -m search.run` as users run it, each in a fresh folder, without ablations; for
-each seed the cases run in turn, the order rotated from seed to seed).
+(and TPE without early stopping, or with its lr per 32 images), on several seeds, side by
+side on one machine (`python -m search.run` as users run it, each in a fresh folder, without
+ablations; for each seed the cases run in turn, the order rotated from seed to seed).
 
 Columns: wall seconds; trials; the front's best `best_val_acc`; the front's hypervolume (the
 config's fixed bounds). Printed last, per case: the median and the range over the seeds of
@@ -9,7 +9,7 @@ the best accuracy and of the hypervolume, and the median wall time (issue 37's a
 accuracy of 0.80 or more in every run, within 0.03 of each other).
 
     python bench/sampler_comparison.py [--config configs/cats_dogs.yaml] [--seeds 0 1 2]
-        [--cases tpe random nsga2 tpe-no-stopping] [key.path=value ...]
+        [--cases tpe random nsga2 tpe-no-stopping tpe-lr-per-32-images] [key.path=value ...]
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ CASES: dict[str, list[str]] = {
     "random": ["search.sampler=random"],
     "nsga2": ["search.sampler=nsga2"],
     "tpe-no-stopping": ["search.sampler=tpe", "search.early_stopping=null"],
+    # the sampled lr per 32 images, scaled with the effective batch (Goyal et al.)
+    "tpe-lr-per-32-images": ["search.sampler=tpe", "train.lr_scaling_batch=32"],
 }
 
 

@@ -172,6 +172,7 @@ class Prober:
         run = self.run
         self.probes += 1
         started = time.perf_counter()
+        steps = self.on_card or self._metered is None  # the meter steps once, then predicts
         if self.on_card:
             peak = run.budget.step_peak(
                 run.model, run.optimizer, lambda: self.batch(size), run.precision,
@@ -185,7 +186,8 @@ class Prober:
             verdict = "does not fit" if peak is None else (
                 f"fits, {peak.reserved_bytes / MIB:.0f} MiB reserved"
             )  # fmt: skip
-            self.say(f"    batch {size}: {verdict} ({seconds:.2f} s)")
+            how = f"{seconds:.2f} s" if steps else "from the meter's two steps"
+            self.say(f"    batch {size}: {verdict} ({how})")
         return peak
 
     def fits(self, size: int) -> bool:

@@ -84,10 +84,10 @@ def open_store(tracking_uri: str) -> None:
 
 def trial_run_name(config: Mapping[str, Any], trial_id: str) -> str:
     """What a trial trains with, readable in MLflow's runs list, e.g.
-    `bs64-adam-lr0.001-amp-recompute-acc4-grow2every3-s1-9f3a`: the model when it is not the
+    `bs64-adam-lr0.001-amp-recompute-acc4-grow2every3-s1-5c1e9f3a`: the model when it is not the
     default small CNN, the batch, optimizer and lr, the techniques that are on (each as the
-    technique table names it, `trainables.techniques`), the seed, and the end of the trial
-    id, which keeps it unique."""
+    technique table names it, `trainables.techniques`), the seed, and the trial id as the
+    console prints it, which keeps it unique."""
     model = config.get("model")
     parts = [str(model)] if model and model != "small_cnn" else []
     parts.append(f"bs{config.get('batch_size', '?')}")
@@ -98,12 +98,12 @@ def trial_run_name(config: Mapping[str, Any], trial_id: str) -> str:
     parts += run_tags(config)
     if config.get("seed"):
         parts.append(f"s{config['seed']}")
-    return "-".join([*parts, trial_id[-4:]])
+    return "-".join([*parts, trial_id])
 
 
 def ablation_run_name(name: str, change: str, base: str) -> str:
     """An ablation trial's run says which change of which trial it is, first."""
-    return f"[ablation of {base[-4:]}: {change}] {name}"
+    return f"[ablation of {base}: {change}] {name}"
 
 
 def tag_ablated(parent: ParentRun, ablations: pd.DataFrame) -> None:

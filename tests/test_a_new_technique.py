@@ -28,7 +28,7 @@ def pretrained_weights(monkeypatch):
 
 def test_it_is_in_the_trials_run_names(pretrained_weights):
     name = trial_run_name({"batch_size": 64, "pretrained": True, "amp": True}, "abcd1234")
-    assert name == "bs64-amp-pre-1234"
+    assert name == "bs64-amp-pre-abcd1234"
     assert "pre" not in trial_run_name({"batch_size": 64, "pretrained": False}, "abcd1234")
 
 

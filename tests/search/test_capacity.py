@@ -105,6 +105,13 @@ def test_a_batch_whose_timed_steps_run_out_steps_down_to_one_that_trains(monkeyp
     assert row.step_time_s > 0 and row.peak_mem_mb > 0
 
 
+def test_on_a_cpu_only_the_first_probe_says_how_long_it_stepped():
+    lines = []
+    prober = Prober(TrainSettings(device="cpu"), image_size=16, budget_mb=100, say=lines.append)
+    prober.peak(16), prober.peak(64)
+    assert lines[0].endswith(" s)") and lines[1].endswith("(from the meter's two steps)")
+
+
 def test_the_cpu_probe_solves_the_meter_exactly_because_it_is_affine_in_the_batch():
     settings = TrainSettings(
         model="resnet18", optimizer="adam", amp=True, activation_checkpointing=True, device="cpu"

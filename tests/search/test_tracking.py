@@ -45,17 +45,17 @@ def test_a_trial_run_is_named_by_what_it_trains_with_and_stays_unique(parent, st
         callback.on_trial_start(0, [], trial)
     client = MlflowClient(store)
     names = [client.get_run(callback.run_id_for(t)).info.run_name for t in (first, repeat)]
-    assert names == ["bs64-adam-lr0.001-amp-recompute-acc4-grow2every3-9f3a",
-                     "bs64-adam-lr0.001-amp-recompute-acc4-grow2every3-s1-77b0"]  # fmt: skip
+    assert names == ["bs64-adam-lr0.001-amp-recompute-acc4-grow2every3-5c1e9f3a",
+                     "bs64-adam-lr0.001-amp-recompute-acc4-grow2every3-s1-5c1e77b0"]  # fmt: skip
 
 
 def test_plain_trials_get_short_names_and_the_noise_rule_says_so():
-    assert trial_run_name({"batch_size": 32, "optimizer": "sgd"}, "abcd1234") == "bs32-sgd-1234"
+    assert trial_run_name({"batch_size": 32, "optimizer": "sgd"}, "abcd1234") == "bs32-sgd-abcd1234"
     grown = {"batch_size": 32, "adabatch_growth": 2, "adabatch_rule": "noise_scale"}
-    assert trial_run_name(grown, "abcd1234") == "bs32-grow2noise-1234"
+    assert trial_run_name(grown, "abcd1234") == "bs32-grow2noise-abcd1234"
     other_model = {"model": "shufflenet_v2_x0_5", "batch_size": 32}
-    assert trial_run_name(other_model, "abcd1234") == "shufflenet_v2_x0_5-bs32-1234"
-    assert trial_run_name({"model": "small_cnn", "batch_size": 8}, "abcd1234") == "bs8-1234"
+    assert trial_run_name(other_model, "abcd1234") == "shufflenet_v2_x0_5-bs32-abcd1234"
+    assert trial_run_name({"model": "small_cnn", "batch_size": 8}, "abcd1234") == "bs8-abcd1234"
 
 
 def test_a_pruned_trial_s_run_says_so_in_its_name_and_its_description(parent, store):
@@ -67,7 +67,7 @@ def test_a_pruned_trial_s_run_says_so_in_its_name_and_its_description(parent, st
     callback.on_trial_result(0, [], trial, schema_result(2, "oom", status_detail=detail))
     callback.on_trial_result(0, [], trial, schema_result(2, "oom", status_detail=detail))
     run = MlflowClient(store).get_run(callback.run_id_for(trial))
-    assert run.info.run_name == "[oom] bs128-1234"  # once, however often it is told
+    assert run.info.run_name == "[oom] bs128-abcd1234"  # once, however often it is told
     assert run.data.tags["mlflow.note.content"] == f"oom: {detail}"
 
 
