@@ -27,6 +27,7 @@ from search.config import (
     renamed_notes,
     say_where_set,
 )
+from search.data_check import check_data
 from search.devices import check_devices
 from search.errors import Problem
 from search.experiment import (
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             print(note, file=sys.stderr)
         check_devices(config, options)
         check_models(config)
+        check_data(config)
         check_storage(Path(config.run.storage_path), config.source)
         check_tracking_store(config.tracking.uri or "", config.source)
         check_reachable(config.tracking.uri or "")

@@ -163,6 +163,20 @@ def test_a_device_the_trials_cannot_see_is_one_message_before_anything_starts(
     assert said in err and "Traceback" not in err
 
 
+def test_an_image_folder_that_is_not_there_is_one_message_before_anything_starts(
+    tmp_path, nothing_runs, capsys
+):
+    (tmp_path / "Cat").mkdir()
+    for root, said in (
+        (tmp_path / "nowhere", "data.root: no folder at"),
+        (tmp_path, "data.root: " + f"{tmp_path} needs at least 2 class folders"),
+    ):
+        overrides = ["data.source=image_folder", f"data.root={root}"]
+        assert main(["--config", str(CONFIGS / "smoke.yaml"), *overrides]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "nothing was started" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize(
     ("overrides", "said"),
     [

@@ -53,20 +53,30 @@ def has_class_folders_with_images(root: Path) -> bool:
     )
 
 
-def list_image_folder(root: Path) -> Catalogue:
-    """Every file of every class folder of `root`, with its size and modification time."""
+def folder_problem(root: Path) -> str | None:
+    """Why `root` is not an image folder (no folder, fewer than 2 class folders), or None:
+    checked in a moment, before a search starts anything."""
     if not root.is_dir():
-        raise DataUnavailable(
+        return (
             f"data.root: no folder at {root}; give a folder with one sub-folder of images per "
             "class (e.g. PetImages with Cat/ and Dog/), or use source 'synthetic'"
         )
     folders = class_folders(root)
     if len(folders) < 2:
         found = [folder.name for folder in folders]
-        raise DataUnavailable(
+        return (
             f"data.root: {root} needs at least 2 class folders (one sub-folder of images per "
             f"class), found {found}"
         )
+    return None
+
+
+def list_image_folder(root: Path) -> Catalogue:
+    """Every file of every class folder of `root`, with its size and modification time."""
+    problem = folder_problem(root)
+    if problem is not None:
+        raise DataUnavailable(problem)
+    folders = class_folders(root)
     files = [
         stat_file(root, path, label)
         for label, folder in enumerate(folders)
