@@ -75,6 +75,7 @@ from trainables.techniques import idle_settings
 
 NOISE_CHART_CONFIGS = 8  # configs drawn in the noise-scale chart, best-ranked first
 DETAIL_WIDTH = 60  # characters a line of a trial's status detail in the markdown tables
+RESULTS_DIR_TAG = "results_dir"  # the search's folder, where its report is written
 NUM_CLASSES_TAG = "num_classes"  # the search run's classes, for its min accuracy
 # the search run's param: the GPU share its trials got (`resources.gpu` may say auto)
 GPU_SHARE_PARAM = "resources.gpu_share"
@@ -268,6 +269,16 @@ def _infeasible_table(report: Report) -> pd.DataFrame:
         )
     shown = as_shown_table(shown)
     return shown.rename(columns={c: c.removeprefix(CONFIG_PREFIX) for c in columns})
+
+
+def default_out(tags: Mapping[str, str], run_name: str) -> Path:
+    """Where a report goes without `--out`: beside the search it reports (its results
+    folder's `report/`, where the search wrote its own) when that folder is on this
+    machine; else `reports/<run name>` under the working folder."""
+    results = Path(tags.get(RESULTS_DIR_TAG, ""))
+    if tags.get(RESULTS_DIR_TAG) and results.is_dir():
+        return results / "report"
+    return Path("reports") / run_name
 
 
 def memory_prediction_error(frame: pd.DataFrame) -> tuple[int, float] | None:
@@ -559,7 +570,11 @@ def main(argv: list[str] | None = None) -> int:
         help="MLflow store or server (default: mlflow.db here, where search.run writes)",
     )
     parser.add_argument("--run-name", help="the search's run (default: the newest with trials)")
-    parser.add_argument("--out", help="folder for the report (default: reports/<run name>)")
+    parser.add_argument(
+        "--out",
+        help="folder for the report (default: the search's results folder's report/ where it "
+        "is on this machine, else reports/<run name>)",
+    )
     parser.add_argument("--objectives", help="e.g. throughput:max,best_val_acc:max,gen_gap:min")
     parser.add_argument(
         "--min-accuracy",
@@ -611,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
     if frame.empty:
         print(f"error: search run {parent.info.run_name!r} has no trial runs", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else Path("reports") / parent.info.run_name
+    out = Path(args.out) if args.out else default_out(parent.data.tags, parent.info.run_name)
     report = build_report(
         frame,
         objectives,

@@ -15,7 +15,13 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
 from analysis.flat import flatten
 from analysis.load import frame_from_tune, histories_from_tune, trial_row
-from analysis.report import GPU_SHARE_PARAM, NUM_CLASSES_TAG, build_report, publish
+from analysis.report import (
+    GPU_SHARE_PARAM,
+    NUM_CLASSES_TAG,
+    RESULTS_DIR_TAG,
+    build_report,
+    publish,
+)
 from search.ablation_run import ABLATIONS_DIR, run_ablations
 from search.background import in_background
 from search.cli import EXIT_INTERRUPTED, EXIT_STOPPED, RunOptions
@@ -194,6 +200,7 @@ def open_parent_run(
         "data_source": data.source,
         "data": data.description[:5000],
         NUM_CLASSES_TAG: str(data.num_classes),  # the report's min accuracy comes from it
+        RESULTS_DIR_TAG: str(experiment_dir.resolve()),  # the report alone writes there too
     }
     if commit:
         tags[MLFLOW_GIT_COMMIT] = commit

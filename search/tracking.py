@@ -132,11 +132,12 @@ def pruned_run_name(name: str, status: str) -> str:
 def save_review_view(
     client: MlflowClient, experiment_id: str, key: str, objectives: Sequence[str]
 ) -> str:
-    """A view of the experiment's runs with the search's objectives and `status` as columns
-    and every run drawn in the charts, saved the way MLflow's UI shares a view; returns the
-    key that the runs link passes as `viewStateShareKey`."""
+    """A view of the experiment's runs with the search's objectives, whether a trial is on
+    the front (`is_pareto`, tagged when the search ends) and `status` as columns, and every
+    run drawn in the charts, saved the way MLflow's UI shares a view; returns the key that
+    the runs link passes as `viewStateShareKey`."""
     columns = [f"metrics.`{name}`" for name in objectives]
-    columns += ["tags.`status`", "tags.`status_detail`"]
+    columns += ["tags.`is_pareto`", "tags.`status`", "tags.`status_detail`"]
     state = {"selectedColumns": columns, "runsHiddenMode": "SHOW_ALL"}
     now = int(time.time() * 1000)
     envelope = {

@@ -124,6 +124,20 @@ def search_in_mlflow(tmp_path):
     return uri, client, parent
 
 
+def test_without_out_the_report_goes_beside_the_search_it_reports(
+    search_in_mlflow, tmp_path, monkeypatch
+):
+    uri, client, parent = search_in_mlflow
+    monkeypatch.chdir(tmp_path)
+    assert main(["--experiment", "cats", "--tracking-uri", uri]) == 0  # no such folder here
+    assert (tmp_path / "reports" / "cats-1" / "report.html").exists()
+    results = tmp_path / "ray_results" / "cats-1"
+    results.mkdir(parents=True)
+    client.set_tag(parent.info.run_id, "results_dir", str(results))
+    assert main(["--experiment", "cats", "--tracking-uri", uri]) == 0
+    assert (results / "report" / "report.html").exists()
+
+
 def test_the_command_writes_the_report_attaches_it_and_tags_every_trial(search_in_mlflow, tmp_path):
     uri, client, parent = search_in_mlflow
     out = tmp_path / "out"

@@ -3,6 +3,7 @@
 import json
 import socket
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -104,11 +105,14 @@ def test_images_that_cannot_be_had_are_one_message_and_no_mlflow_run(
     tmp_path, capsys, monkeypatch, ray_instance
 ):
     # the images are prepared while Ray starts: their error still ends the search at once
+    # (class folders are checked before: these two hold files that are no images)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "photos" / "only_one_class").mkdir(parents=True)
+    for name in ("cats", "dogs"):
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        (tmp_path / "photos" / name / "notes.txt").write_text("not a photo")
     code = main(["--config", str(SMOKE), "data.source=image_folder", "data.root=photos"])
     err = capsys.readouterr().err
-    assert code == 2 and "data:" in err and "only_one_class" in err and "Traceback" not in err
+    assert code == 2 and "data:" in err and "could be decoded" in err and "Traceback" not in err
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
     assert ray_instance.is_initialized()  # not this search's to shut down
 
@@ -136,13 +140,15 @@ def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_
     view = json.loads(experiment.tags["mlflow.sharedViewState.smoke-e2e"])  # opened by the link
     assert json.loads(view["state"])["selectedColumns"] == [
         "metrics.`throughput`", "metrics.`best_val_acc`", "metrics.`gen_gap`",
-        "tags.`status`", "tags.`status_detail`",
+        "tags.`is_pareto`", "tags.`status`", "tags.`status_detail`",
     ]  # fmt: skip
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     (parent,) = parents
     assert parent.info.run_name == "smoke-e2e" and parent.info.status == "FINISHED"
+    results = Path(parent.data.tags["results_dir"])  # where `analysis.report` writes too
+    assert results.name == "smoke-e2e" and (results / "report" / "report.html").exists()
     assert parent.data.params["search.num_samples"] == str(config["search"]["num_samples"])
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/trials.csv", "report/pareto_front.png"} <= artifacts
