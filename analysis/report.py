@@ -322,6 +322,14 @@ def _summary_lines(report: Report) -> list[str]:
             f"Trials below best_val_acc {report.min_accuracy:.3g} are kept off the front: at "
             "chance a model's gap is trivially small."
         )
+    beside = pd.to_numeric(report.frame.get("speed_outsiders", pd.Series(dtype=float)),
+                           errors="coerce")  # fmt: skip
+    if (beside > 0).any():
+        lines.append(
+            f"Speed: {int((beside > 0).sum())} trials were timed beside programs outside the "
+            f"search on their card (up to {int(beside.max())}; speed_outsiders), which the "
+            "device's gate cannot hold: their throughput holds those programs' use of the card."
+        )
     accuracy = memory_prediction_error(report.frame)
     if accuracy is not None:
         count, error = accuracy

@@ -55,6 +55,7 @@ class FakeCard:
     context_growth: int = 0
     stepped: bool = False
     nvml_sees_process: bool = True  # False: NVML lists no process (a container's PID space)
+    other_programs: int = 0  # processes on the card that are no trials of the search
     kernels_loaded: int = 0  # times `load_kernels` ran
     allocated: int = 0
     reserved: int = 0
@@ -218,7 +219,10 @@ class FakeCuda:
         def running_processes(card: FakeCard) -> list[SimpleNamespace]:
             if not card.nvml_sees_process:
                 return []
-            return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=card.outside + card.reserved)]
+            others = [SimpleNamespace(pid=4_000_000 + i, usedGpuMemory=GIB)
+                      for i in range(card.other_programs)]  # fmt: skip
+            return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=card.outside + card.reserved),
+                    *others]  # fmt: skip
 
         return {
             "nvmlInit": lambda: None,

@@ -24,7 +24,13 @@ from ray import tune
 from torch import nn
 
 from trainables.activation_checkpointing import enable_checkpointing
-from trainables.cuda import describe_device, device_key, resolve_device, synchronize
+from trainables.cuda import (
+    TorchCudaCard,
+    describe_device,
+    device_key,
+    resolve_device,
+    synchronize,
+)
 from trainables.data import PreparedData, Split, prepare_data
 from trainables.data.errors import first_line
 from trainables.device_gate import DeviceGate, gate_of
@@ -446,12 +452,19 @@ def train_one_epoch(
 
 
 def trial_gate(device: torch.device) -> DeviceGate:
-    """The gate of the trial's device; on the CPU it knows the trial's threads, which
-    decide whether the node is crowded (`DeviceGate.crowded`)."""
+    """The gate of the trial's device, the trial registered with it: on the CPU with its
+    threads, which decide whether the node is crowded (`DeviceGate.crowded`); on a card,
+    so that processes on it that are no trials can be told apart (`outsiders`)."""
     gate = gate_of(device_key(device))
-    if device.type == "cpu":
-        gate.register(torch.get_num_threads())
+    gate.register(torch.get_num_threads() if device.type == "cpu" else 0)
     return gate
+
+
+def outsiders(card: TorchCudaCard, gate: DeviceGate) -> int | None:
+    """Processes on the card that do not pass its gate (programs other than the search's
+    trials); None where NVML does not list the card's processes."""
+    processes = card.processes()
+    return None if processes is None else max(0, processes - gate.members())
 
 
 def speed_window(run: TrainingRun, plan: EpochPlan) -> SpeedWindow | None:
@@ -460,7 +473,7 @@ def speed_window(run: TrainingRun, plan: EpochPlan) -> SpeedWindow | None:
     than the node's cores."""
     if run.gate is None:
         return None
-    device, gate, cores = run.budget.device, run.gate, os.cpu_count() or 1
+    device, gate, cores, card = run.budget.device, run.gate, os.cpu_count() or 1, run.budget.card
     return SpeedWindow(
         run.gate,
         lambda: synchronize(device),
@@ -469,6 +482,7 @@ def speed_window(run: TrainingRun, plan: EpochPlan) -> SpeedWindow | None:
         precision=run.settings.speed_precision,
         max_seconds=run.settings.speed_window_s,
         crowded=lambda: device.type == "cuda" or gate.crowded(cores),
+        outsiders=(lambda: outsiders(card, gate)) if card is not None else None,
     )
 
 
@@ -794,6 +808,7 @@ def epoch_metrics(
         "throughput": speed[0],
         "throughput_low": speed[1],
         "throughput_high": speed[2],
+        "speed_outsiders": speeds.most_outsiders,
         "speed_vs_baseline": math.nan,  # after the last epoch: speed_against_baseline
         "speed_vs_baseline_low": math.nan,
         "speed_vs_baseline_high": math.nan,

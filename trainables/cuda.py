@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -205,20 +206,29 @@ class TorchCudaCard:
         beyond_allocator = self.total_bytes() - self.free_bytes() - reserved  # + neighbours
         return max(0, min(beyond_allocator, FALLBACK_OUTSIDE_ALLOCATOR_MB * MIB))
 
-    def process_bytes(self) -> int | None:
-        """This process's memory on the card as the driver counts it (NVML); None where
-        NVML cannot see it."""
+    def _running_processes(self) -> list[Any] | None:
+        """The compute processes NVML lists on the card; None where NVML cannot answer."""
         try:
             import pynvml
 
             pynvml.nvmlInit()
             uuid = str(torch.cuda.get_device_properties(self.device).uuid)
             handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}".encode())
-            processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            return list(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
         except Exception:  # no NVML library, driver or permission: fall back
             return None
+
+    def process_bytes(self) -> int | None:
+        """This process's memory on the card as the driver counts it (NVML); None where
+        NVML cannot see it."""
+        processes = self._running_processes() or []
         used = [p.usedGpuMemory for p in processes if p.pid == os.getpid()]
         return int(used[0]) if used and used[0] is not None else None
+
+    def processes(self) -> int | None:
+        """How many compute processes are on the card, this one among them; None where NVML
+        lists none (a container's own PID space hides them) or cannot answer."""
+        return len(self._running_processes() or []) or None
 
     def describe(self) -> dict[str, str]:
         """The card and the software that drives it, for the trial's record."""

@@ -62,18 +62,26 @@ class DeviceGate:
 
     def crowded(self, cores: int) -> bool:
         """Whether the live registered processes' threads are more than `cores`."""
-        threads = 0
+        return sum(self._live_members().values()) > cores
+
+    def members(self) -> int:
+        """How many live processes have registered: the trials that pass this gate."""
+        return len(self._live_members())
+
+    def _live_members(self) -> dict[int, int]:
+        """Live registered process -> its threads; an ended process's entry is removed."""
+        live = {}
         for member in self._members.iterdir():
             try:
                 pid, count = int(member.name), int(member.read_text() or 0)
             except (ValueError, OSError):
                 continue  # being written, or gone
             if _alive(pid):
-                threads += count
+                live[pid] = count
             else:
                 with contextlib.suppress(OSError):
                     member.unlink()  # an ended process's
-        return threads > cores
+        return live
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:

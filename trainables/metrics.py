@@ -58,6 +58,11 @@ METRICS: dict[str, MetricSpec] = {
     ),
     "throughput_low": MetricSpec("the low end of throughput's 95% interval (NaN: not timed)"),
     "throughput_high": MetricSpec("the high end of throughput's 95% interval (NaN: not timed)"),
+    "speed_outsiders": MetricSpec(
+        "the most processes outside the search (programs the device's gate cannot hold) seen "
+        "on the trial's card as its timing windows began: above 0, its throughput holds "
+        "their use of the card too; NaN on a CPU, or where NVML lists no processes"
+    ),
     "speed_vs_baseline": MetricSpec(
         "the config's speed over that of the settings speed_baseline names (a ratio: 1.2 is "
         "20% faster), timed after the last epoch by fresh models of both in alternation, so "
@@ -174,6 +179,7 @@ MACHINE_METRICS = frozenset(
         "throughput",
         "throughput_low",
         "throughput_high",
+        "speed_outsiders",
         "speed_vs_baseline",
         "speed_vs_baseline_low",
         "speed_vs_baseline_high",

@@ -104,6 +104,9 @@ class ConfigSpeed:
     blocks: dict[str, list[float]] = field(default_factory=dict)  # key -> block images/s
     held_seconds: dict[str, float] = field(default_factory=dict)  # key -> in held windows
     windows: dict[str, int] = field(default_factory=dict)  # key -> held windows taken
+    # key -> the most processes outside the search seen on the card as a window began:
+    # programs the gate cannot hold, whose use of the card is in the timed blocks
+    outsiders: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def key(batch_size: int, accumulation_steps: int) -> str:
@@ -134,15 +137,23 @@ class ConfigSpeed:
             self.held_seconds[key] = self.held_seconds.get(key, 0.0) + held_seconds
             self.windows[key] = self.windows.get(key, 0) + 1
 
+    def saw_outsiders(self, key: str, count: int) -> None:
+        self.outsiders[key] = max(count, self.outsiders.get(key, 0))
+
+    @property
+    def most_outsiders(self) -> float:
+        """The most processes outside the search seen while timing; NaN where not known."""
+        return float(max(self.outsiders.values())) if self.outsiders else math.nan
+
     def to_dict(self) -> dict[str, dict]:
         return {"blocks": dict(self.blocks), "held_seconds": dict(self.held_seconds),
-                "windows": dict(self.windows)}  # fmt: skip
+                "windows": dict(self.windows), "outsiders": dict(self.outsiders)}  # fmt: skip
 
     @classmethod
     def from_dict(cls, values: dict[str, dict] | None) -> ConfigSpeed:
         values = values or {}
         return cls(dict(values.get("blocks", {})), dict(values.get("held_seconds", {})),
-                   dict(values.get("windows", {})))  # fmt: skip
+                   dict(values.get("windows", {})), dict(values.get("outsiders", {})))  # fmt: skip
 
 
 def own_time(
@@ -269,7 +280,8 @@ class SpeedWindow:
     says yes and `ConfigSpeed.wants_window`, the device is held (`Gate.exclusive`),
     `WARMUP_STEPS` pass, then `WINDOW_BLOCKS` blocks are timed and the device is let go;
     else nothing is timed. `synchronize` waits for the device's queued work: only at a
-    block's edges."""
+    block's edges. `outsiders` counts the processes on the device that do not pass its gate
+    (other programs on the card), as each held window begins; None: not known."""
 
     def __init__(
         self,
@@ -282,8 +294,10 @@ class SpeedWindow:
         max_seconds: float,
         crowded: Callable[[], bool],
         clock: Callable[[], float] = time.perf_counter,
+        outsiders: Callable[[], int | None] | None = None,
     ) -> None:
         self._gate, self._synchronize, self._clock = gate, synchronize, clock
+        self._outsiders = outsiders
         self._speeds, self._key, self._crowded = speeds, key, crowded
         self._precision, self._max_seconds = precision, max_seconds
         self._stack = contextlib.ExitStack()
@@ -366,6 +380,9 @@ class SpeedWindow:
 
     def _hold(self) -> None:
         self._stack.enter_context(self._gate.exclusive())
+        seen = self._outsiders() if self._outsiders is not None else None
+        if seen is not None:
+            self._speeds.saw_outsiders(self._key, seen)
         self._mode = "held"
         self._held_at = self._clock()
         self._warmup_left = WARMUP_STEPS

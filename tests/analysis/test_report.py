@@ -84,6 +84,16 @@ def test_the_report_tables_round_as_the_console_and_wrap_a_long_detail(tmp_path)
     )
 
 
+def test_the_report_says_which_speeds_were_timed_beside_programs_outside_the_search(tmp_path):
+    frame = trials().assign(speed_outsiders=0.0)
+    frame.loc[[2, 3], "speed_outsiders"] = [1.0, 2.0]
+    build_report(frame, OBJECTIVES, tmp_path)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "Speed: 2 trials were timed beside programs outside the search" in markdown
+    build_report(trials(), OBJECTIVES, tmp_path / "alone")
+    assert "programs outside the search" not in (tmp_path / "alone" / "report.md").read_text()
+
+
 def test_a_search_without_any_status_detail_and_nothing_infeasible_still_reports(tmp_path):
     frame = trials().drop(columns="status_detail").assign(status="ok", best_val_acc=0.8)
     frame = frame.fillna({"throughput": 1.0, "gen_gap": 0.1})

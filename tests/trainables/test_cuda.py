@@ -114,3 +114,19 @@ def test_the_context_is_measured_after_the_kernels_load_once_per_process(fake_cu
     assert card.outside_allocator_bytes() == 500 * (1 << 20)
     assert card.outside_allocator_bytes() == 500 * (1 << 20)
     assert fake_cuda.calls.count("load_kernels") == 1
+
+
+def test_programs_on_the_card_that_are_no_trials_are_counted_apart_from_the_trials(
+    fake_cuda, tmp_path
+):
+    from trainables.classifier import outsiders
+    from trainables.cuda import TorchCudaCard
+    from trainables.device_gate import DeviceGate
+
+    card, gate = TorchCudaCard(torch.device("cuda")), DeviceGate("card", tmp_path)
+    gate.register(0)  # this trial
+    assert outsiders(card, gate) == 0
+    fake_cuda.cards[0].other_programs = 2
+    assert card.processes() == 3 and outsiders(card, gate) == 2
+    fake_cuda.cards[0].nvml_sees_process = False  # a container's own PID space: not known
+    assert card.processes() is None and outsiders(card, gate) is None

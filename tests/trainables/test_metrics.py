@@ -22,8 +22,8 @@ def test_the_schema_names_every_metric_of_the_design_once():
     assert set(METRICS) == {
         "epoch", "train_loss", "train_acc", "train_eval_acc", "val_acc", "val_loss",
         "test_acc", "best_val_acc", "best_epoch", "gen_gap", "val_test_gap", "throughput",
-        "throughput_low", "throughput_high", "speed_vs_baseline", "speed_vs_baseline_low",
-        "speed_vs_baseline_high", "shared_throughput",
+        "throughput_low", "throughput_high", "speed_outsiders", "speed_vs_baseline",
+        "speed_vs_baseline_low", "speed_vs_baseline_high", "shared_throughput",
         "epoch_time_s", "train_time_s", "time_to_target_s", "train_steps", "steps_to_target",
         "noise_scale", "physical_batch_size", "accumulation_steps",
         "effective_batch_size", "scheduled_batch_size", "lr", "peak_mem_mb",

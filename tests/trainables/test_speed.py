@@ -232,3 +232,16 @@ def test_an_alternation_weighs_a_sides_configurations_by_their_images_and_stops_
     assert 2 <= rounds.now < 2 + 0.3 * 2 and ratio.rounds >= MIN_ROUNDS  # stopped at 2 s
     assert ratio.low < ratio.ratio < ratio.high
     assert 0.01 / (0.75 * 0.01 + 0.25 * 0.03) <= ratio.ratio <= 1.0
+
+
+def test_a_held_window_notes_the_programs_outside_the_search_it_began_beside():
+    speeds, seen, clock = ConfigSpeed(), iter([2, 0, None]), Clock(0.01)
+    for _ in range(3):
+        timing = SpeedWindow(Gate([]), lambda: None, speeds, "32x1", precision=0.05,
+                             max_seconds=60, crowded=lambda: True, clock=clock,
+                             outsiders=lambda: next(seen))  # fmt: skip
+        run_steps(timing, clock, 4)
+    assert speeds.windows == {"32x1": 3}
+    assert speeds.outsiders == {"32x1": 2} and speeds.most_outsiders == 2.0
+    assert ConfigSpeed.from_dict(speeds.to_dict()).outsiders == {"32x1": 2}
+    assert math.isnan(ConfigSpeed().most_outsiders)
