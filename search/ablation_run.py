@@ -20,7 +20,7 @@ from search.ablation import ablation_points, describe
 from search.config import SearchConfig
 from search.experiment import has_saved_state
 from search.recovery import FitResult, fit_with_recovery
-from search.tuner import restore_tuner, run_config, trainable, trial_dirname
+from search.tuner import restore_tuner, run_config, trainable, trial_dirname, trial_name
 from trainables.data import PreparedData
 from trainables.metrics import METRICS
 
@@ -70,6 +70,7 @@ def ablation_tuner(
             num_samples=len(points),
             reuse_actors=True,
             trial_dirname_creator=trial_dirname,
+            trial_name_creator=trial_name,
         ),
         run_config=run_config(config, ABLATIONS_DIR, list(callbacks), str(experiment_dir)),
     )

@@ -18,6 +18,7 @@ from search.trainable import classifier_trial
 from trainables import PreparedData
 from trainables.metrics import min_accuracy_for
 from trainables.settings import TrainSettings
+from trainables.techniques import column_of
 
 
 def param_space(config: SearchConfig) -> dict[str, Any]:
@@ -42,18 +43,36 @@ def trainable(config: SearchConfig, data: PreparedData, compared: bool = True) -
 OPTUNA_STORAGE = "optuna.db"  # the study, next to Tune's state: it survives a restart
 
 
+# Short headers of the progress table's columns: settings other than the techniques'
+# (`trainables.techniques.column_of`), and metrics; the rest keep their names.
+SETTING_COLUMNS = {"batch_size": "batch"}
+METRIC_COLUMNS = {
+    "throughput": "img/s",
+    "best_val_acc": "best_acc",
+    "gen_gap": "gap",
+    "status": "outcome",  # Tune has a status column of its own
+}
+
+
+def progress_columns(config: SearchConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """(sampled setting -> header, metric -> header) of the progress table."""
+    settings = {key: SETTING_COLUMNS.get(key, column_of(key)) for key in config.space}
+    shown = dict.fromkeys(["epoch", *config.objectives, "status"])
+    return settings, {name: METRIC_COLUMNS.get(name, name) for name in shown}
+
+
 def progress_table(config: SearchConfig) -> CLIReporter:
-    """The table printed while the search runs: sampled params and the key metrics.
+    """The table printed while the search runs: the sampled settings, the epoch and the
+    objectives, under short headers, so that it fits a wide terminal (the ranked table at
+    the end has everything).
 
     Ray's newer output engine ignores a reporter, so `search.run` selects the table engine
     (RAY_AIR_NEW_OUTPUT=0) before building the run config.
     """
+    settings, metrics = progress_columns(config)
     return CLIReporter(
-        parameter_columns=list(config.space),
-        metric_columns={
-            name: "outcome" if name == "status" else name  # Tune has a status column too
-            for name in ["epoch", "val_acc", *config.objectives, "peak_mem_mb", "status"]
-        },
+        parameter_columns=settings,
+        metric_columns=metrics,
         print_intermediate_tables=True,
         max_report_frequency=15,  # seconds between tables
         sort_by_metric=False,
@@ -123,9 +142,15 @@ def build_tuner(
             # process takes the next one: seconds saved per trial on small searches.
             reuse_actors=True,
             trial_dirname_creator=trial_dirname,
+            trial_name_creator=trial_name,
         ),
         run_config=run_config(config, run_name, callbacks),
     )
+
+
+def trial_name(trial: tune.experiment.Trial) -> str:
+    """A trial's name in Tune's table and logs: its id, as the console and MLflow name it."""
+    return str(trial.trial_id)
 
 
 def trial_dirname(trial: tune.experiment.Trial) -> str:

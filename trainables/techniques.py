@@ -67,6 +67,7 @@ class Technique:
     memory: MemoryEffect
     run_tag: RunTag  # its part of a trial's run name where it is on
     label: str = ""  # in the capacity table's rows and the charts; "": the name
+    column: str = ""  # its setting's header in the search's progress table; "": the key
     gpu_only: bool = False  # does nothing on a CPU
     capacity_row: bool = True  # a row of the capacity table where it changes memory
     on: object = True  # the setting's value when the capacity table switches it on
@@ -87,31 +88,41 @@ TECHNIQUES: dict[str, Technique] = {
         Technique("amp", "amp", _is_true, "mixed", _tag("amp"), label="AMP"),
         Technique(
             "activation_checkpointing", "activation_checkpointing", _is_true, "saves",
-            _tag("recompute"), label="activation checkpointing",
+            _tag("recompute"), label="activation checkpointing", column="recompute",
         ),
         Technique(
             "accumulation", "accumulation_steps", _above(1), "none",
-            _tag_with_value("acc", "accumulation_steps"), on=2, off=1,
+            _tag_with_value("acc", "accumulation_steps"), on=2, off=1, column="accum",
         ),
-        Technique("adabatch", "adabatch_growth", _above(1), "none", _growth_tag, on=2, off=1),
+        Technique("adabatch", "adabatch_growth", _above(1), "none", _growth_tag, on=2, off=1,
+                  column="grow"),
         Technique(
             "warmup", "warmup_epochs", _above(0), "none",
-            _tag_with_value("warm", "warmup_epochs"), on=2, off=0,
+            _tag_with_value("warm", "warmup_epochs"), on=2, off=0, column="warmup",
         ),
-        Technique("augment", "augment", _is_true, "none", _tag("aug")),
+        Technique("augment", "augment", _is_true, "none", _tag("aug"), column="aug"),
         Technique(
             "cudnn_benchmark", "cudnn_benchmark", _is_true, "costs", _tag("cudnn"),
-            label="cuDNN autotuner", gpu_only=True,
+            label="cuDNN autotuner", gpu_only=True, column="cudnn",
         ),
         # other convolution kernels, other workspaces: more or less memory by model
         Technique("channels_last", "channels_last", _is_true, "mixed", _tag("nhwc"),
-                  label="channels-last"),
+                  label="channels-last", column="nhwc"),
         # fused kernels keep fewer intermediates, compiled graphs their own buffers; its
         # memory is measured where it trains, not in the capacity table's probes
         Technique("compile", "compile", _is_true, "mixed", _tag("compiled"),
                   label="torch.compile", capacity_row=False),
     )
 }  # fmt: skip
+
+
+def column_of(key: str) -> str:
+    """A setting's header in the search's progress table: its technique's short column,
+    else the key itself."""
+    for technique in TECHNIQUES.values():
+        if technique.key == key and technique.column:
+            return technique.column
+    return key
 
 
 def run_tags(config: Mapping[str, Any]) -> list[str]:

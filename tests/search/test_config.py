@@ -264,3 +264,16 @@ def test_early_stopping_needs_objectives_scored_every_epoch_and_one_seed_per_con
     assert "['test_acc']" in problems["search.early_stopping"]
     repeated = problems_of(path, ["search.repeats=2", "search.num_samples=4"])
     assert "search.repeats (2)" in repeated["search.early_stopping"]
+
+
+def test_the_progress_table_shows_the_sampled_settings_and_objectives_under_short_headers():
+    from search.tuner import progress_columns
+
+    config = load_config(CONFIGS / "cats_dogs.yaml")
+    settings, metrics = progress_columns(config)
+    assert settings["activation_checkpointing"] == "recompute" and settings["batch_size"] == "batch"
+    assert list(settings) == list(config.space)
+    assert list(metrics) == ["epoch", *config.objectives, "status"]
+    assert list(metrics.values()) == ["epoch", "img/s", "best_acc", "gap", "outcome"]
+    longest = max(len(header) for header in [*settings.values(), *metrics.values()])
+    assert longest <= 10  # a header no wider than its values: the table fits a wide terminal
