@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.trainables.test_classifier import Reports
+from tests.trainables.test_speed_in_a_trial import settings
 from trainables.classifier import fit_classifier
 from trainables.data import DataSettings, prepare_data
 from trainables.settings import SAME_WORK_PER_IMAGE, TIMED_AGAINST, TrainSettings
@@ -17,12 +18,6 @@ from trainables.settings import SAME_WORK_PER_IMAGE, TIMED_AGAINST, TrainSetting
 def data():
     return prepare_data(DataSettings(image_size=16, train_per_class=48, val_per_class=16,
                                      test_per_class=16))  # fmt: skip
-
-
-def settings(**changes) -> TrainSettings:
-    base = {"epochs": 2, "batch_size": 8, "train_eval_size": 16, "device": "cpu",
-            "num_threads": 1}  # fmt: skip
-    return TrainSettings(**{**base, **changes})
 
 
 def test_a_step_that_sleeps_twice_as_long_is_measured_at_half_the_speed_within_its_interval(data):
