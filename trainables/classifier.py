@@ -506,14 +506,11 @@ def speed_against_baseline(
             "base": planned_configurations(run.settings.baseline(), run, len(data.train.labels)),
             "changed": {key: float(images) for key, images in images_by_config.items()},
         }
-        sides |= {
-            name: alternation_side(
-                start_run(settings, data.num_classes, data.image_size, run.budget, None),
-                TrialData.of(data, device, settings),
-                configurations[name],
-            )
-            for name, settings in (("base", run.settings.baseline()), ("changed", run.settings))
-        }
+        for name, settings in (("base", run.settings.baseline()), ("changed", run.settings)):
+            fresh = start_run(settings, data.num_classes, data.image_size, run.budget, None)
+            fresh.gate = run.gate  # its warm-up steps, too, keep out of a neighbour's window
+            splits = TrialData.of(data, device, settings)
+            sides[name] = alternation_side(fresh, splits, configurations[name])
         gate = run.gate or gate_of(device_key(device))
         crowded = device.type == "cuda" or gate.crowded(os.cpu_count() or 1)
         with gate.exclusive() if crowded else nullcontext():

@@ -85,3 +85,24 @@ def test_what_leaves_a_steps_work_alone_is_a_setting_a_baseline_may_change():
     assert SAME_WORK_PER_IMAGE <= TIMED_AGAINST - {"target_acc"} | {"target_acc"}
     assert SAME_WORK_PER_IMAGE - {"target_acc"} <= TIMED_AGAINST
     assert {"batch_size", "amp", "optimizer", "accumulation_steps"} <= TIMED_AGAINST
+
+
+def test_every_block_of_the_alternation_passes_the_trials_gate(data, monkeypatch, tmp_path):
+    """Warm-up blocks too: a neighbour's timing window holds them out, as any step."""
+    import trainables.classifier as classifier
+    from trainables.device_gate import DeviceGate
+
+    class Counting(DeviceGate):
+        passed = 0
+
+        def step(self):
+            Counting.passed += 1
+            return super().step()
+
+    monkeypatch.setattr(classifier, "trial_gate", lambda device: Counting("cpu", tmp_path))
+    fit_classifier(settings(epochs=1), data, Reports())
+    plain, Counting.passed = Counting.passed, 0
+    fit_classifier(settings(epochs=1, speed_baseline={"amp": True}, speed_baseline_s=0.3),
+                   data, Reports())  # fmt: skip
+    # a block passes the gate once: two sides, two warm-up blocks and four rounds at least
+    assert Counting.passed >= plain + 2 * (2 + 4)
