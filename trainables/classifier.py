@@ -275,8 +275,32 @@ def fit_classifier(
     probe of a growing batch, training, evaluation, saving the trial state) or whose loss
     stops being finite is pruned: it reports `status` oom or diverged once, naming the phase,
     and returns. Other errors propagate. Every report names the device it ran on and the
-    versions of what drove it (`trainables.metrics.DEVICE_RECORD`).
+    versions of what drove it (`trainables.metrics.DEVICE_RECORD`). With `num_threads`,
+    torch computes on that many threads while it trains, as its count was before after.
     """
+    with torch_threads(settings.num_threads):
+        return _fit(settings, data, report, resume_state, gpu_share)
+
+
+@contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """torch's thread count set to `count` (None: left as it is) for a while."""
+    before = torch.get_num_threads()
+    if count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _fit(
+    settings: TrainSettings,
+    data: PreparedData,
+    report: Reporter,
+    resume_state: dict[str, Any] | None,
+    gpu_share: float | None,
+) -> dict[str, Any]:
     device = resolve_device(settings.device)
     record = describe_device(device)
     state = RunState.from_dict(resume_state["state"]) if resume_state else RunState()

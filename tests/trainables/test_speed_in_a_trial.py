@@ -62,3 +62,21 @@ def test_a_resumed_trial_keeps_the_speed_it_timed(enough_steps):
     timed_before = reports.states[0]["state"]["speeds"]["blocks"]["8x1"]
     timed_after = resumed.states[-1]["state"]["speeds"]["blocks"]["8x1"]
     assert timed_after[: len(timed_before)] == timed_before
+
+
+def test_a_trial_computes_on_its_num_threads_and_leaves_the_count_as_it_was(enough_steps):
+    """Called directly too (not only through Tune's adapter): the node's gate counts the
+    threads a trial registers, so they must be the threads it computes on."""
+    import torch
+
+    from tests.trainables import user_models
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        user_models.THREADS_SEEN.clear()
+        fit_classifier(settings(epochs=1, model="tests.trainables.user_models:counts_threads"),
+                       enough_steps, Reports())  # fmt: skip
+        assert set(user_models.THREADS_SEEN) == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -102,3 +102,22 @@ def sleeps_50ms(*, num_classes: int, image_size: int) -> nn.Module:
 
 def sleeps_100ms(*, num_classes: int, image_size: int) -> nn.Module:
     return Sleeps(num_classes, 0.100)
+
+
+THREADS_SEEN: list[int] = []  # torch's thread count at each forward of `counts_threads`
+
+
+class CountsThreads(nn.Module):
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.head = nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        import torch
+
+        THREADS_SEEN.append(torch.get_num_threads())
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def counts_threads(*, num_classes: int, image_size: int) -> nn.Module:
+    return CountsThreads(num_classes)
