@@ -179,7 +179,7 @@ def ablation_effects(
         status = str(trial.get("status", STATUS_OK))
         paired = paired_effect(trial) if status == STATUS_OK else None
         for metric in metrics:
-            unit = "points" if in_points(metric) else "%"
+            unit = _unit(metric)
             measured = "seeds"
             if status != STATUS_OK:
                 effect = (math.nan, math.nan, math.nan, ENDED.get(status, status))
@@ -193,6 +193,10 @@ def ablation_effects(
                 effect = one_effect(ablated, values.to_numpy(dtype=float), in_points(metric))
             rows.append([base, setting, change, status, metric, unit, *effect, len(runs), measured])
     return pd.DataFrame(rows, columns=columns)
+
+
+def _unit(metric: str) -> str:
+    return "points" if in_points(metric) else "%"
 
 
 def _amount(value: float, unit: str) -> str:
@@ -263,23 +267,18 @@ def at_a_glance(effects: pd.DataFrame, objectives: Mapping[str, str]) -> list[st
     for metric, direction in objectives.items():
         rows = effects[(effects["metric"] == metric) & effects["verdict"].isin(TOLD)]
         good = rows[rows["verdict"] == ("raises" if direction == "max" else "lowers")]
+        better = _verb("raises" if direction == "max" else "lowers", _unit(metric))
         if good.empty:
-            lines.append(f"{metric}: no change {_better(metric, direction)} it beyond the noise.")
+            lines.append(f"{metric}: no change {better} it beyond the noise.")
             continue
         best = good.loc[(good["effect"] if direction == "max" else -good["effect"]).idxmax()]
         where = f" (around trial {best['base']})" if effects["base"].nunique() > 1 else ""
         lines.append(
-            f"{metric}: best {_better(metric, direction)} by {best['change']}{where}, "
+            f"{metric}: best {better} by {best['change']}{where}, "
             f"{_amount(best['effect'], best['unit'])} "
             f"[{best['low']:+.1f}, {best['high']:+.1f}]."
         )
     return lines
-
-
-def _better(metric: str, direction: str) -> str:
-    if direction == "max":
-        return "raised"
-    return "cut" if not in_points(metric) else "lowered"
 
 
 def same_updates(ablations: pd.DataFrame) -> list[str]:

@@ -89,16 +89,29 @@ def print_ratio(table: pd.DataFrame, case: str, against: str, aim: float) -> flo
     return ratio
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def ratio_main(
+    argv: list[str] | None,
+    description: str,
+    against: tuple[str, list[str]],
+    case: tuple[str, list[str]],
+    aim: float,
+    repeats: int,
+) -> int:
+    """A bench of one search with `case`'s overrides against `against`'s, side by side:
+    its command line (--config, --repeats, overrides for both), the table and the ratio."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("overrides", nargs="*", help="key.path=value for both searches")
     args = parser.parse_args(argv)
-    cases = [("without ablations", [OFF]), ("with ablations", [])]
-    table = side_by_side(args.config, cases, args.repeats, args.overrides)
-    print_ratio(table, "with ablations", "without ablations", aim=1.60)
+    table = side_by_side(args.config, [against, case], args.repeats, args.overrides)
+    print_ratio(table, case[0], against[0], aim=aim)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return ratio_main(argv, __doc__.splitlines()[0], ("without ablations", [OFF]),
+                      ("with ablations", []), aim=1.60, repeats=1)  # fmt: skip
 
 
 if __name__ == "__main__":

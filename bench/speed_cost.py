@@ -12,26 +12,16 @@ untimed (the issue's aim: at most 1.10).
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from ablation_cost import print_ratio, side_by_side  # bench/, first on a script's path
+from ablation_cost import ratio_main  # bench/, first on a script's path
 
-REPO = Path(__file__).resolve().parents[1]
 UNTIMED = "train.speed_precision=0"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("overrides", nargs="*", help="key.path=value for both searches")
-    args = parser.parse_args(argv)
-    cases = [("untimed", [UNTIMED]), ("timed", [])]
-    table = side_by_side(args.config, cases, args.repeats, args.overrides)
-    print_ratio(table, "timed", "untimed", aim=1.10)
-    return 0
+    return ratio_main(argv, __doc__.splitlines()[0], ("untimed", [UNTIMED]), ("timed", []),
+                      aim=1.10, repeats=2)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -526,11 +526,12 @@ def speed_against_baseline(
     device = run.budget.device
     sides: dict[str, list[tuple[float, Callable[[], float]]]] = {}
     try:
+        baseline = run.settings.baseline()
         configurations = {
-            "base": planned_configurations(run.settings.baseline(), run, len(data.train.labels)),
+            "base": planned_configurations(baseline, run, len(data.train.labels)),
             "changed": {key: float(images) for key, images in images_by_config.items()},
         }
-        for name, settings in (("base", run.settings.baseline()), ("changed", run.settings)):
+        for name, settings in (("base", baseline), ("changed", run.settings)):
             fresh = start_run(settings, data.num_classes, data.image_size, run.budget, None)
             fresh.gate = run.gate  # its warm-up steps, too, keep out of a neighbour's window
             splits = TrialData.of(data, device, settings)

@@ -217,6 +217,8 @@ def paired_ratio(
     mean = float(logs.mean())
     if rounds < 2:
         return SpeedRatio(math.exp(mean), math.nan, math.nan, rounds)
+    # by hand: scipy's t.interval is NaN for a spread of 0 (every round the same ratio),
+    # which is a ratio known exactly, not an unknown one
     half = float(stats.t.ppf(0.5 + confidence / 2, rounds - 1)) * float(logs.std(ddof=1))
     half /= math.sqrt(rounds)
     return SpeedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), rounds)
