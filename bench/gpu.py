@@ -17,6 +17,11 @@
 4. packing: four 0.25-GPU trials of the tuned loop's config (batch 128, channels_last +
    AMP) together against the tuned loop: every image trained over the wall time from the
    first start to the last end (goal: 0.9 or more), and the card's peak memory use.
+4b. by_memory: the same shrunk configs/cats_dogs_gpu.yaml search (12 suggestions, 2
+   epochs, one CPU a trial, as many at once as the card's shares allow) with a fixed quarter
+   per trial and packed by predicted memory (`resources.pack: memory`): trials trained per
+   hour of wall time and trials ended out of memory (goal: more trials per hour, no more
+   OOMs).
 5. oom: a trial whose first step is over its share, from start to pruned report, in
    training steps of the same model (goal: 1 or less); and a shrunk
    configs/cats_dogs_gpu.yaml search with a budget the larger batches exceed: trials ended
@@ -29,7 +34,7 @@ memory is the CPU meter's) so that every code path is exercised, and each GPU-on
 printed as not measured, with why. `bench/on_device.py` runs this and the test suite on the
 GPU machine in one call.
 
-    python bench/gpu.py [--parts loop memory capacity packing oom] [--out gpu.csv]
+    python bench/gpu.py [--parts loop memory capacity packing by_memory oom] [--out gpu.csv]
                         [--epochs 2] [--part-timeout SECONDS]
 """
 
@@ -65,8 +70,9 @@ from trainables.models import build_model
 from trainables.settings import TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]
-PARTS = ("loop", "memory", "capacity", "packing", "oom", "card")
-GPU_ONLY = frozenset({"capacity", "packing", "oom", "card"})  # without one: "not here" rows
+PARTS = ("loop", "memory", "capacity", "packing", "by_memory", "oom", "card")
+# without one: "not here" rows
+GPU_ONLY = frozenset({"capacity", "packing", "by_memory", "oom", "card"})
 # NVIDIA DeepLearningExamples, ResNet-50 v1.5 training on one A100 80GB, batch 256.
 NVIDIA_A100_IMAGES_PER_S = {"TF32": 938, "AMP": 2470}
 
@@ -399,6 +405,54 @@ def packing_part(epochs: int) -> list[Row]:
     ]  # fmt: skip
 
 
+# --- 4b. trials packed by predicted memory against a fixed quarter ----------------------------
+
+
+PACKED_SEARCH_TRIALS = 12
+
+
+def by_memory_part(out_dir: Path) -> Iterator[Row]:
+    if not on_gpu():
+        yield Row("by_memory", "trials per hour, packed by memory / a fixed quarter", None,
+                  "ratio", "needs a GPU (trials share a card)")  # fmt: skip
+        return
+    what = f"{PACKED_SEARCH_TRIALS} suggestions, 2 epochs, 1 CPU a trial"
+    per_hour = {}
+    for pack in ("fixed", "memory"):
+        name = f"gpu-pack-{pack}"
+        storage = out_dir / name
+        command = [
+            sys.executable, "-m", "search.run",
+            "--config", str(REPO / "configs" / "cats_dogs_gpu.yaml"), "--name", name,
+            f"search.num_samples={PACKED_SEARCH_TRIALS}", "train.epochs=2",
+            "search.ablation=null", "search.max_concurrent_trials=null", "resources.cpu=1",
+            "resources.gpu=0.25", f"resources.pack={pack}", "data.train_per_class=200",
+            "data.val_per_class=50", "data.test_per_class=50", f"run.storage_path={storage}",
+            f"tracking.uri=sqlite:///{out_dir / 'mlflow.db'}",
+        ]  # fmt: skip
+        log = out_dir / f"{name}.log"  # the search's own progress, as it goes
+        started = time.perf_counter()
+        with log.open("w") as output:
+            finished = subprocess.run(command, cwd=REPO, stdout=output,
+                                      stderr=subprocess.STDOUT, check=False)  # fmt: skip
+        seconds = time.perf_counter() - started
+        report = storage / name / "report" / "trials.csv"
+        if finished.returncode != 0 or not report.exists():
+            note = f"exit {finished.returncode}: {log.read_text()[-300:]}"
+            yield Row("by_memory", f"{pack}: the search", None, "trials", note)
+            return
+        statuses = pd.read_csv(report)["status"].value_counts()
+        trained = int(statuses.sum() - statuses.get("oom_predicted", 0))
+        per_hour[pack] = trained / seconds * 3600
+        yield Row("by_memory", f"{pack}: trials trained per hour", per_hour[pack], "trials/h",
+                  f"{trained} in {seconds:.0f} s; {what}")  # fmt: skip
+        yield Row("by_memory", f"{pack}: trials ended out of memory",
+                  int(statuses.get(STATUS_OOM, 0)), "trials", what)  # fmt: skip
+    yield Row("by_memory", "trials per hour, packed by memory / a fixed quarter",
+              per_hour["memory"] / per_hour["fixed"], "ratio",
+              "one search each, fixed first; goal above 1 with no more OOMs")  # fmt: skip
+
+
 # --- 5. out-of-memory trials on the card ----------------------------------------------------
 
 
@@ -584,6 +638,8 @@ def run_part(part: str, epochs: int, out_dir: Path) -> Iterable[Row]:
         return capacity_part(out_dir)
     if part == "packing":
         return packing_part(epochs)
+    if part == "by_memory":
+        return by_memory_part(out_dir)
     if part == "card":
         return card_part()
     return oom_part(out_dir)

@@ -9,8 +9,13 @@ at the end the ratio of the crowded set's median to the one-at-a-time set's. The
 aims: the medians agree within 5% (a ratio of 0.95-1.05) and each set spreads at most 10%
 (max/min <= 1.10).
 
+With `train.speed_baseline={...}` each trial also times itself against that baseline in
+alternation after its last epoch (`speed_vs_baseline`): its median and spread are printed
+beside the throughput's, which tells whether a ratio to a reference config would take the
+drift out of the figures (`--timed-only` skips the untimed searches).
+
     python bench/speed_consistency.py [--config configs/cats_dogs.yaml] [--trials 6]
-        [key.path=value ...]
+        [--timed-only] [key.path=value ...]
 """
 
 from __future__ import annotations
@@ -64,10 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
     parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--timed-only", action="store_true", help="skip the untimed searches")
     parser.add_argument("overrides", nargs="*", help="key.path=value for every search")
     args = parser.parse_args(argv)
     rows = []
-    for timing, timing_overrides in TIMING.items():
+    timings = list(TIMING.items())[:1] if args.timed_only else TIMING.items()
+    for timing, timing_overrides in timings:
         medians = {}
         for case, case_overrides in CASES.items():
             with tempfile.TemporaryDirectory(prefix="speed-bench-") as name:
@@ -90,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
             })  # fmt: skip
             print(f"{timing}, {case}: median {medians[case]:.0f} images/s, spread "
                   f"{spread:.2f}x ({seconds:.0f} s)", flush=True)  # fmt: skip
+            ratios = trials.get("speed_vs_baseline", pd.Series(dtype=float)).astype(float)
+            if ratios.notna().any():
+                rows[-1]["vs baseline (median)"] = ratios.median()
+                rows[-1]["vs baseline spread"] = ratios.max() / ratios.min()
+                print(f"  against the baseline: median {ratios.median():.3f}, spread "
+                      f"{ratios.max() / ratios.min():.2f}x", flush=True)  # fmt: skip
         ratio = medians["three to two cores"] / medians["one at a time"]
         rows[-1]["crowded / alone"] = ratio
         print(f"{timing}: three to two cores / one at a time = {ratio:.2f}x (aim 0.95-1.05)")

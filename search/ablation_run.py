@@ -60,7 +60,7 @@ def ablation_tuner(
     """Tune's own generator runs each point once: no sampler, no early stopping; the
     search's resources, retries and loggers, in `ablations/` of its folder."""
     return tune.Tuner(
-        trainable(config, data, compared=False),
+        trainable(config, data, compared=False, search_name=experiment_dir.name),
         param_space=param_space_of(points),
         tune_config=tune.TuneConfig(
             search_alg=BasicVariantGenerator(
@@ -117,7 +117,8 @@ def run_ablations(
         return None
 
     def restored() -> tune.Tuner:
-        return restore_tuner(config, data, experiment_dir / ABLATIONS_DIR, compared=False)
+        return restore_tuner(config, data, experiment_dir / ABLATIONS_DIR, compared=False,
+                             search_name=experiment_dir.name)  # fmt: skip
 
     if has_ablations(experiment_dir):
         expected = expected_trials(experiment_dir)

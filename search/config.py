@@ -121,6 +121,9 @@ class ResourcesSection(BaseModel):
     # GPU share per trial: 0.25 runs four trials to a card; auto: 0.25 where the machine (or
     # the cluster) has cards, else 0, the trials on CPU without touching a card
     gpu: float | Literal["auto"] = 0.0
+    # fixed: every trial asks for `gpu`; memory: each trial asks for the share of a card its
+    # config's predicted memory needs (search.packing), `gpu` until the model knows a config
+    pack: Literal["fixed", "memory"] = "fixed"
     # MiB per trial: on a GPU a stricter limit than the share; on CPU enforced by the
     # memory meter, so a CPU box can stand in for a card of that size.
     memory_budget_mb: float | None = Field(None, gt=0)
@@ -150,6 +153,11 @@ class ResourcesSection(BaseModel):
             raise RuntimeError("resources.gpu is auto and not resolved: call with_cards first")
         return AUTO_GPU_SHARE if self._cards > 0 else 0.0
 
+    @property
+    def packs_by_memory(self) -> bool:
+        """Whether trials ask for the share their predicted memory needs (on cards only)."""
+        return self.pack == "memory" and self.gpu_share > 0
+
     def with_cards(self, cards: int) -> ResourcesSection:
         """These resources where `cards` GPUs are there to use (what `auto` decides by)."""
         resolved = self.model_copy()
@@ -160,6 +168,8 @@ class ResourcesSection(BaseModel):
         """The share and, for `auto`, why: for the plan printed at the start."""
         share = self.gpu_share
         said = f"{share:g} GPU" if share else "no GPU"
+        if self.packs_by_memory:
+            said = f"the share of a GPU its predicted memory needs ({share:g} until known)"
         if self.gpu != "auto":
             return said
         cards = f"{self._cards} card{'s' if self._cards != 1 else ''}" if self._cards else "no card"

@@ -1,6 +1,6 @@
 """What a search's trials train on: `resources.gpu: auto` resolved by the cards Ray finds,
 and the checks of a config's devices (a share Ray could never give, a trial device the
-trial will not see, bfloat16 on a card without it).
+trial will not see, bfloat16 on a card without it, packing by memory with nothing to pack).
 
 A config that names its share is checked before anything starts (`check_devices`, from
 `search.run`: a machine without a card answers without torch); one that says `auto` once
@@ -20,6 +20,7 @@ from trainables.settings import TrainSettings
 
 def check_devices(config: SearchConfig, options: RunOptions) -> None:
     """The checks that need no Ray; with `auto` they wait for `resolve_gpu`."""
+    check_packing(config)
     if config.resources.gpu == "auto":
         return
     check_trial_device(config)
@@ -39,6 +40,29 @@ def resolve_gpu(config: SearchConfig, options: RunOptions) -> SearchConfig:
     if options.address is None and resolved.resources.gpu_share > 0:
         check_bfloat16(resolved)
     return resolved
+
+
+def check_packing(config: SearchConfig) -> None:
+    """Refuse packing by memory where there is nothing to pack (no GPU share, or whole
+    cards per trial) or nothing to pack by (no memory model)."""
+    resources = config.resources
+    if resources.pack != "memory":
+        return
+    problem = None
+    if resources.gpu == 0:
+        problem = "is memory, but resources.gpu is 0: trials on CPU share no card"
+    elif resources.gpu != "auto" and resources.gpu > 1:
+        problem = (
+            f"is memory, but resources.gpu is {resources.gpu:g}: whole cards per trial leave "
+            "nothing to pack; give a share of one card (0.25) or auto"
+        )
+    elif not config.search.predict_oom:
+        problem = (
+            "is memory, but search.predict_oom is false: the memory model that sizes the "
+            "shares is off"
+        )
+    if problem:
+        raise ConfigError(config.source, [Problem("resources.pack", problem)])
 
 
 def check_local_devices(config: SearchConfig, options: RunOptions) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from search.packing import LIVE_MODELS, MEMORY_MARGIN, share_of_card
 from trainables.memory import MIB
 from trainables.optimizers import OPTIMIZERS
 from trainables.schedules import epoch_plan
@@ -148,36 +149,79 @@ class MemoryModel:
     GPU worker can measure: every trial reports it (`memory_limit_mb`), so it is learned
     from the first report, per budget (the smallest, where nodes differ). A prediction is
     made only where the limit is known.
+
+    Packing trials by memory (`packs_search`: the search's name, `search.packing`), a
+    trial's share is what its config needs (`share`), so its limit is no share's: a
+    suggestion is over only where it passes a whole card less the context (the largest the
+    trials reported; the smallest card), or its budget.
     """
 
-    def __init__(self, probe: MeterProbe | None = None, on_gpu: bool = False) -> None:
+    def __init__(
+        self, probe: MeterProbe | None = None, on_gpu: bool = False, packs_search: str = ""
+    ) -> None:
         self._probe = probe
         self._on_gpu = on_gpu
         self._probed: dict[MemoryFootprint, Callable[[int], float] | None] = {}
         self._measured: dict[MemoryFootprint, dict[int, float]] = {}
         self._limits: dict[float, float] = {}  # budget (inf: none) -> the allocator's limit
+        self._card_mb = math.inf  # the smallest card a trial reported
+        self._context_mb = 0.0  # the most a trial's process held outside the allocator
+        self.packs_search = packs_search
+        self._go_live()
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        # A model saved before limits were learned: on CPU, as before, the budget.
-        self.__dict__.update({"_on_gpu": False, "_limits": {}, **state})
+        # A model saved before limits were learned: on CPU, as before, the budget; before
+        # packing: a fixed share.
+        defaults = {"_on_gpu": False, "_limits": {}, "_card_mb": math.inf, "_context_mb": 0.0,
+                    "packs_search": ""}  # fmt: skip
+        self.__dict__.update({**defaults, **state})
+        self._go_live()  # a search resumed: its shares come from the model it saved
+
+    def _go_live(self) -> None:
+        if self.packs_search:
+            LIVE_MODELS[self.packs_search] = self
 
     def observe(
-        self, settings: TrainSettings, batch_size: int, peak_mb: float, limit_mb: float = math.nan
+        self,
+        settings: TrainSettings,
+        batch_size: int,
+        peak_mb: float,
+        limit_mb: float = math.nan,
+        card_mb: float = math.nan,
+        context_mb: float = math.nan,
     ) -> None:
         """A step of `batch_size` images of a trial with `settings` peaked at `peak_mb`;
-        its allocator could reserve `limit_mb` (NaN: not reported)."""
+        its allocator could reserve `limit_mb`, on a card of `card_mb` where its process
+        held `context_mb` outside the allocator (NaN: not reported)."""
         if batch_size > 0 and math.isfinite(peak_mb) and peak_mb > 0:
             group = memory_group(MemoryFootprint.of(settings))
             self._measured.setdefault(group, {})[batch_size] = peak_mb
         if math.isfinite(limit_mb) and limit_mb > 0:
             budget = settings.memory_budget_mb or math.inf
             self._limits[budget] = min(limit_mb, self._limits.get(budget, math.inf))
+        if math.isfinite(card_mb) and card_mb > 0:
+            self._card_mb = min(self._card_mb, card_mb)
+        if math.isfinite(context_mb) and context_mb > 0:
+            self._context_mb = max(self._context_mb, context_mb)
 
     def limit_mb(self, settings: TrainSettings) -> float | None:
         """What a trial with `settings` may reserve, where known."""
         if not self._on_gpu:
             return settings.memory_budget_mb
+        if self.packs_search:
+            if not math.isfinite(self._card_mb):
+                return None
+            return min(self._card_mb, settings.memory_budget_mb or math.inf) - self._context_mb
         return self._limits.get(settings.memory_budget_mb or math.inf)
+
+    def share(self, settings: TrainSettings) -> float | None:
+        """The share of a card a trial with `settings` needs (`search.packing`): its
+        predicted peak with `MEMORY_MARGIN`, and the context; None where not predicted."""
+        prediction = self.predict(settings) if self._on_gpu else None
+        if prediction is None:
+            return None
+        needed = prediction.predicted_mb * (1 + MEMORY_MARGIN) + self._context_mb
+        return share_of_card(needed, self._card_mb)
 
     def predict(self, settings: TrainSettings) -> Prediction | None:
         """The suggestion's first-epoch step against its limit; None where unknown."""

@@ -239,8 +239,11 @@ class MemoryLearning(Wrapper):
         ran_with = _whole(result.get("physical_batch_size"))
         memory = self.forecast.memory
         if ran_with is not None and memory is not None:
-            limit = _number(result.get("memory_limit_mb"))
-            memory.observe(settings, ran_with, _reserved_peak(result), limit)
+            memory.observe(
+                settings, ran_with, _reserved_peak(result), _number(result.get("memory_limit_mb")),
+                card_mb=_number(result.get("card_mb")),
+                context_mb=_number(result.get("card_context_mb")),
+            )  # fmt: skip
 
 
 # The stack's layers from the top, as `build_searcher` puts them together (and

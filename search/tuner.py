@@ -12,6 +12,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from search.config import SearchConfig
 from search.early_stopping import EarlyStoppedStatus, ParetoEarlyStopping
 from search.feasibility import CpuMeterProbe, MemoryModel
+from search.packing import PackedResources
 from search.searcher import build_sampler, build_searcher
 from search.space import grid_points
 from search.trainable import classifier_trial
@@ -29,12 +30,18 @@ def param_space(config: SearchConfig) -> dict[str, Any]:
     }
 
 
-def trainable(config: SearchConfig, data: PreparedData, compared: bool = True) -> Any:
+def trainable(
+    config: SearchConfig, data: PreparedData, compared: bool = True, search_name: str = ""
+) -> Any:
     """The trial function with the prepared data (object store), the epochs whose reports
     early stopping compares (`compared` False: none, for trials it never sees), and the
-    trial's resources. The rungs travel here, not in the param space, which
-    `Tuner.restore` requires unchanged from the search's start."""
-    resources = {"cpu": config.resources.cpu, "gpu": config.resources.gpu_share}
+    trial's resources: packed by memory, those the memory model of search `search_name`
+    gives its config (`search.packing`). The rungs travel here, not in the param space,
+    which `Tuner.restore` requires unchanged from the search's start."""
+    cpu, gpu = config.resources.cpu, config.resources.gpu_share
+    resources: Any = {"cpu": cpu, "gpu": gpu}
+    if config.resources.packs_by_memory:
+        resources = PackedResources(search_name, cpu, default_gpu=gpu)
     rungs = config.rungs() if compared else ()
     with_data = tune.with_parameters(classifier_trial, data=data, rungs=rungs)
     return tune.with_resources(with_data, resources)
@@ -79,14 +86,19 @@ def progress_table(config: SearchConfig) -> CLIReporter:
     )
 
 
-def memory_model(config: SearchConfig, num_classes: int) -> MemoryModel | None:
+def memory_model(
+    config: SearchConfig, num_classes: int, search_name: str = ""
+) -> MemoryModel | None:
     """What predicts a suggestion's memory: on CPU the trials' own meter, run at the driver;
     on GPUs a line through the reserved peaks the trials report, against the allocator limit
-    they report."""
+    they report; packing by memory, it sizes the shares of search `search_name`."""
     if not config.search.predict_oom:
         return None
     on_gpu = config.resources.gpu_share > 0
-    return MemoryModel(probe=None if on_gpu else CpuMeterProbe(num_classes), on_gpu=on_gpu)
+    return MemoryModel(
+        probe=None if on_gpu else CpuMeterProbe(num_classes), on_gpu=on_gpu,
+        packs_search=search_name if config.resources.packs_by_memory else "",
+    )  # fmt: skip
 
 
 def split_sizes(config: SearchConfig, data: PreparedData) -> dict[str, int]:
@@ -117,7 +129,7 @@ def build_tuner(
             storage=f"sqlite:///{experiment_dir / OPTUNA_STORAGE}",
             study_name=run_name,
             repeats=search.repeats,
-            memory=memory_model(config, data.num_classes),
+            memory=memory_model(config, data.num_classes, run_name),
         )
     scheduler = None
     if search.early_stopping is not None:
@@ -131,7 +143,7 @@ def build_tuner(
         )
         callbacks = [EarlyStoppedStatus(scheduler), *callbacks]  # first: it marks the result
     return tune.Tuner(
-        trainable(config, data),
+        trainable(config, data, search_name=run_name),
         param_space=param_space(config),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
@@ -182,16 +194,21 @@ def run_config(
 
 
 def restore_tuner(
-    config: SearchConfig, data: PreparedData, experiment_dir: Path, compared: bool = True
+    config: SearchConfig,
+    data: PreparedData,
+    experiment_dir: Path,
+    compared: bool = True,
+    search_name: str | None = None,
 ) -> tune.Tuner:
     """Continue an interrupted search: finished trials are kept, unfinished ones resume.
     The param space is the one the search started with, as Tune saved it (it holds no
     object references to refresh): a search started before a setting was renamed keeps
     its keys, which the trials still accept (`trainables.settings.RENAMED_KEYS`).
-    `compared` False: trials early stopping never compares (the ablations)."""
+    `compared` False: trials early stopping never compares (the ablations); `search_name`:
+    the search whose memory model packs its trials (by default the folder's name)."""
     return tune.Tuner.restore(
         str(experiment_dir),
-        trainable=trainable(config, data, compared),
+        trainable=trainable(config, data, compared, search_name or experiment_dir.name),
         resume_unfinished=True,
         resume_errored=True,
     )

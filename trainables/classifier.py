@@ -142,8 +142,9 @@ class TrainingRun:
     best_weights: dict[str, torch.Tensor] | None = None
     # what the training steps call: the model, or torch.compile of it (same parameters)
     step_model: nn.Module | None = None
-    # the device, the software and the kernels it trains with, in every report
-    record: dict[str, str] = field(default_factory=dict)
+    # the device (its memory too), the software and the kernels it trains with, in every
+    # report
+    record: dict[str, Any] = field(default_factory=dict)
     compiled_sizes: set[int] = field(default_factory=set)  # batch sizes compiled so far
     # the device's gate (its neighbours hold while this trial times its speed) and each
     # configuration's timed blocks (trainables.speed)
@@ -310,9 +311,10 @@ def _fit(
     try:
         choose_kernels(settings)  # before the budget's warm-up starts cuBLAS
         budget = MemoryBudget(device, settings.memory_budget_mb, gpu_share)
+        record |= budget.card_figures()  # an out-of-memory report too tells what the card is
         run = start_run(settings, data.num_classes, data.image_size, budget, resume_state)
         run.gate = trial_gate(budget.memory_device)
-        record = describe_device(budget.memory_device) | describe_run(run)
+        record |= describe_device(budget.memory_device) | describe_run(run)
         run.record = record
         splits = TrialData.of(data, device, settings)
         gated = run.gate.step  # every use of the device, so that a neighbour's timing is clean

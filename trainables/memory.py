@@ -34,6 +34,7 @@ statistics restored), so measuring never changes what is trained.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -424,6 +425,14 @@ class MemoryBudget:
                     f"process's CUDA context and libraries "
                     f"({self.share.outside_allocator_bytes / MIB:.0f} MiB)"
                 )
+
+    def card_figures(self) -> dict[str, float]:
+        """The card's memory and what the process holds outside its allocator (MiB), as the
+        reports carry them (`card_mb`, `card_context_mb`); NaN on CPU."""
+        if self.share is None:
+            return {"card_mb": math.nan, "card_context_mb": math.nan}
+        outside = self.share.outside_allocator_bytes + self.share.context_growth_bytes
+        return {"card_mb": self.share.total_bytes / MIB, "card_context_mb": outside / MIB}
 
     @property
     def memory_device(self) -> torch.device:

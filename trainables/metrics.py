@@ -131,6 +131,12 @@ METRICS: dict[str, MetricSpec] = {
         "its process holds outside the allocator (context, libraries); on CPU its budget; "
         "NaN without a limit"
     ),
+    "card_mb": MetricSpec("the memory of the trial's card (MiB); NaN on CPU"),
+    "card_context_mb": MetricSpec(
+        "what the trial's process holds on its card outside the allocator (MiB): the CUDA "
+        "context and libraries, with the reserve kept for what they grow by as the model's "
+        "kernels load; its share less this is memory_limit_mb. NaN on CPU"
+    ),
     "data_mb": MetricSpec(
         "the image splits the trial reads (MiB), in host memory shared by the node's trials; "
         "never in the device's share"
@@ -190,6 +196,8 @@ MACHINE_METRICS = frozenset(
         "peak_mem_mb",
         "peak_reserved_mb",
         "memory_limit_mb",
+        "card_mb",
+        "card_context_mb",
         "compile_s",
         "node",
         *DEVICE_RECORD,

@@ -1,0 +1,79 @@
+"""Trials packed on a card by their predicted memory (`resources.pack: memory`).
+
+Ray's fractional GPUs are counts, not memory: with a fixed share (0.25) a small config
+leaves three quarters of its quarter empty and a large one runs out of memory in it. Here
+each trial asks Ray for the share its config needs: the memory model's predicted peak of
+its first step (`search.feasibility.MemoryModel`, learned from the trials' reports), a
+margin, and what its process holds outside the allocator (the CUDA context and libraries,
+with the reserve for what they grow by), as a fraction of the card rounded up to
+`SHARE_STEP`. Until the model can predict a config (its memory group not measured yet, or
+no trial has reported the card), the trial gets the configured share (`resources.gpu`).
+A share that proves too small ends as an out-of-memory trial, pruned, and its report
+teaches the model, as with a fixed share.
+
+Tune asks for a trial's resources in the driver as it creates the trial, through the
+function given to `tune.with_resources`; Tune keeps that function in its registry (a
+pickled copy), so it finds the search's live model by name (`LIVE_MODELS`, filled by the
+model itself when it is built or restored) rather than holding it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from trainables.settings import TrainSettings
+
+# Shares are whole hundredths of a card: Ray keeps four decimals of a GPU, and a coarse
+# step keeps the card's arithmetic exact.
+SHARE_STEP = 0.01
+# On top of the predicted peak: the line through first steps misses later epochs'
+# fragmentation and the evaluation's cached blocks (the allocator gives a cache back before
+# it refuses, so those cost time, not a failure). A choice, not yet measured on a card.
+MEMORY_MARGIN = 0.2
+
+
+class SharesByMemory(Protocol):
+    """What packing asks of a memory model (`search.feasibility.MemoryModel`)."""
+
+    def share(self, settings: TrainSettings) -> float | None: ...
+
+
+# The memory model of each search running in this process, by the search's name.
+LIVE_MODELS: dict[str, SharesByMemory] = {}
+
+
+def share_of_card(needed_mb: float, card_mb: float, step: float = SHARE_STEP) -> float:
+    """The fraction of a card of `card_mb` that holds `needed_mb`, rounded up to `step`;
+    at least one step, at most the whole card."""
+    if not (needed_mb > 0 and card_mb > 0):
+        raise ValueError(f"needs a positive need and card size, got {needed_mb}, {card_mb}")
+    steps = math.ceil(needed_mb / card_mb / step - 1e-9)  # 1e-9: an exact fit stays exact
+    return min(1.0, round(max(1, steps) * step, 4))
+
+
+@dataclass(frozen=True)
+class PackedResources:
+    """The resources of a trial of search `search` (its name in `LIVE_MODELS`), for
+    `tune.with_resources`: `cpu` CPUs and the card share its config's predicted memory
+    needs, or `default_gpu` where the model cannot tell."""
+
+    search: str
+    cpu: float
+    default_gpu: float
+
+    def __call__(self, config: dict[str, Any]) -> dict[str, float]:
+        return {"cpu": self.cpu, "gpu": self.gpu_share(config)}
+
+    def gpu_share(self, config: dict[str, Any]) -> float:
+        # here: the memory model imports this module, which stays free of torch and Ray
+        from search.trainable import without_notes
+        from trainables.settings import TrainSettings
+
+        model = LIVE_MODELS.get(self.search)
+        if model is None:
+            return self.default_gpu
+        share = model.share(TrainSettings.from_config(without_notes(config)))
+        return self.default_gpu if share is None else share

@@ -1,0 +1,227 @@
+"""Trials packed on a card by their predicted memory (`resources.pack: memory`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from search.config import ConfigError, SearchConfig
+from search.devices import check_packing
+from search.feasibility import MemoryModel
+from search.packing import LIVE_MODELS, MEMORY_MARGIN, SHARE_STEP, PackedResources, share_of_card
+from search.searcher import MemoryLearning, build_searcher
+from search.space import SpaceParam
+from tests.conftest import REPO
+from tests.processes import cli_env, ray_temp_dir
+from trainables.metrics import TIMED_AGAINST_NOTE
+from trainables.settings import TrainSettings
+
+CARD_MB = 81_559.0  # an H100's 80 GB
+CONTEXT_MB = 552.0  # what a trial's process holds outside the allocator, reserve included
+RESNET = {"model": "resnet50"}
+
+
+def learned_model(name: str = "") -> MemoryModel:
+    """A GPU memory model that has seen ResNet-50 steps of 16 and 64 images (360 MiB + 40
+    a image) on an H100 whose trials hold `CONTEXT_MB` outside the allocator."""
+    model = MemoryModel(on_gpu=True, packs_search=name)
+    for batch, peak in ((16, 1000.0), (64, 2920.0)):
+        settings = TrainSettings.from_config({**RESNET, "batch_size": batch})
+        model.observe(settings, batch, peak, limit_mb=20_000.0, card_mb=CARD_MB,
+                      context_mb=CONTEXT_MB)  # fmt: skip
+    return model
+
+
+def test_a_share_is_the_need_over_the_card_rounded_up_to_the_step_and_never_above_one():
+    assert share_of_card(1000.0, 100_000.0) == SHARE_STEP == 0.01  # exactly one step
+    assert share_of_card(1001.0, 100_000.0) == 0.02
+    assert share_of_card(1.0, 100_000.0) == 0.01  # at least one step
+    assert share_of_card(32_100.0, 100_000.0) == 0.33  # as Ray keeps it: four decimals
+    assert share_of_card(90_000.0, 64_000.0) == 1.0
+    with pytest.raises(ValueError):
+        share_of_card(0.0, 64_000.0)
+
+
+def test_a_configs_share_holds_its_predicted_peak_with_the_margin_and_the_context():
+    model = learned_model()
+    small = TrainSettings.from_config({**RESNET, "batch_size": 32})
+    large = TrainSettings.from_config({**RESNET, "batch_size": 512})
+    for settings in (small, large):
+        needed = (360 + 40 * settings.batch_size) * (1 + MEMORY_MARGIN) + CONTEXT_MB
+        share = model.share(settings)
+        assert share * CARD_MB >= needed > (share - SHARE_STEP) * CARD_MB
+    assert model.share(small) == 0.04  # 2.5 GiB: 25 to a card, where 0.25 holds four
+    assert model.share(large) == 0.32  # 25 GiB: more than a quarter, which would run out
+
+
+def test_a_config_the_model_cannot_predict_yet_has_no_share_of_its_own():
+    model = learned_model()
+    adam = TrainSettings.from_config({**RESNET, "batch_size": 32, "optimizer": "adam"})
+    assert model.share(adam) is None  # another memory group: not measured yet
+    assert MemoryModel(on_gpu=True, packs_search="x").share(adam) is None
+    assert MemoryModel(probe=lambda s: lambda b: 10.0 + b).share(adam) is None  # a CPU search
+
+
+def test_packed_a_suggestion_is_over_only_where_it_passes_a_whole_card_less_the_context():
+    model = learned_model(name="packing-limit")
+    fits_the_card = TrainSettings.from_config({**RESNET, "batch_size": 1024})  # 41 GB
+    prediction = model.predict(fits_the_card)
+    assert prediction.allowed_mb == CARD_MB - CONTEXT_MB and not prediction.over
+    assert model.predict(fits_the_card.model_copy(update={"batch_size": 4096})).over
+    budgeted = fits_the_card.model_copy(update={"memory_budget_mb": 30_000.0})
+    assert model.predict(budgeted).allowed_mb == 30_000 - CONTEXT_MB
+    fixed = learned_model()  # a fixed share: the limit the trials reported
+    assert fixed.predict(fits_the_card).allowed_mb == 20_000 and fixed.predict(fits_the_card).over
+
+
+def test_the_trials_resources_are_the_share_the_searchs_live_model_gives_their_config():
+    resources = PackedResources("packing-live", cpu=2.0, default_gpu=0.25)
+    config = {**RESNET, "batch_size": 32, TIMED_AGAINST_NOTE: json.dumps({"amp": False})}
+    assert resources(config) == {"cpu": 2.0, "gpu": 0.25}  # no model yet: the fixed share
+    model = learned_model(name="packing-live")
+    assert resources(config) == {"cpu": 2.0, "gpu": model.share(TrainSettings.from_config(
+        {**RESNET, "batch_size": 32}))}  # fmt: skip
+    assert resources({**config, "optimizer": "adam"})["gpu"] == 0.25  # not predicted: fixed
+    # Tune keeps a pickled copy of the function: the copy still asks the live model
+    copy = pickle.loads(pickle.dumps(resources))
+    assert copy(config) == resources(config) == {"cpu": 2.0, "gpu": 0.04}
+
+
+def test_a_resumed_search_packs_by_the_model_it_saved():
+    saved = pickle.dumps(learned_model(name="packing-resumed"))
+    LIVE_MODELS.pop("packing-resumed")  # a new process: nothing live
+    restored = pickle.loads(saved)
+    assert LIVE_MODELS["packing-resumed"] is restored
+
+
+def test_a_model_saved_before_packing_restores_with_a_fixed_share():
+    model = MemoryModel(on_gpu=True)
+    state = {k: v for k, v in model.__dict__.items()
+             if k not in ("_card_mb", "_context_mb", "packs_search")}  # fmt: skip
+    old = MemoryModel.__new__(MemoryModel)
+    old.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert old.packs_search == "" and old.share(TrainSettings.from_config(RESNET)) is None
+
+
+def test_the_searcher_teaches_the_model_the_card_and_the_context_from_first_epochs():
+    from search.optuna_search import build_sampler
+
+    memory = MemoryModel(on_gpu=True, packs_search="packing-taught")
+    space = {"batch_size": SpaceParam.parse({"choice": [16, 64]})}
+    searcher = build_searcher(
+        space, {"val_acc": "max"}, build_sampler("random", 2, 0), fixed_config=RESNET,
+        grid=[{"batch_size": 16}, {"batch_size": 64}], memory=memory,
+    )  # fmt: skip
+    assert isinstance(searcher, MemoryLearning)
+    for trial_id in ("a", "b"):
+        batch = searcher.suggest(trial_id)["batch_size"]
+        searcher.on_trial_result(trial_id, {
+            "epoch": 1, "physical_batch_size": batch, "peak_reserved_mb": 360.0 + 40 * batch,
+            "memory_limit_mb": 19_900.0, "card_mb": CARD_MB, "card_context_mb": CONTEXT_MB,
+        })  # fmt: skip
+    settings = TrainSettings.from_config({**RESNET, "batch_size": 512})
+    assert memory.share(settings) == learned_model().share(settings) == 0.32
+
+
+def config_of(resources: dict, search: dict | None = None) -> SearchConfig:
+    return SearchConfig.model_validate(
+        {"name": "packed", "resources": resources, "search": search or {}, "source": "p.yaml"}
+    )
+
+
+@pytest.mark.parametrize(
+    "resources, search, words",
+    [
+        ({"gpu": 0, "pack": "memory"}, {}, "resources.gpu is 0"),
+        ({"gpu": 2, "pack": "memory"}, {}, "whole cards per trial"),
+        ({"gpu": 0.25, "pack": "memory"}, {"predict_oom": False}, "predict_oom is false"),
+    ],
+)
+def test_packing_where_there_is_nothing_to_pack_or_nothing_to_pack_by_is_refused(
+    resources, search, words
+):
+    with pytest.raises(ConfigError) as caught:
+        check_packing(config_of(resources, search))
+    message = str(caught.value)
+    assert "p.yaml" in message and "resources.pack" in message and words in message
+
+
+def test_the_plan_says_trials_are_packed_by_memory_and_auto_without_cards_packs_nothing():
+    packed = config_of({"gpu": "auto", "pack": "memory"})
+    check_packing(packed)
+    on_cards = packed.with_cards(2).resources
+    assert on_cards.packs_by_memory
+    assert on_cards.describe_gpu().startswith("the share of a GPU its predicted memory needs")
+    assert not packed.with_cards(0).resources.packs_by_memory  # CPU trials: nothing to pack
+    assert packed.with_cards(0).resources.describe_gpu().startswith("no GPU")
+
+
+def test_a_trial_reports_its_cards_memory_and_its_context_and_nothing_on_cpu(fake_cuda):
+    import torch
+
+    from trainables.memory import MemoryBudget
+
+    card = fake_cuda.cards[0]
+    figures = MemoryBudget(torch.device("cuda:0"), gpu_share=0.25).card_figures()
+    assert figures["card_mb"] == card.total / (1 << 20)
+    assert figures["card_context_mb"] == (card.context + 32 * (1 << 20)) / (1 << 20)
+    on_cpu = MemoryBudget(torch.device("cpu")).card_figures()
+    assert all(math.isnan(value) for value in on_cpu.values())
+
+
+RAY_LOGICAL_GPU = textwrap.dedent(
+    """
+    import json, sys
+    import ray
+    from ray import tune
+    from search.feasibility import MemoryModel
+    from search.packing import PackedResources
+    from trainables.settings import TrainSettings
+
+    model = MemoryModel(on_gpu=True, packs_search="packed-on-ray")
+    for batch, peak in ((16, 1000.0), (64, 2920.0)):
+        model.observe(TrainSettings.from_config({"model": "resnet50", "batch_size": batch}),
+                      batch, peak, card_mb=81559.0, context_mb=552.0)
+
+    def trial(config):
+        tune.report({"gpu": tune.get_context().get_trial_resources().bundles[0].get("GPU", 0)})
+
+    ray.init(num_cpus=3, num_gpus=1, include_dashboard=False, configure_logging=False)
+    tuner = tune.Tuner(
+        tune.with_resources(trial, PackedResources("packed-on-ray", 1, 0.25)),
+        param_space={"model": "resnet50",
+                     "batch_size": tune.grid_search([32, 512]),
+                     "optimizer": tune.grid_search(["sgd", "adam"])},
+        run_config=tune.RunConfig(storage_path=sys.argv[1], verbose=0),
+    )
+    rows = [
+        {"batch_size": r.config["batch_size"], "optimizer": r.config["optimizer"],
+         "gpu": r.metrics["gpu"]}
+        for r in tuner.fit()
+    ]
+    print("ROWS", json.dumps(rows))
+    """
+)
+
+
+@pytest.mark.ray
+def test_on_ray_with_a_logical_card_each_trial_is_given_its_configs_share(tmp_path):
+    """A Ray of its own (one logical GPU; the shared test Ray has none): Tune asks the
+    live model for each trial's resources as it creates the trial, and Ray gives them."""
+    with ray_temp_dir() as ray_tmp:
+        done = subprocess.run(
+            [sys.executable, "-c", RAY_LOGICAL_GPU, str(tmp_path)], cwd=REPO,
+            env={**cli_env(ray_tmp), "RAY_ADDRESS": ""}, capture_output=True, text=True,
+            timeout=240,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout.split("ROWS", 1)[1])
+    given = {(row["optimizer"], row["batch_size"]): row["gpu"] for row in rows}
+    assert given == {("sgd", 32): 0.04, ("sgd", 512): 0.32,
+                     ("adam", 32): 0.25, ("adam", 512): 0.25}  # fmt: skip
