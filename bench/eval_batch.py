@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from trainables.classifier import TrialData
 from trainables.data import DataSettings, prepare_data
 from trainables.models import build_model
+from trainables.run import TrialData
 from trainables.settings import TrainSettings
 from trainables.training import evaluate
 

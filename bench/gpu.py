@@ -61,12 +61,13 @@ import torch.nn.functional as F
 from on_device import PART_SECONDS, run_limited  # bench/, first on a script's path
 
 from analysis.load import PREDICTED_PEAK_COLUMN
-from trainables.classifier import build_optimizer, fit_classifier
+from trainables.classifier import fit_classifier
 from trainables.cuda import available, resolve_device, synchronize
 from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.memory import CARD_PROBE_BATCHES, StepLine
 from trainables.metrics import STATUS_OOM, STATUS_ORDER
 from trainables.models import build_model
+from trainables.run import build_optimizer
 from trainables.settings import TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]

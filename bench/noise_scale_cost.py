@@ -21,11 +21,11 @@ import statistics
 
 import torch
 
-from trainables.classifier import build_optimizer
 from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.models import build_model
 from trainables.noise_scale import NoiseMeter
 from trainables.precision import Precision
+from trainables.run import build_optimizer
 from trainables.schedules import EpochPlan
 from trainables.settings import DEFAULT_NOISE_PROBES, TrainSettings
 from trainables.training import EpochSteps, HostSplit, Normaliser, train_epoch

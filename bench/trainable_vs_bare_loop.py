@@ -24,9 +24,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from trainables.classifier import build_optimizer, fit_classifier
+from trainables.classifier import fit_classifier
 from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.models import build_model
+from trainables.run import build_optimizer
 from trainables.settings import TrainSettings
 
 

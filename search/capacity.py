@@ -39,7 +39,6 @@ import torch
 
 from search.config import ConfigError, SearchConfig, load_config, renamed_notes
 from search.errors import Problem
-from trainables.classifier import choose_kernels, start_run
 from trainables.cuda import TorchCudaCard, available, resolve_device, synchronize
 from trainables.memory import (
     CARD_PROBE_BATCHES,
@@ -53,6 +52,7 @@ from trainables.memory import (
     step_peak_bytes,
 )
 from trainables.oom import is_out_of_memory, release_memory
+from trainables.run import choose_kernels, start_run
 from trainables.settings import TrainSettings
 from trainables.step import train_step
 from trainables.techniques import capacity_rows

@@ -273,8 +273,8 @@ class CpuMeterProbe:
     def __call__(self, settings: TrainSettings) -> Callable[[int], float]:
         import torch  # here: checking a config must not wait for torch
 
-        from trainables.classifier import start_run
         from trainables.memory import MemoryBudget, metered_step
+        from trainables.run import start_run
 
         cpu = torch.device("cpu")
         size = settings.data.image_size

@@ -299,6 +299,11 @@ class StepLine:
 MAX_BATCH = 1 << 16  # "fits anything we would try": no batch is predicted or probed beyond
 
 
+def in_mib(nbytes: int | None) -> float:
+    """Bytes in MiB, as the reports carry them (NaN: not known)."""
+    return math.nan if nbytes is None else nbytes / MIB
+
+
 # --- CUDA: a trial's share of a card -------------------------------------------------------
 
 

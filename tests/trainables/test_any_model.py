@@ -80,8 +80,8 @@ def test_a_pretrained_model_trains_on_inputs_normalised_as_its_weights_expect(
 ):
     import torch
 
-    from trainables.classifier import TrialData
     from trainables.models import build_model, weights_file
+    from trainables.run import TrialData
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     weights_file("shufflenet_v2_x0_5").parent.mkdir(parents=True)

@@ -4,9 +4,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainables.classifier import choose_kernels, fit_classifier
+from trainables.classifier import fit_classifier
 from trainables.data import PreparedData
 from trainables.metrics import MACHINE_METRICS, METRICS, STATUS_OK
+from trainables.run import choose_kernels
 from trainables.run_state import STATE_FILE, load_run_state
 from trainables.settings import TrainSettings
 

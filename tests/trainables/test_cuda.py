@@ -119,9 +119,9 @@ def test_the_context_is_measured_after_the_kernels_load_once_per_process(fake_cu
 def test_programs_on_the_card_that_are_no_trials_are_counted_apart_from_the_trials(
     fake_cuda, tmp_path
 ):
-    from trainables.classifier import outsiders
     from trainables.cuda import TorchCudaCard
     from trainables.device_gate import DeviceGate
+    from trainables.timing import outsiders
 
     card, gate = TorchCudaCard(torch.device("cuda")), DeviceGate("card", tmp_path)
     gate.register(0)  # this trial

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from trainables.classifier import build_optimizer
 from trainables.memory import optimizer_state_bytes
 from trainables.optimizers import OPTIMIZERS
+from trainables.run import build_optimizer
 from trainables.settings import TrainSettings
 
 

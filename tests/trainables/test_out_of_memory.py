@@ -8,6 +8,8 @@ import torch
 from torch import nn
 
 import trainables.classifier as classifier
+import trainables.evaluation as evaluation
+import trainables.run as run
 from tests.fakes import OOM_ERRORS, RaiseWhen
 from tests.trainables.stages import insert_stage
 from trainables.classifier import fit_classifier
@@ -82,14 +84,14 @@ def inject(monkeypatch, phase: str, error) -> None:
     elif phase == "optimizer step":
         monkeypatch.setattr(torch.optim.SGD, "step", RaiseWhen(error, at=8), raising=True)
     elif phase == "evaluation":
-        real = classifier.evaluate
+        real = evaluation.evaluate
         fail = RaiseWhen(error, at=2)  # epoch 2's first score (epoch 1 scores validation)
 
         def evaluate(*args, **kwargs):
             fail()
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(classifier, "evaluate", evaluate)
+        monkeypatch.setattr(evaluation, "evaluate", evaluate)
 
 
 @pytest.mark.parametrize("phase", ["forward", "backward", "optimizer step", "evaluation"])
@@ -205,9 +207,9 @@ def inject_outside_the_epoch(monkeypatch, phase: str, error) -> None:
     """Make `phase`, which runs outside the epoch's training and evaluation, raise `error()`
     in epoch 2 (placement: at once)."""
     if phase == "placement on the device":  # the model is built on the device: it runs out
-        monkeypatch.setattr(classifier, "build_model", RaiseWhen(error, at=1))
+        monkeypatch.setattr(run, "build_model", RaiseWhen(error, at=1))
     elif phase == "data":
-        monkeypatch.setattr(classifier.Normaliser, "from_stats", RaiseWhen(error, at=1))
+        monkeypatch.setattr(run.Normaliser, "from_stats", RaiseWhen(error, at=1))
     elif phase == "memory probe":
         monkeypatch.setattr(classifier.MemoryBudget, "fits", RaiseWhen(error, at=1))
     elif phase == "saving the trial state":
@@ -302,7 +304,7 @@ def with_grad_scaler(monkeypatch) -> None:
     from trainables.precision import Precision
 
     monkeypatch.setattr(
-        classifier, "precision_for", lambda *_: Precision("cpu", None, GradScaler("cpu"))
+        run, "precision_for", lambda *_: Precision("cpu", None, GradScaler("cpu"))
     )
 
 

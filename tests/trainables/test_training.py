@@ -4,11 +4,11 @@ import math
 import pytest
 import torch
 
-from trainables.classifier import build_optimizer
 from trainables.memory import MemoryBudget
 from trainables.models import build_model
 from trainables.noise_scale import NoiseMeter
 from trainables.precision import Precision, precision_for
+from trainables.run import build_optimizer
 from trainables.schedules import EpochPlan
 from trainables.settings import TrainSettings
 from trainables.step import train_step

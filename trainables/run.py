@@ -1,0 +1,292 @@
+"""The trial in progress (`TrainingRun`) and where each technique is applied to it.
+
+`start_run` builds a trial's model, optimizer and precision from its settings (or its saved
+state) on the budget's device: activation checkpointing, channels-last, the precision
+(AMP's autocast and GradScaler) and torch.compile are switched here; the kernels (the cuDNN
+autotuner, determinism, TF32) by `choose_kernels`, per trial; the inputs' layout by the
+`TrialData` normaliser. A new switch is a branch here (and an entry of
+`trainables.techniques.TECHNIQUES`). `compile_new_shapes` compiles an epoch's new batch
+shapes before its clock starts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainables.activation_checkpointing import enable_checkpointing
+from trainables.cuda import (
+    synchronize,
+)
+from trainables.data import PreparedData, Split
+from trainables.data.errors import first_line
+from trainables.device_gate import DeviceGate
+from trainables.eval_batch import EvalBatch
+from trainables.memory import MemoryBudget
+from trainables.models import build_model, pretrained_stats
+from trainables.oom import is_out_of_memory
+from trainables.optimizers import OPTIMIZERS
+from trainables.precision import Precision, precision_for
+from trainables.run_state import RunState, renamed_from_staged
+from trainables.schedules import EpochPlan, epoch_plan, grows_by_noise, warmup_factor
+from trainables.settings import TrainSettings
+from trainables.speed import (
+    ConfigSpeed,
+)
+from trainables.step import dry_step
+from trainables.training import (
+    EpochResult,
+    EpochSteps,
+    HostSplit,
+    Normaliser,
+)
+
+
+@dataclass
+class TrainingRun:
+    """Everything a running trial holds, built from settings (and a checkpoint). Named so,
+    not Trial: Tune's trial is the config's run as the search sees it."""
+
+    settings: TrainSettings
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    precision: Precision
+    state: RunState
+    budget: MemoryBudget  # the one place that decides what fits and holds the trial to it
+    eval_batch: EvalBatch
+    # the best-val epoch's weights, in host memory, while its gaps wait to be scored
+    best_weights: dict[str, torch.Tensor] | None = None
+    # what the training steps call: the model, or torch.compile of it (same parameters)
+    step_model: nn.Module | None = None
+    # the device (its memory too), the software and the kernels it trains with, in every
+    # report
+    record: dict[str, Any] = field(default_factory=dict)
+    compiled_sizes: set[int] = field(default_factory=set)  # batch sizes compiled so far
+    # the device's gate (its neighbours hold while this trial times its speed) and each
+    # configuration's timed blocks (trainables.speed)
+    gate: DeviceGate | None = None
+    speeds: ConfigSpeed = field(default_factory=ConfigSpeed)
+
+    @property
+    def stepper(self) -> nn.Module:
+        return self.step_model if self.step_model is not None else self.model
+
+    def plan(self, epoch: int, train_size: int) -> EpochPlan:
+        settings = self.settings
+        return epoch_plan(
+            epoch,
+            batch_size=settings.batch_size,
+            accumulation_steps=settings.accumulation_steps,
+            lr=settings.base_lr,
+            growth=settings.adabatch_growth,
+            interval=settings.adabatch_interval,
+            lr_decay=settings.adabatch_lr_decay,
+            capacity=min_known(settings.max_batch_size, self.state.batch_capacity),
+            train_size=train_size,
+            growths=self.state.growths if settings.adabatch_rule == "noise_scale" else None,
+        )
+
+    def growths_after(self, plan: EpochPlan, result: EpochResult, train_size: int) -> int:
+        """The noise-scale rule's growths for the next epoch, from this epoch's gradients."""
+        settings = self.settings
+        if settings.adabatch_rule != "noise_scale":
+            return self.state.growths
+        grows = grows_by_noise(
+            result.noise.value, plan.scheduled_batch_size, settings.adabatch_growth, train_size
+        )
+        return self.state.growths + int(grows)
+
+    def lr_schedule(self, epoch: int, plan: EpochPlan) -> Callable[[float], float]:
+        settings = self.settings
+        return lambda fraction: (
+            plan.lr
+            * warmup_factor(
+                epoch - 1 + fraction, settings.warmup_epochs, settings.warmup_start_factor
+            )
+        )
+
+
+def min_known(*limits: int | None) -> int | None:
+    known = [limit for limit in limits if limit is not None]
+    return min(known) if known else None
+
+
+def start_run(
+    settings: TrainSettings,
+    num_classes: int,
+    image_size: int,
+    budget: MemoryBudget,
+    resume: dict | None,
+) -> TrainingRun:
+    """The model, optimizer and precision of a trial, as new or from a checkpoint, on the
+    budget's device, which the budget already holds to the trial's share of memory.
+
+    The model is built on the device itself (`build_model`): a trial over its share fails
+    a moment after it starts, and nothing is copied through host memory."""
+    device = budget.device
+    torch.manual_seed(settings.seed)
+    model = build_model(
+        settings.model, num_classes, image_size, pretrained=settings.pretrained, device=device
+    )
+    if settings.activation_checkpointing:
+        model = enable_checkpointing(
+            model, modules=settings.recomputed_modules, segments=settings.recomputed_segments
+        )
+    if settings.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(settings, model.parameters(), fused=device.type == "cuda")
+    precision = precision_for(settings.amp, settings.amp_dtype, device)
+    state, best_weights = RunState(), None
+    if resume is not None:
+        model.load_state_dict(renamed_from_staged(resume["model"], settings.model))
+        optimizer.load_state_dict(resume["optimizer"])
+        precision.load_state_dict(resume["precision"])
+        state = RunState.from_dict(resume["state"])
+        best_weights = resume.get("best_model")
+    eval_batch = EvalBatch(
+        settings.eval_batch_size,
+        timed=not settings.deterministic,
+        seconds_per_image=state.eval_seconds_per_image,  # a resumed trial keeps its choice
+    )
+    step_model = None
+    if settings.compile:
+        # A reused worker holds the last trial's compiled graphs (and counts them towards
+        # torch's recompile limit): each trial compiles afresh, its compile_s its own.
+        torch.compiler.reset()
+        step_model = torch.compile(model)  # compiled when it first runs
+    return TrainingRun(
+        settings, model, optimizer, precision, state, budget, eval_batch, best_weights,
+        step_model, speeds=ConfigSpeed.from_dict(state.speeds),
+    )  # fmt: skip
+
+
+def choose_kernels(settings: TrainSettings) -> None:
+    """Kernel choices of this trial. Set per trial, not per process: Tune reuses a worker
+    process for the next trial. The cuDNN autotuner picks kernels by timing them, so it is
+    off when the trial must repeat exactly; ops without a deterministic kernel warn. Float32
+    matmuls take the trial's precision (TF32 by default on CUDA, as a tuned loop does)."""
+    torch.set_float32_matmul_precision(settings.matmul_precision)
+    if settings.deterministic:
+        # cuBLAS is deterministic only with a fixed workspace, read when it starts.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = settings.cudnn_benchmark and not settings.deterministic
+    torch.backends.cudnn.deterministic = settings.deterministic
+    torch.use_deterministic_algorithms(settings.deterministic, warn_only=True)
+
+
+def build_optimizer(
+    settings: TrainSettings, parameters: Iterable[nn.Parameter], fused: bool = False
+) -> torch.optim.Optimizer:
+    """The settings' optimizer (`trainables.optimizers.OPTIMIZERS`) at the first lr;
+    `fused`: one kernel for all parameters' update (on CUDA), and, under a GradScaler, no
+    wait for the device to learn whether the gradients overflowed."""
+    kind = OPTIMIZERS[settings.optimizer]
+    return kind.build(
+        parameters, settings.base_lr, settings.momentum, settings.weight_decay, fused=fused
+    )
+
+
+@dataclass(frozen=True)
+class TrialData:
+    """The splits a trial reads, in host memory (see `trainables.training`), and the
+    normalisation that turns a batch into model input on the device."""
+
+    train: HostSplit
+    train_eval: HostSplit  # a fixed training subset scored in eval mode
+    val: HostSplit
+    test: HostSplit
+    normalise: Normaliser
+
+    @classmethod
+    def of(cls, data: PreparedData, device: torch.device, settings: TrainSettings) -> TrialData:
+        train, val, test = (_host_split(s) for s in (data.train, data.val, data.test))
+        return cls(
+            train=train,
+            train_eval=train.subset(_train_eval_indices(len(train), settings)),
+            val=val,
+            test=test,
+            normalise=Normaliser.from_stats(
+                *_input_stats(data, settings), device, channels_last=settings.channels_last
+            ),
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return sum(split.nbytes for split in (self.train, self.train_eval, self.val, self.test))
+
+
+def _input_stats(
+    data: PreparedData, settings: TrainSettings
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The (mean, std) inputs are normalised by: the training split's, or for pretrained
+    weights the ones they were trained with, as torchvision's transforms would apply."""
+    if settings.pretrained:
+        return pretrained_stats(settings.model)
+    return data.mean, data.std
+
+
+def _host_split(split: Split) -> HostSplit:
+    # The arrays may be read-only views of Ray's object store. torch only reads them, and
+    # the trial keeps sharing the store's memory instead of copying the images.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return HostSplit(torch.from_numpy(split.images), torch.from_numpy(split.labels))
+
+
+def _train_eval_indices(count: int, settings: TrainSettings) -> torch.Tensor:
+    """A fixed training subset for `train_eval_acc`, the same in every epoch and trial."""
+    generator = torch.Generator().manual_seed(settings.seed)
+    return torch.randperm(count, generator=generator)[: settings.train_eval_size]
+
+
+def describe_run(run: TrainingRun) -> dict[str, str]:
+    """What the trial's steps actually ran with, for its record (`RUN_RECORD`)."""
+    settings = run.settings
+    return {
+        "precision": run.precision.name,
+        "memory_format": "channels_last" if settings.channels_last else "contiguous",
+        "compile_mode": "compiled" if run.step_model is not None else "eager",
+        "matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
+class CompileFailed(Exception):
+    """torch.compile could not compile the model: the trial ends, the search goes on."""
+
+
+def compile_new_shapes(run: TrainingRun, steps: EpochSteps, splits: TrialData) -> float:
+    """With `compile`, each micro-batch size of the epoch not compiled yet is compiled
+    before the epoch's clock starts, by a step that trains nothing (`dry_step`): a new
+    shape (the first epoch, a last partial batch, a grown AdaBatch batch) never compiles
+    inside the timed training. The seconds it took; 0 without compile."""
+    if run.step_model is None:
+        return 0.0
+    one_of_size = {len(batch): batch for group in steps.batches for batch in group}
+    new = [batch for size, batch in one_of_size.items() if size not in run.compiled_sizes]
+    if not new:
+        return 0.0
+    device = run.budget.device
+    synchronize(device)
+    started = time.perf_counter()
+    for indices in new:
+        pixels, labels = splits.train.gather(indices, pin=False)
+        batch = splits.normalise(pixels.to(device)), labels.to(device)
+        try:
+            dry_step(run.step_model, run.optimizer, batch, run.precision)
+        except Exception as error:
+            if is_out_of_memory(error, run.budget.allocator_refused):
+                raise
+            # The compiler's failure only if the same step runs uncompiled: a bug of the
+            # model or the config stays an error, as it would without compile.
+            dry_step(run.model, run.optimizer, batch, run.precision)
+            raise CompileFailed(f"{type(error).__name__}: {first_line(error)}") from error
+        run.compiled_sizes.add(len(indices))
+    synchronize(device)
+    return time.perf_counter() - started

@@ -1,0 +1,183 @@
+"""A trial's speed, driven: the epoch's timing window in the device's gate
+(`speed_window`) and, after the last epoch, the config timed against its baseline in
+alternation (`speed_against_baseline`: fresh runs of both sides, blocks of their steps). The
+statistics are `trainables.speed`'s."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from contextlib import nullcontext
+
+import torch
+
+from trainables.cuda import (
+    TorchCudaCard,
+    device_key,
+    synchronize,
+)
+from trainables.data import PreparedData
+from trainables.device_gate import DeviceGate, gate_of
+from trainables.oom import is_out_of_memory, release_memory
+from trainables.run import TrainingRun, TrialData, choose_kernels, min_known, start_run
+from trainables.schedules import EpochPlan, epoch_plan
+from trainables.settings import TrainSettings
+from trainables.speed import (
+    PAIRED_BLOCK_SECONDS,
+    ConfigSpeed,
+    SpeedRatio,
+    SpeedWindow,
+    time_in_alternation,
+)
+from trainables.training import (
+    EpochSteps,
+    train_epoch,
+)
+
+
+def trial_gate(device: torch.device) -> DeviceGate:
+    """The gate of the trial's device, the trial registered with it: on the CPU with its
+    threads, which decide whether the node is crowded (`DeviceGate.crowded`); on a card,
+    so that processes on it that are no trials can be told apart (`outsiders`)."""
+    gate = gate_of(device_key(device))
+    gate.register(torch.get_num_threads() if device.type == "cpu" else 0)
+    return gate
+
+
+def outsiders(card: TorchCudaCard, gate: DeviceGate) -> int | None:
+    """Processes on the card that do not pass its gate (programs other than the search's
+    trials); None where NVML does not list the card's processes."""
+    processes = card.processes()
+    return None if processes is None else max(0, processes - gate.members())
+
+
+def speed_window(run: TrainingRun, plan: EpochPlan) -> SpeedWindow | None:
+    """The epoch's timing of its configuration (`trainables.speed`). A card is always
+    crowded (its trials share its time); the CPU where the live trials' threads are more
+    than the node's cores."""
+    if run.gate is None:
+        return None
+    device, gate, cores, card = run.budget.device, run.gate, os.cpu_count() or 1, run.budget.card
+    return SpeedWindow(
+        run.gate,
+        lambda: synchronize(device),
+        run.speeds,
+        ConfigSpeed.key(plan.batch_size, plan.accumulation_steps),
+        precision=run.settings.speed_precision,
+        max_seconds=run.settings.speed_window_s,
+        crowded=lambda: device.type == "cuda" or gate.crowded(cores),
+        outsiders=(lambda: outsiders(card, gate)) if card is not None else None,
+    )
+
+
+def speed_against_baseline(
+    run: TrainingRun, data: PreparedData, images_by_config: dict[str, int]
+) -> dict[str, float]:
+    """After the last epoch, the config's speed over its baseline's
+    (`TrainSettings.speed_baseline`), timed in alternation
+    (`trainables.speed.time_in_alternation`) by fresh models of both on the trial's device:
+    the config's configurations as it trained them (`images_by_config`: AdaBatch's grown
+    batches too), the baseline's as its schedule plans them. Each configuration warms up
+    (allocations, the autotuner, compiling) before the first round, and trains at learning
+    rate 0 (the same work, a model that stays where it started). On a crowded device the
+    rounds hold it; elsewhere each block passes its gate as any step does. Out of memory:
+    NaN."""
+    ratio = SpeedRatio(math.nan, math.nan, math.nan, 0)
+    device = run.budget.device
+    sides: dict[str, list[tuple[float, Callable[[], float]]]] = {}
+    try:
+        baseline = run.settings.baseline()
+        configurations = {
+            "base": planned_configurations(baseline, run, len(data.train.labels)),
+            "changed": {key: float(images) for key, images in images_by_config.items()},
+        }
+        for name, settings in (("base", baseline), ("changed", run.settings)):
+            fresh = start_run(settings, data.num_classes, data.image_size, run.budget, None)
+            fresh.gate = run.gate  # its warm-up steps, too, keep out of a neighbour's window
+            splits = TrialData.of(data, device, settings)
+            sides[name] = alternation_side(fresh, splits, configurations[name])
+        gate = run.gate or gate_of(device_key(device))
+        crowded = device.type == "cuda" or gate.crowded(os.cpu_count() or 1)
+        with gate.exclusive() if crowded else nullcontext():
+            ratio = time_in_alternation(
+                sides["base"], sides["changed"], precision=run.settings.speed_precision,
+                max_seconds=run.settings.speed_baseline_s,
+            )  # fmt: skip
+    except Exception as error:
+        if not is_out_of_memory(error, run.budget.allocator_refused):
+            raise
+    finally:
+        sides.clear()  # the fresh models go before the cache is emptied
+        choose_kernels(run.settings)
+        release_memory(device)
+    return {"speed_vs_baseline": ratio.ratio, "speed_vs_baseline_low": ratio.low,
+            "speed_vs_baseline_high": ratio.high}  # fmt: skip
+
+
+def planned_configurations(
+    settings: TrainSettings, run: TrainingRun, train_size: int
+) -> dict[str, float]:
+    """Each configuration (`ConfigSpeed.key`) of `settings`' epochs as its schedule plans
+    them, with the images it trains (an epoch is the whole training split), under the
+    trial's known batch capacity."""
+    images: dict[str, float] = {}
+    for epoch in range(1, settings.epochs + 1):
+        plan = epoch_plan(
+            epoch, batch_size=settings.batch_size, accumulation_steps=settings.accumulation_steps,
+            lr=settings.base_lr, growth=settings.adabatch_growth,
+            interval=settings.adabatch_interval, lr_decay=settings.adabatch_lr_decay,
+            capacity=min_known(settings.max_batch_size, run.state.batch_capacity),
+            train_size=train_size,
+        )  # fmt: skip
+        key = ConfigSpeed.key(plan.batch_size, plan.accumulation_steps)
+        images[key] = images.get(key, 0.0) + train_size
+    return images
+
+
+def alternation_side(
+    run: TrainingRun, splits: TrialData, configurations: dict[str, float]
+) -> list[tuple[float, Callable[[], float]]]:
+    """A side of an alternation: for each configuration (key -> images), its share and a
+    block of its steps, sized to `PAIRED_BLOCK_SECONDS` by two warm-up blocks."""
+    side = []
+    for key, images in configurations.items():
+        batch_size, accumulation_steps = ConfigSpeed.parts(key)
+        plan = EpochPlan(batch_size, accumulation_steps, lr=0.0, growths=0)
+        block = StepBlock(run, splits, plan)
+        block.train(2)  # allocations, the autotuner's search, compiling: off the clock
+        per_step = block.train(2) * block.images_per_step
+        block.steps = max(1, math.ceil(PAIRED_BLOCK_SECONDS / max(per_step, 1e-6)))
+        side.append((images, block))
+    return side
+
+
+class StepBlock:
+    """Steps of one configuration of a run, `steps` at a call, drawn from its epoch's full
+    steps in turn: the seconds per image they took."""
+
+    def __init__(self, run: TrainingRun, splits: TrialData, plan: EpochPlan) -> None:
+        self.run, self.splits, self.steps = run, splits, 1
+        self.generator = torch.Generator().manual_seed(run.settings.seed)
+        drawn = EpochSteps.drawn(len(splits.train), plan, self.generator)
+        full = plan.batch_size * plan.accumulation_steps
+        whole = [group for group in drawn.batches if sum(map(len, group)) == full]
+        self.groups = whole or drawn.batches[:1]  # an epoch shorter than one step: its step
+        self.images_per_step = sum(map(len, self.groups[0]))
+        self.next = 0
+
+    def train(self, steps: int) -> float:
+        groups = [self.groups[(self.next + i) % len(self.groups)] for i in range(steps)]
+        self.next = (self.next + steps) % len(self.groups)
+        run = self.run
+        choose_kernels(run.settings)
+        with run.gate.step() if run.gate else nullcontext():
+            result = train_epoch(
+                run.stepper, run.optimizer, self.splits.train, self.splits.normalise,
+                EpochSteps(groups), precision=run.precision, generator=self.generator,
+                budget=run.budget, augment=run.settings.augment, lr_at=lambda _: 0.0,
+            )  # fmt: skip
+        return result.seconds / result.images
+
+    def __call__(self) -> float:
+        return self.train(self.steps)
