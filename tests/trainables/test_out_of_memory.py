@@ -303,9 +303,7 @@ def with_grad_scaler(monkeypatch) -> None:
 
     from trainables.precision import Precision
 
-    monkeypatch.setattr(
-        run, "precision_for", lambda *_: Precision("cpu", None, GradScaler("cpu"))
-    )
+    monkeypatch.setattr(run, "precision_for", lambda *_: Precision("cpu", None, GradScaler("cpu")))
 
 
 def test_a_single_overflow_under_a_grad_scaler_is_a_skipped_step_not_a_divergence(
