@@ -23,9 +23,12 @@ def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def as_written(value: Any) -> str:
-    """A value as a config writes it: true, 0.0009183, adam (numpy scalars as Python's)."""
+    """A value as a config writes it: true, 0.0009183, adam, null (numpy scalars as
+    Python's; a setting left unset reads back from a table as NaN: null too)."""
     if hasattr(value, "item") and not isinstance(value, str):  # a numpy scalar
         value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):

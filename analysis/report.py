@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import plotly.io
 import yaml
-from mlflow.entities import RunTag
+from mlflow.entities import Run, RunTag
 from mlflow.tracking import MlflowClient
 
 from analysis.ablations import (
@@ -43,7 +43,7 @@ from analysis.charts import (
     parallel_chart,
 )
 from analysis.effects import technique_effects
-from analysis.flat import as_shown
+from analysis.flat import as_shown, as_written
 from analysis.importance import setting_importances
 from analysis.load import (
     CONFIG_PREFIX,
@@ -222,9 +222,8 @@ def config_labels(frame: pd.DataFrame, limit: int) -> dict[str, str]:
     params = varied_settings(frame)
     labels = {}
     for _, row in frame.sort_values("pareto_rank", na_position="last").head(limit).iterrows():
-        label = (
-            ", ".join(f"{p.removeprefix(CONFIG_PREFIX)}={_short(row[p])}" for p in params) or "all"
-        )
+        settings = (f"{p.removeprefix(CONFIG_PREFIX)}={as_written(row[p])}" for p in params)
+        label = ", ".join(settings) or "all"
         for trial_id in str(row["trial_id"]).split("+"):
             labels[trial_id] = label
     return labels
@@ -348,17 +347,13 @@ def _summary_lines(report: Report) -> list[str]:
         knee = report.frame.loc[report.knee]
         values = ", ".join(f"{name} {knee[name]:.4g}" for name in report.objectives)
         settings = ", ".join(
-            f"{p.removeprefix(CONFIG_PREFIX)}={_short(knee[p])}"
+            f"{p.removeprefix(CONFIG_PREFIX)}={as_written(knee[p])}"
             for p in varied_settings(report.frame)
         )
         lines.append(
             f"Knee point (most balanced front trial): {knee['trial_id']}: {values}; {settings}."
         )
     return lines
-
-
-def _short(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 ABLATION_INTRO = (
@@ -567,7 +562,7 @@ def check_store_exists(tracking_uri: str) -> None:
             )
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m analysis.report", description=__doc__.splitlines()[0]
     )
@@ -609,7 +604,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SETTING=VALUE",
         help="--trend tables over the trials with this setting only, e.g. augment=false",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def open_search(args: argparse.Namespace) -> tuple[MlflowClient, Run, dict[str, str]]:
+    """The store, the search's parent run and its objectives; `ReportError` with the
+    message a user reads where any of them cannot be had."""
     try:
         check_store_exists(args.tracking_uri)
         client = MlflowClient(args.tracking_uri)
@@ -620,15 +620,26 @@ def main(argv: list[str] | None = None) -> int:
             else objectives_from_parent(parent.data.params)
         )
     except (LookupError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        raise ReportError(str(error)) from error
     except Exception as error:  # the store's: MLflow's, SQLAlchemy's, a database driver's
         first_line = (str(error).strip().splitlines() or [""])[0]
-        print(
-            f"error: cannot read the MLflow store at {args.tracking_uri} "
-            f"({type(error).__name__}: {first_line})",
-            file=sys.stderr,
-        )
+        raise ReportError(
+            f"cannot read the MLflow store at {args.tracking_uri} "
+            f"({type(error).__name__}: {first_line})"
+        ) from error
+    return client, parent, objectives
+
+
+class ReportError(Exception):
+    """What stops `python -m analysis.report`, as its user reads it."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argument_parser().parse_args(argv)
+    try:
+        client, parent, objectives = open_search(args)
+    except ReportError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     frame = frame_from_mlflow(client, parent)
     if frame.empty:

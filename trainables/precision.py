@@ -1,4 +1,6 @@
-"""Mixed precision (AMP) as one object the training loop calls at three places.
+"""Mixed precision (AMP) as one object the training loop calls at three places, and the
+update it applies: gradient clipping, where asked, sits between the GradScaler's unscaling
+and the optimizer's step.
 
 On CUDA: fp16 autocast with a GradScaler (the seed study's torch.cuda.amp), or bf16
 autocast without one when the config asks and the GPU supports it. On CPU: bf16 autocast,
@@ -24,6 +26,7 @@ class Precision:
     device_type: str
     dtype: torch.dtype | None  # None: fp32, no autocast
     scaler: torch.amp.GradScaler | None = None  # fp16 only: keeps small gradients alive
+    clip_norm: float | None = None  # the gradients' global L2 norm clipped to this; None: not
 
     def autocast(self) -> AbstractContextManager:
         return torch.autocast(
@@ -41,12 +44,20 @@ class Precision:
         its scale), found without waiting for the device (the scaler skips exactly when the
         gradients' norm is not finite). Nothing here reads a value back: with a fused
         optimizer (on CUDA) an fp16 step never waits for the device. Without a scaler,
-        nothing skips: None."""
+        nothing skips: None. With `clip_norm`, the gradients are scaled down to that norm
+        first (their norm as the update sees them: unscaled)."""
+        with_grads = [p for p in parameters if p.grad is not None]
         if self.scaler is None:
+            if self.clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(with_grads, self.clip_norm)
             optimizer.step()
             return None
-        grads = [p.grad for p in parameters if p.grad is not None]
-        overflowed = ~torch.isfinite(torch.nn.utils.get_total_norm(grads))
+        if self.clip_norm is not None:
+            self.scaler.unscale_(optimizer)  # the scaler's step then does not unscale again
+        norm = torch.nn.utils.get_total_norm([p.grad for p in with_grads])
+        overflowed = ~torch.isfinite(norm)
+        if self.clip_norm is not None:  # an overflowed step is skipped whatever it is scaled by
+            torch.nn.utils.clip_grads_with_norm_(with_grads, self.clip_norm, norm)
         self.scaler.step(optimizer)
         self.scaler.update()
         return overflowed
@@ -67,16 +78,18 @@ class Precision:
         return "fp32" if self.dtype is None else str(self.dtype).removeprefix("torch.")
 
 
-def precision_for(amp: bool, amp_dtype: AmpDtype, device: torch.device) -> Precision:
+def precision_for(
+    amp: bool, amp_dtype: AmpDtype, device: torch.device, clip_norm: float | None = None
+) -> Precision:
     if not amp:
-        return Precision(device.type, None)
+        return Precision(device.type, None, clip_norm=clip_norm)
     if device.type == "cuda":
         if amp_dtype == "bfloat16" and bf16_supported():
-            return Precision("cuda", torch.bfloat16)
+            return Precision("cuda", torch.bfloat16, clip_norm=clip_norm)
         if amp_dtype == "bfloat16":  # the trial's record says float16 too (`precision`)
             warnings.warn(
                 "amp_dtype bfloat16 was asked for, but this card has no native bfloat16: the "
                 "trial runs float16 with a GradScaler", stacklevel=2,
             )  # fmt: skip
-        return Precision("cuda", torch.float16, torch.amp.GradScaler("cuda"))
-    return Precision(device.type, torch.bfloat16)
+        return Precision("cuda", torch.float16, torch.amp.GradScaler("cuda"), clip_norm)
+    return Precision(device.type, torch.bfloat16, clip_norm=clip_norm)

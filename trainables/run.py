@@ -142,7 +142,7 @@ def start_run(
     if settings.channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(settings, model.parameters(), fused=device.type == "cuda")
-    precision = precision_for(settings.amp, settings.amp_dtype, device)
+    precision = precision_for(settings.amp, settings.amp_dtype, device, settings.grad_clip_norm)
     state, best_weights = RunState(), None
     if resume is not None:
         model.load_state_dict(renamed_from_staged(resume["model"], settings.model))

@@ -120,6 +120,9 @@ class TrainSettings(BaseModel):
     # peak_mem_mb); accumulated steps are all measured, for free. None: 4 where the
     # noise-scale rule needs them (adabatch_rule: noise_scale), else 0 (a probe costs steps)
     noise_probe_steps: int | None = Field(None, ge=0, **_STRICT)
+    # clip the gradients' global L2 norm to this before each update (under fp16's GradScaler,
+    # the unscaled gradients); None: no clipping
+    grad_clip_norm: float | None = Field(None, gt=0)
     warmup_epochs: int = Field(0, ge=0, **_STRICT)  # gradual lr warmup (Goyal et al. 2017)
     warmup_start_factor: float = Field(0.1, gt=0, le=1)  # warmup starts at lr x this
     max_batch_size: int | None = Field(None, gt=0, **_STRICT)  # physical cap; then accumulate

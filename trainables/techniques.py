@@ -101,6 +101,12 @@ TECHNIQUES: dict[str, Technique] = {
             _tag_with_value("warm", "warmup_epochs"), on=2, off=0, column="warmup",
         ),
         Technique("augment", "augment", _is_true, "none", _tag("aug"), column="aug"),
+        # the norm's per-parameter partial sums: a few floats, no batch-sized buffer
+        Technique(
+            "gradient_clipping", "grad_clip_norm", _above(0), "none",
+            _tag_with_value("clip", "grad_clip_norm"), label="gradient clipping", on=1.0,
+            off=None, column="clip",
+        ),
         Technique(
             "cudnn_benchmark", "cudnn_benchmark", _is_true, "costs", _tag("cudnn"),
             label="cuDNN autotuner", gpu_only=True, column="cudnn",

@@ -34,7 +34,7 @@ from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, probe_step
 from trainables.precision import Precision
 from trainables.schedules import EpochPlan
 from trainables.speed import SpeedWindow
-from trainables.step import train_step
+from trainables.step import StepOutcome, train_step
 
 # Consecutive steps the GradScaler may skip before the trial counts as diverged: enough to
 # back its scale off from 2**16 to 2**-8. A few skips are fp16 doing its job (an overflow
@@ -282,6 +282,33 @@ def meter_first_step(
     return budget.enforce(model, optimizer, images, labels, precision)
 
 
+class EpochTally:
+    """An epoch's summed loss and correct images on the device, the steps the GradScaler
+    skipped left out (they trained nothing); nothing is read back until `means`."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.loss_sum = torch.zeros((), device=device)
+        self.correct = torch.zeros((), device=device, dtype=torch.long)
+        self.skipped_images: torch.Tensor | int = 0
+
+    def add(self, outcome: StepOutcome) -> None:
+        if outcome.skipped is None:
+            self.loss_sum += outcome.loss_sum
+            self.correct += outcome.correct
+            return
+        applied = ~outcome.skipped
+        self.loss_sum += torch.where(applied, outcome.loss_sum, 0.0)
+        self.correct += torch.where(applied, outcome.correct, 0)
+        self.skipped_images = self.skipped_images + outcome.skipped.long() * outcome.images
+
+    def means(self, images: int) -> tuple[float, float]:
+        """(loss, accuracy) over the images of the applied steps; NaN where none was."""
+        scored = images - int(self.skipped_images)
+        if not scored:
+            return math.nan, math.nan
+        return float(self.loss_sum) / scored, float(self.correct) / scored
+
+
 def train_epoch(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -325,10 +352,7 @@ def train_epoch(
                 pixels = random_crop_flip(pixels, generator)
             yield normalise(pixels), targets
 
-    loss_sum = torch.zeros((), device=device)
-    correct = torch.zeros((), device=device, dtype=torch.long)
-    # images of the steps the GradScaler skipped, on the device (no step waits to read it)
-    skipped_images: torch.Tensor | int = 0
+    tally = EpochTally(device)
     images = trained = 0
     first_step_peak = None
     budget.reset_peak()
@@ -358,24 +382,18 @@ def train_epoch(
             trained += 1
             first_step_peak = first_step_peak or budget.peak(metered)
             skipped.after(outcome.skipped)
-            if outcome.skipped is None:
-                loss_sum += outcome.loss_sum
-                correct += outcome.correct
-                continue
-            applied = ~outcome.skipped  # a skipped step trained nothing: its loss is left out
-            loss_sum += torch.where(applied, outcome.loss_sum, 0.0)
-            correct += torch.where(applied, outcome.correct, 0)
-            skipped_images = skipped_images + outcome.skipped.long() * outcome.images
-            if step % READ_SKIPPED_EVERY == 0 and skipped.diverged:
+            tally.add(outcome)
+            # read (a wait for the device) only every READ_SKIPPED_EVERY steps
+            stepped_under_scaler = outcome.skipped is not None
+            if stepped_under_scaler and step % READ_SKIPPED_EVERY == 0 and skipped.diverged:
                 break
     synchronize(device)
     seconds = time.perf_counter() - started
     peak = first_step_peak or budget.peak(metered)
-    # images of the applied steps; past the synchronize above, no read waits any more
-    scored_images = images - int(skipped_images)
+    train_loss, train_acc = tally.means(images)  # past the synchronize: no read waits
     return EpochResult(
-        train_loss=float(loss_sum) / scored_images if scored_images else math.nan,
-        train_acc=float(correct) / scored_images if scored_images else math.nan,
+        train_loss=train_loss,
+        train_acc=train_acc,
         images=images,
         optimizer_steps=trained,
         seconds=seconds,

@@ -142,3 +142,7 @@ def test_a_resumed_search_may_change_its_ablations_and_nothing_else():
     assert state.differences(with_ablations.as_yaml_dict()) == []
     other = load_config(CONFIGS / "smoke.yaml", ["search.num_samples=6"])
     assert [key for key, *_ in state.differences(other.as_yaml_dict())] == ["search.num_samples"]
+
+
+def test_a_setting_left_unset_is_written_null_as_a_config_writes_it():
+    assert as_written(None) == "null" and as_written(float("nan")) == "null"

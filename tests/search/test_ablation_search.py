@@ -21,13 +21,15 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 SMOKE = str(CONFIGS / "smoke.yaml")
 NAME = "ablated"
 SEARCH = ["--config", SMOKE, "--name", NAME]
-# The smoke space (batch_size, optimizer, lr) with AMP and activation checkpointing: one
-# noise-floor seed and one change of each.
+# The smoke space (batch_size, optimizer, lr) with AMP, activation checkpointing and
+# gradient clipping (a setting unset, null, or a norm): one noise-floor seed and one change
+# of each.
 SPACE = [
     "space.amp={choice: [false, true]}",
     "space.activation_checkpointing={choice: [false, true]}",
+    "space.grad_clip_norm={choice: [null, 1.0]}",
 ]
-PLANNED = 1 + 5
+PLANNED = 1 + 6
 
 
 def search_once(workdir, *extra: str) -> tuple[int, str]:
@@ -101,8 +103,12 @@ def test_the_search_run_carries_the_effects_and_the_report_answers_from_them(abl
     assert len(trials) == 4  # the search's trials only
     effects = pd.read_csv(report / "effects.csv")
     changed = set(effects["change"].str.partition(":")[0])
-    assert changed == {"batch_size", "optimizer", "lr", "amp", "activation_checkpointing"}
+    assert changed == {"batch_size", "optimizer", "lr", "amp", "activation_checkpointing",
+                       "grad_clip_norm"}  # fmt: skip
     markdown = (report / "report.md").read_text()
+    clipping = effects.loc[effects["setting"] == "grad_clip_norm", "change"].iloc[0]
+    assert clipping in ("grad_clip_norm: null -> 1", "grad_clip_norm: 1 -> null")
+    assert clipping in markdown
     assert markdown.index("## What each setting does here") < markdown.index("## The front")
     # The CPU meter is exact: a larger batch needs more memory, a smaller one less.
     batch = effects[(effects["setting"] == "batch_size") & (effects["metric"] == "peak_mem_mb")]

@@ -21,8 +21,10 @@ SOURCE = "configs/x.yaml"
         "sqlite://",  # in memory
     ],
 )
-def test_the_stores_mlflow_keeps_runs_in_are_accepted(uri):
+def test_the_stores_mlflow_keeps_runs_in_are_accepted(uri, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     check_tracking_store(uri, SOURCE)
+    assert list(tmp_path.iterdir()) == []  # checked, not opened: nothing made
 
 
 def test_a_scheme_mlflow_has_no_store_for_is_refused_naming_the_file_key_and_value():
@@ -39,10 +41,11 @@ def test_a_new_sqlite_store_in_folders_yet_to_be_made_is_accepted_and_nothing_is
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_existing_sqlite_store_is_accepted(tmp_path):
+def test_an_existing_sqlite_store_is_accepted_and_left_as_it_was(tmp_path):
     database = tmp_path / "mlflow.db"
     database.write_bytes(b"")
     check_tracking_store(f"sqlite:///{database}", SOURCE)
+    assert list(tmp_path.iterdir()) == [database] and database.read_bytes() == b""
 
 
 @pytest.mark.parametrize(

@@ -39,14 +39,20 @@ def test_every_torchvision_classifier_is_known_by_name():
 
 @pytest.mark.parametrize("name", sorted(torchvision_names()))
 def test_every_torchvision_classifier_builds_for_two_classes_at_224_px_without_downloading(
-    name: str,
+    name: str, tmp_path, monkeypatch
 ):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))  # where torch's hub would download to
     check_model(name, num_classes=2, image_size=224)  # shapes only, on the meta device
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_models_with_a_fixed_input_size_are_built_for_the_configured_size():
     check_model("vit_b_16", num_classes=2, image_size=64)
     check_model("maxvit_t", num_classes=2, image_size=224)
+    meta = torch.device("meta")
+    assert build_model("vit_b_16", num_classes=2, image_size=64, device=meta).image_size == 64
+    with pytest.raises(ModelError):  # the size it was built for is what it takes
+        check_model("vit_b_16", num_classes=2, image_size=72)
 
 
 def test_an_image_size_the_model_cannot_take_is_refused_with_one_that_works():
@@ -170,6 +176,10 @@ def test_a_registered_factory_is_known_by_name_and_a_name_is_registered_once(mon
 
 def test_a_model_whose_forward_cannot_run_on_the_meta_device_is_checked_on_the_cpu():
     check_model(f"{USER}:reads_values", num_classes=2, image_size=16)
+    meta = build_model(f"{USER}:reads_values", num_classes=2, image_size=16,
+                       device=torch.device("meta"))  # fmt: skip
+    with pytest.raises(Exception):  # noqa: B017 - what the meta device cannot do, checked
+        meta(torch.empty(1, 3, 16, 16, device="meta"))
 
 
 @pytest.mark.parametrize("name", ["small_cnn", "resnet18"])

@@ -406,6 +406,7 @@ def test_a_trial_on_the_fake_card_reports_the_reserved_peak_of_its_full_size_fir
     tiny_data: PreparedData, monkeypatch, fake_cuda
 ):
     from tests.fake_cuda import MIB, CardLoad
+    from trainables.memory import CONTEXT_GROWTH_BYTES
 
     card = fake_cuda.cards[0]
     on_the_fake_card(monkeypatch)
@@ -413,12 +414,15 @@ def test_a_trial_on_the_fake_card_reports_the_reserved_peak_of_its_full_size_fir
     reports = Reports()
     on_cpu = settings(batch_size=16, noise_probe_steps=8, epochs=2, device="cpu")
     fit_classifier(on_cpu, tiny_data, reports)
+    assert len(reports.metrics) == 2
     for metrics in reports.metrics:  # 3 steps an epoch, the last two probed in halves
         assert metrics["status"] == "ok"
         assert metrics["peak_mem_mb"] == 167  # 16 images: not 8, a probe's half
         assert metrics["peak_reserved_mb"] == 168  # in 2 MiB blocks
         assert metrics["device_name"] == "Fake H100 (81920 MiB)"
         assert metrics["driver_version"] == "580.65.06"
+        assert metrics["card_mb"] == card.total / MIB  # what packing by memory learns
+        assert metrics["card_context_mb"] == (card.outside + CONTEXT_GROWTH_BYTES) / MIB
 
 
 def test_only_the_first_epochs_reserved_peak_starts_from_an_empty_cache(

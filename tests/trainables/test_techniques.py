@@ -66,3 +66,12 @@ def test_the_rows_that_save_memory_run_without_the_autotuner_so_no_probe_re_tune
     assert rows["cuDNN autotuner off"]["cudnn_benchmark"] is False  # its cost: these two rows
     for saver in ("AMP", "activation checkpointing", "channels-last"):
         assert rows[saver]["cudnn_benchmark"] is False
+
+
+def test_gradient_clipping_is_a_technique_named_by_its_norm_that_leaves_memory_alone():
+    from trainables.techniques import TECHNIQUES, column_of, run_tags
+
+    clipping = TECHNIQUES["gradient_clipping"]
+    assert clipping.key == "grad_clip_norm" and clipping.memory == "none"
+    assert run_tags({"grad_clip_norm": 1.0}) == ["clip1.0"]
+    assert run_tags({"grad_clip_norm": None}) == [] and column_of("grad_clip_norm") == "clip"
