@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from analysis.flat import flatten
-from search.config import sections_under_new_names
+from search.config import SearchConfig, sections_under_new_names
 from search.errors import ConfigError, Problem
 
 STATE_FILE = "search_state.json"
@@ -28,14 +28,19 @@ class SearchState:
 
     def differences(self, config: dict) -> list[tuple[str, object, object]]:
         """(key path, value the search started with, value now) for every change; a key
-        renamed since (`RENAMED_KEYS`) is compared under its new name. The ablations
-        (`search.ablation`) may change: they come after the search and do not alter it."""
+        renamed since (`RENAMED_KEYS`) is compared under its new name, and a key added
+        since (absent from the saved config) is no change where it keeps its default. The
+        ablations (`search.ablation`) may change: they come after the search and do not
+        alter it."""
         started_with = sections_under_new_names(self.config)[0]
         before, now = flatten("", started_with), flatten("", config)
+        defaults = flatten("", SearchConfig(name="defaults").as_yaml_dict())
         changed = sorted(
             key
             for key in before.keys() | now.keys()
-            if before.get(key) != now.get(key) and not key.startswith(ABLATION_KEY)
+            if before.get(key) != now.get(key)
+            and not key.startswith(ABLATION_KEY)
+            and not (key not in before and key in defaults and now.get(key) == defaults[key])
         )
         return [(key, before.get(key), now.get(key)) for key in changed]
 

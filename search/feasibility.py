@@ -204,6 +204,16 @@ class MemoryModel:
         if math.isfinite(context_mb) and context_mb > 0:
             self._context_mb = max(self._context_mb, context_mb)
 
+    def observe_refusal(self, settings: TrainSettings, batch_size: int, limit_mb: float) -> None:
+        """A step of `batch_size` images ran out of memory under a limit of `limit_mb` (on a
+        card, where the error says no more): packing by memory, it needs more than that,
+        which the group's line then holds, so its next share is larger. A fixed share
+        learns nothing from it (the failure rule keeps configs like it away)."""
+        if not self.packs_search or not (math.isfinite(limit_mb) and limit_mb > 0):
+            return
+        points = self._measured.setdefault(memory_group(MemoryFootprint.of(settings)), {})
+        points[batch_size] = max(points.get(batch_size, 0.0), limit_mb * (1 + MEMORY_MARGIN))
+
     def limit_mb(self, settings: TrainSettings) -> float | None:
         """What a trial with `settings` may reserve, where known."""
         if not self._on_gpu:
@@ -221,6 +231,8 @@ class MemoryModel:
         if prediction is None:
             return None
         needed = prediction.predicted_mb * (1 + MEMORY_MARGIN) + self._context_mb
+        if not needed > 0:  # a line extrapolated below zero: nothing it says can be trusted
+            return None
         return share_of_card(needed, self._card_mb)
 
     def predict(self, settings: TrainSettings) -> Prediction | None:

@@ -8,8 +8,10 @@ margin, and what its process holds outside the allocator (the CUDA context and l
 with the reserve for what they grow by), as a fraction of the card rounded up to
 `SHARE_STEP`. Until the model can predict a config (its memory group not measured yet, or
 no trial has reported the card), the trial gets the configured share (`resources.gpu`).
-A share that proves too small ends as an out-of-memory trial, pruned, and its report
-teaches the model, as with a fixed share.
+A share that proves too small ends as an out-of-memory trial, pruned; the model then
+holds that its config needs more than the limit it ran out under (with the margin), so
+the next config like it asks for more, where with a fixed share configs that need at
+least as much are never started.
 
 Tune asks for a trial's resources in the driver as it creates the trial, through the
 function given to `tune.with_resources`; Tune keeps that function in its registry (a
@@ -70,8 +72,11 @@ class PackedResources:
     def gpu_share(self, config: dict[str, Any]) -> float:
         # here: the memory model imports this module, which stays free of torch and Ray
         from search.trainable import without_notes
+        from trainables.metrics import PREDICTED_FROM
         from trainables.settings import TrainSettings
 
+        if config.get(PREDICTED_FROM):  # it ends before it trains: it needs no memory
+            return SHARE_STEP
         model = LIVE_MODELS.get(self.search)
         if model is None:
             return self.default_gpu

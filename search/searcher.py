@@ -229,21 +229,29 @@ class MemoryLearning(Wrapper):
     ) -> None:
         settings = self._live.pop(trial_id, None)
         if settings is not None and result is not None and result.get("status") == STATUS_OOM:
-            self._observe(settings, result)
-            if result.get("oom_cause") != OOM_CAUSE_CARD:
+            self._observe(settings, result, refused=True)
+            # Packed by memory, a config that ran out in its share may fit a larger one: the
+            # model learns what it needs instead (`MemoryModel.observe_refusal`).
+            packed = self.forecast.memory is not None and self.forecast.memory.packs_search
+            if result.get("oom_cause") != OOM_CAUSE_CARD and not packed:
                 ran_with = _whole(result.get("physical_batch_size"))
                 self.forecast.failures[trial_id] = MemoryFootprint.of(settings, ran_with)
         super().on_trial_complete(trial_id, result=result, error=error)
 
-    def _observe(self, settings: TrainSettings, result: Mapping[str, Any]) -> None:
+    def _observe(
+        self, settings: TrainSettings, result: Mapping[str, Any], refused: bool = False
+    ) -> None:
         ran_with = _whole(result.get("physical_batch_size"))
         memory = self.forecast.memory
-        if ran_with is not None and memory is not None:
-            memory.observe(
-                settings, ran_with, _reserved_peak(result), _number(result.get("memory_limit_mb")),
-                card_mb=_number(result.get("card_mb")),
-                context_mb=_number(result.get("card_context_mb")),
-            )  # fmt: skip
+        if ran_with is None or memory is None:
+            return
+        peak, limit = _reserved_peak(result), _number(result.get("memory_limit_mb"))
+        memory.observe(
+            settings, ran_with, peak, limit, card_mb=_number(result.get("card_mb")),
+            context_mb=_number(result.get("card_context_mb")),
+        )  # fmt: skip
+        if refused and not math.isfinite(peak) and result.get("oom_cause") != OOM_CAUSE_CARD:
+            memory.observe_refusal(settings, ran_with, limit)  # on a card: no peak to learn
 
 
 # The stack's layers from the top, as `build_searcher` puts them together (and

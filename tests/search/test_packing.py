@@ -225,3 +225,40 @@ def test_on_ray_with_a_logical_card_each_trial_is_given_its_configs_share(tmp_pa
     given = {(row["optimizer"], row["batch_size"]): row["gpu"] for row in rows}
     assert given == {("sgd", 32): 0.04, ("sgd", 512): 0.32,
                      ("adam", 32): 0.25, ("adam", 512): 0.25}  # fmt: skip
+
+
+def test_a_config_that_ran_out_in_its_share_asks_for_more_and_is_not_barred_from_a_larger():
+    from search.optuna_search import build_sampler
+
+    memory = learned_model(name="packing-refused")
+    space = {"batch_size": SpaceParam.parse({"choice": [256, 512]})}
+    searcher = build_searcher(
+        space, {"val_acc": "max"}, build_sampler("random", 2, 0), fixed_config=RESNET,
+        grid=[{"batch_size": 256}], memory=memory,
+    )  # fmt: skip
+    settings = TrainSettings.from_config({**RESNET, "batch_size": 256})
+    before = memory.share(settings)
+    searcher.suggest("a")
+    limit = 0.9 * (360 + 40 * 256)  # it needed more than the line said
+    searcher.on_trial_complete("a", {
+        "status": "oom", "oom_cause": "share", "physical_batch_size": 256,
+        "peak_reserved_mb": math.nan, "memory_limit_mb": limit, "card_mb": CARD_MB,
+        "card_context_mb": CONTEXT_MB,
+    })  # fmt: skip
+    assert memory.share(settings) > before
+    assert searcher.forecast.failures == {}  # a larger share may hold it: not barred
+    assert not searcher.forecast.runs_out(settings.model_copy(update={"batch_size": 512}))
+
+
+def test_a_trial_that_will_not_train_asks_for_the_least_share_and_a_line_below_zero_for_none():
+    from trainables.metrics import PREDICTED_FROM
+
+    learned_model(name="packing-least")
+    resources = PackedResources("packing-least", cpu=1.0, default_gpu=0.25)
+    marked = {**RESNET, "batch_size": 100_000, PREDICTED_FROM: "over the card"}
+    assert resources(marked)["gpu"] == SHARE_STEP
+    falling = MemoryModel(on_gpu=True, packs_search="packing-falling")
+    for batch, peak in ((16, 1000.0), (64, 200.0)):  # a line that falls with the batch
+        falling.observe(TrainSettings.from_config({**RESNET, "batch_size": batch}), batch, peak,
+                        card_mb=CARD_MB, context_mb=CONTEXT_MB)  # fmt: skip
+    assert falling.share(TrainSettings.from_config({**RESNET, "batch_size": 512})) is None
