@@ -52,7 +52,7 @@ from trainables.memory import (
     step_peak_bytes,
 )
 from trainables.oom import is_out_of_memory, release_memory
-from trainables.run import choose_kernels, start_run
+from trainables.run import choose_kernels, layout_of, start_run
 from trainables.settings import TrainSettings
 from trainables.step import train_step
 from trainables.techniques import capacity_rows
@@ -153,8 +153,7 @@ class Prober:
     def batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Random images in the row's layout, as its trials would feed them."""
         inputs = torch.randn(size, 3, self.image_size, self.image_size, device=self.device)
-        layout = torch.channels_last if self.run.settings.channels_last else torch.contiguous_format
-        return inputs.contiguous(memory_format=layout), torch.randint(
+        return inputs.contiguous(memory_format=layout_of(self.run.settings)), torch.randint(
             0, 2, (size,), device=self.device
         )
 

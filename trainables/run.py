@@ -118,6 +118,12 @@ def min_known(*limits: int | None) -> int | None:
     return min(known) if known else None
 
 
+def layout_of(settings: TrainSettings) -> torch.memory_format:
+    """The layout of the trial's model and of every batch it takes (training, evaluation,
+    the memory probes): channels-last where the settings switch it on."""
+    return torch.channels_last if settings.channels_last else torch.contiguous_format
+
+
 def start_run(
     settings: TrainSettings,
     num_classes: int,
@@ -140,7 +146,7 @@ def start_run(
             model, modules=settings.recomputed_modules, segments=settings.recomputed_segments
         )
     if settings.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=layout_of(settings))
     optimizer = build_optimizer(settings, model.parameters(), fused=device.type == "cuda")
     precision = precision_for(settings.amp, settings.amp_dtype, device, settings.grad_clip_norm)
     state, best_weights = RunState(), None
@@ -213,7 +219,7 @@ class TrialData:
             val=val,
             test=test,
             normalise=Normaliser.from_stats(
-                *_input_stats(data, settings), device, channels_last=settings.channels_last
+                *_input_stats(data, settings), device, memory_format=layout_of(settings)
             ),
         )
 
@@ -248,10 +254,10 @@ def _train_eval_indices(count: int, settings: TrainSettings) -> torch.Tensor:
 
 def describe_run(run: TrainingRun) -> dict[str, str]:
     """What the trial's steps actually ran with, for its record (`RUN_RECORD`)."""
-    settings = run.settings
+    channels_last = layout_of(run.settings) == torch.channels_last
     return {
         "precision": run.precision.name,
-        "memory_format": "channels_last" if settings.channels_last else "contiguous",
+        "memory_format": "channels_last" if channels_last else "contiguous",
         "compile_mode": "compiled" if run.step_model is not None else "eager",
         "matmul_precision": torch.get_float32_matmul_precision(),
     }

@@ -120,12 +120,13 @@ class Normaliser:
         mean: tuple[float, ...],
         std: tuple[float, ...],
         device: torch.device,
-        channels_last: bool = False,
+        memory_format: torch.memory_format = torch.contiguous_format,
     ) -> Normaliser:
+        """`memory_format`: the model's layout (`trainables.run.layout_of`), which every batch
+        takes."""
         mean_t = torch.tensor(mean, device=device).view(1, -1, 1, 1)
         std_t = torch.tensor(std, device=device).view(1, -1, 1, 1)
-        layout = torch.channels_last if channels_last else torch.contiguous_format
-        return cls(scale=1.0 / (255.0 * std_t), shift=-mean_t / std_t, memory_format=layout)
+        return cls(scale=1.0 / (255.0 * std_t), shift=-mean_t / std_t, memory_format=memory_format)
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         # The uint8 batch takes the layout (a quarter of the float's bytes to move); the

@@ -92,6 +92,10 @@ TECHNIQUES_ON_THE_CARD = {
     "accumulation": ({"accumulation_steps": 2}, {"effective_batch_size": 64}),
     "AdaBatch": ({"adabatch_growth": 2}, {"effective_batch_size": 64}),
     "augmentation": ({"augment": True}, {}),
+    "gradient clipping under fp16's GradScaler, fused SGD": (
+        {"grad_clip_norm": 1.0, "amp": True},
+        {"precision": "float16"},
+    ),
     "deterministic kernels": ({"deterministic": True}, {}),
 }
 
