@@ -1,5 +1,5 @@
 """Ablations around the front: after the search, the knee trial (`search.ablation.around:
-knee`; `front`: every front trial, the knee first, while the budget lasts) re-run with one
+knee`; `front`: every front trial, the knee first, while its trials last) re-run with one
 sampled setting changed at a time, and unchanged on other seeds for the noise floor.
 
 What each setting is changed to (`alternatives`): a switch is switched; a category (the
@@ -8,7 +8,7 @@ optimizer) goes to each other value in the space; a number to its neighbours in 
 quarter of the range either way, inside the range). A setting that does nothing on the
 device (the cuDNN autotuner on a CPU) is not run: the report says so.
 
-The plan comes in rounds, so that a small budget still covers every setting once: the
+The plan comes in rounds, so that a few trials still cover every setting once: the
 nearest other value of every setting, then the next ones; the noise-floor seeds are spread
 over it (the first run first), so the noise floor holds the machine's drift too.
 An ablation of a setting that changes the work of a step (all but the learning rate, its
@@ -92,9 +92,9 @@ def plan_changes(
     space: Mapping[str, SpaceParam],
     seeds: int,
     on_gpu: bool,
-    budget: int | None = None,
+    max_trials: int | None = None,
 ) -> list[Change]:
-    """The changes of one base config in the order they are run, at most `budget` of them,
+    """The changes of one base config in the order they are run, at most `max_trials` of them,
     the noise-floor seeds always among them (none where they leave no room for a change):
     the settings' changes in rounds, and the seeds spread over them, the first run first,
     so that the noise floor also holds how the machine drifts while the ablations run."""
@@ -107,10 +107,10 @@ def plan_changes(
                 rounds.append([])
             rounds[depth].append(Change(key, value))
     changes = [change for round_ in rounds for change in round_]
-    if budget is not None:
-        if budget <= seeds:
+    if max_trials is not None:
+        if max_trials <= seeds:
             return []
-        changes = changes[: budget - seeds]
+        changes = changes[: max_trials - seeds]
     seed = int(base.get("seed", 0))
     floor = [Change("seed", seed + NOISE_SEED_OFFSET + i) for i in range(seeds)]
     at = {round(i * len(changes) / seeds): floor[i] for i in range(seeds)}
@@ -131,11 +131,11 @@ def ablated_settings(space: Mapping[str, SpaceParam], on_gpu: bool) -> list[str]
             and (param.kind not in ("choice", "grid") or len(param.values) > 1)]  # fmt: skip
 
 
-def budget_of(plan: AblationSection, space: Mapping[str, SpaceParam], on_gpu: bool) -> int:
-    """The trials the ablations add at most: `plan.budget`, or the noise-floor seeds and
-    one change of every ablated setting."""
-    if plan.budget is not None:
-        return plan.budget
+def ablation_trials(plan: AblationSection, space: Mapping[str, SpaceParam], on_gpu: bool) -> int:
+    """The trials the ablations add at most: `plan.max_trials`, or the noise-floor seeds
+    and one change of every ablated setting."""
+    if plan.max_trials is not None:
+        return plan.max_trials
     return plan.seeds + len(ablated_settings(space, on_gpu))
 
 
@@ -145,16 +145,16 @@ def ablation_points(
     plan: AblationSection,
     on_gpu: bool,
 ) -> list[dict[str, Any]]:
-    """The ablation trials' configs, at most the plan's budget (`budget_of`): each base
+    """The ablation trials' configs, at most the plan's trials (`ablation_trials`): each base
     (trial id, its config) in turn, with its changes in order; each config notes the trial
     it ablates and how."""
-    budget = budget_of(plan, space, on_gpu)
+    max_trials = ablation_trials(plan, space, on_gpu)
     points: list[dict[str, Any]] = []
     for trial_id, config in bases:
         # every point sets the seed: the trainable's default where the search left it
         base = {"seed": TrainSettings.model_fields["seed"].default}
         base |= {key: value for key, value in config.items() if key not in SEARCH_NOTES}
-        for change in plan_changes(base, space, plan.seeds, on_gpu, budget - len(points)):
+        for change in plan_changes(base, space, plan.seeds, on_gpu, max_trials - len(points)):
             point = {**base, change.setting: change.value, ABLATION_OF: trial_id,
                      ABLATION: change.label}  # fmt: skip
             if change.setting not in SAME_WORK_PER_IMAGE:

@@ -62,12 +62,12 @@ class AblationSection(BaseModel):
     model_config = _FROZEN
 
     # knee: the most balanced front trial only; front: every front trial, the knee first,
-    # while the budget lasts
+    # while max_trials lasts
     around: Literal["knee", "front"] = "knee"
     # trials the ablations add at most, the noise-floor seeds included; null: the seeds
     # and one change of every sampled setting around one trial (a number above that goes
     # on to the settings' other values, and with `front` to other trials)
-    budget: int | None = Field(None, gt=1, strict=True)
+    max_trials: int | None = Field(None, gt=1, strict=True)
     # runs of each ablated config unchanged on other seeds: the noise floor of its effects
     seeds: int = Field(2, ge=1, **_STRICT_INT)
 
@@ -301,13 +301,42 @@ def sections_under_new_names(
     raw: Mapping[str, Any],
 ) -> tuple[dict[str, Any], tuple[tuple[str, str], ...]]:
     """A search config with the train settings and space entries given under an old name
-    (`RENAMED_KEYS`) moved to their new one; what was moved, as (section.old, section.new)."""
+    (`RENAMED_KEYS`), and the search's own keys (`RENAMED_SEARCH_KEYS`), moved to their new
+    one; what was moved, as (old key path, new key path)."""
     config, moved = dict(raw), []
     for section in ("train", "space"):
         if isinstance(config.get(section), dict):
             config[section], pairs = under_new_names(config[section])
             moved += [(f"{section}.{old}", f"{section}.{new}") for old, new in pairs]
+    for old, new in RENAMED_SEARCH_KEYS.items():
+        renamed = _key_moved(config, old.split("."), new.rsplit(".", 1)[1])
+        if renamed is not None:
+            config = renamed
+            moved.append((old, new))
     return config, tuple(moved)
+
+
+def _key_moved(config: Any, path: list[str], new_key: str) -> dict[str, Any] | None:
+    """`config` with the key at `path` renamed `new_key` in the same mapping (copied along
+    the path: the caller's stays as it was); None where there is no such key, or the new
+    one is there too (validation then refuses the old)."""
+    head, *rest = path
+    if not isinstance(config, Mapping) or head not in config:
+        return None
+    if not rest:
+        if new_key in config:
+            return None
+        moved = dict(config)
+        moved[new_key] = moved.pop(head)
+        return moved
+    inner = _key_moved(config[head], rest, new_key)
+    return None if inner is None else {**config, head: inner}
+
+
+# Search keys given a clearer name: old key path -> new (the old one still works, with a note).
+RENAMED_SEARCH_KEYS: dict[str, str] = {
+    "search.ablation.budget": "search.ablation.max_trials",  # trials, not MiB
+}
 
 
 def renamed_notes(config: SearchConfig) -> list[str]:
@@ -518,12 +547,12 @@ def _search_problems(config: SearchConfig) -> list[Problem]:
             ))  # fmt: skip
     if search.early_stopping is not None:
         problems += _early_stopping_problems(config)
-    budget = search.ablation.budget if search.ablation is not None else None
-    if search.ablation is not None and budget is not None and budget <= search.ablation.seeds:
+    most = search.ablation.max_trials if search.ablation is not None else None
+    if search.ablation is not None and most is not None and most <= search.ablation.seeds:
         problems.append(Problem(
-            "search.ablation.budget",
+            "search.ablation.max_trials",
             f"must be more than search.ablation.seeds ({search.ablation.seeds}): the "
-            f"noise-floor runs come out of it, got {search.ablation.budget}",
+            f"noise-floor runs come out of it, got {most}",
         ))  # fmt: skip
     if search.repeats > 1 and "seed" in config.space:
         problems.append(

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pandas as pd
 
 from analysis.flat import as_shown
-from search.ablation import budget_of
+from search.ablation import ablation_trials
 from search.cluster import is_server
 from search.config import SearchConfig
 
@@ -60,9 +60,9 @@ def ablation_plan(config: SearchConfig) -> str:
     if plan is None:
         return "none (search.ablation: null)"
     around = "the knee trial" if plan.around == "knee" else "the front trials, knee first"
-    budget = budget_of(plan, config.space, config.resources.gpu_share > 0)
+    trials = ablation_trials(plan, config.space, config.resources.gpu_share > 0)
     return (
-        f"up to {budget} more trials after the search, around {around} "
+        f"up to {trials} more trials after the search, around {around} "
         f"({plan.seeds} of them on other seeds for the noise floor)"
     )
 

@@ -1,6 +1,7 @@
 """Settings renamed so that a word means one thing ("checkpoint" is Tune's saved trial
-state; recomputing activations is `activation_checkpointing`): the old names still work
-everywhere a user or an old search has them, saying what they are now."""
+state; recomputing activations is `activation_checkpointing`; a "budget" is MiB, the
+ablations' trial count `max_trials`): the old names still work everywhere a user or an old
+search has them, saying what they are now."""
 
 import pytest
 
@@ -50,3 +51,14 @@ def test_the_trials_of_a_search_run_before_the_rename_load_under_the_new_names()
     row = trial_row("t", {"grad_checkpointing": True, "batch_size": 64}, {"status": "ok"})
     assert row["config.activation_checkpointing"] is True
     assert "config.grad_checkpointing" not in row
+
+
+def test_the_ablations_budget_is_now_max_trials_and_the_old_key_still_works_with_a_note():
+    config = load_config(CONFIGS / "cats_dogs.yaml", ["search.ablation={budget: 5, seeds: 2}"])
+    assert config.search.ablation.max_trials == 5
+    assert renamed_notes(config) == [
+        f"note: {CONFIGS / 'cats_dogs.yaml'}: search.ablation.budget is now "
+        "search.ablation.max_trials; the old name still works for now"
+    ]
+    started = SearchState("run", "sqlite:///x.db", "e", {"search": {"ablation": {"budget": 5}}})
+    assert started.differences({"search": {"ablation": {"max_trials": 5}}}) == []

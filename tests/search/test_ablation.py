@@ -1,4 +1,4 @@
-"""The ablation plan: what each setting is changed to, in what order, within what budget."""
+"""The ablation plan: what each setting is changed to, in what order, within how many trials."""
 
 import json
 
@@ -9,8 +9,8 @@ from search.ablation import (
     Change,
     ablated_settings,
     ablation_points,
+    ablation_trials,
     alternatives,
-    budget_of,
     describe,
     plan_changes,
 )
@@ -61,10 +61,10 @@ def test_the_plan_runs_one_change_of_every_setting_then_the_next_values_the_seed
     assert floor == [1007, 1008]  # other seeds than the knee's
 
 
-def test_a_budget_keeps_the_seeds_and_the_first_changes():
-    labels = [c.label for c in plan_changes(KNEE, SPACE, seeds=2, on_gpu=False, budget=4)]
+def test_a_trial_count_keeps_the_seeds_and_the_first_changes():
+    labels = [c.label for c in plan_changes(KNEE, SPACE, seeds=2, on_gpu=False, max_trials=4)]
     assert labels == ["noise floor", "batch_size=32", "noise floor", "optimizer=sgd"]
-    assert plan_changes(KNEE, SPACE, seeds=2, on_gpu=False, budget=2) == []  # no room
+    assert plan_changes(KNEE, SPACE, seeds=2, on_gpu=False, max_trials=2) == []  # no room
 
 
 def test_the_cudnn_autotuner_is_ablated_on_gpus_only():
@@ -73,10 +73,10 @@ def test_the_cudnn_autotuner_is_ablated_on_gpus_only():
     assert "cudnn_benchmark=true" in on_gpu
 
 
-def test_the_default_budget_is_the_seeds_and_one_change_of_every_setting():
-    assert budget_of(AblationSection(), SPACE, on_gpu=False) == 2 + 5
-    assert budget_of(AblationSection(), SPACE, on_gpu=True) == 2 + 6
-    assert budget_of(AblationSection(budget=4), SPACE, on_gpu=False) == 4
+def test_the_default_trial_count_is_the_seeds_and_one_change_of_every_setting():
+    assert ablation_trials(AblationSection(), SPACE, on_gpu=False) == 2 + 5
+    assert ablation_trials(AblationSection(), SPACE, on_gpu=True) == 2 + 6
+    assert ablation_trials(AblationSection(max_trials=4), SPACE, on_gpu=False) == 4
 
 
 def test_points_are_the_base_config_with_one_change_and_notes_of_what_they_ablate():
@@ -106,14 +106,14 @@ def test_a_base_without_a_seed_is_ablated_at_the_trainables_default_seed():
     assert points[0]["seed"] == 1000 and points[1]["seed"] == 0
 
 
-def test_around_the_front_the_budget_runs_out_on_later_trials_first():
+def test_around_the_front_the_trials_run_out_on_later_trials_first():
     other = {**KNEE, "batch_size": 16}
-    plan = AblationSection(around="front", budget=12, seeds=1)
+    plan = AblationSection(around="front", max_trials=12, seeds=1)
     points = ablation_points([("knee", KNEE), ("other", other)], SPACE, plan, on_gpu=False)
     bases = [point["ablation_of"] for point in points]
     assert bases == ["knee"] * 9 + ["other"] * 3  # the knee's whole plan (1 + 5 + 3), then
     assert [p["ablation"] for p in points[9:]] == ["noise floor", "batch_size=32", "optimizer=sgd"]
-    tight = AblationSection(around="front", budget=10, seeds=1)
+    tight = AblationSection(around="front", max_trials=10, seeds=1)
     points = ablation_points([("knee", KNEE), ("other", other)], SPACE, tight, on_gpu=False)
     assert len(points) == 9  # one trial left: no room for a seed and a change of the other
 
@@ -123,11 +123,11 @@ def test_values_are_written_as_in_a_config():
     assert Change("optimizer", "adam").label == "optimizer=adam"
 
 
-def test_a_budget_that_the_seeds_use_up_is_refused_naming_the_key(tmp_path):
+def test_a_trial_count_that_the_seeds_use_up_is_refused_naming_the_key(tmp_path):
     with pytest.raises(Exception) as raised:
-        load_config(CONFIGS / "cats_dogs.yaml", ["search.ablation={budget: 2, seeds: 2}"])
+        load_config(CONFIGS / "cats_dogs.yaml", ["search.ablation={max_trials: 2, seeds: 2}"])
     message = raised.value.render()
-    assert "search.ablation.budget" in message and "more than search.ablation.seeds" in message
+    assert "search.ablation.max_trials" in message and "more than search.ablation.seeds" in message
 
 
 def test_the_main_search_ablates_by_default_and_the_smoke_search_does_not():
