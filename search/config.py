@@ -173,7 +173,9 @@ class ResourcesSection(BaseModel):
         if self.gpu != "auto":
             return said
         cards = f"{self._cards} card{'s' if self._cards != 1 else ''}" if self._cards else "no card"
-        return f"{said} (resources.gpu auto: {cards} here)"
+        packs_nothing = self.pack == "memory" and not share
+        idle = "; resources.pack: memory packs nothing" if packs_nothing else ""
+        return f"{said} (resources.gpu auto: {cards} here{idle})"
 
 
 class RunSection(BaseModel):

@@ -159,7 +159,9 @@ def test_the_plan_says_trials_are_packed_by_memory_and_auto_without_cards_packs_
     assert on_cards.packs_by_memory
     assert on_cards.describe_gpu().startswith("the share of a GPU its predicted memory needs")
     assert not packed.with_cards(0).resources.packs_by_memory  # CPU trials: nothing to pack
-    assert packed.with_cards(0).resources.describe_gpu().startswith("no GPU")
+    assert packed.with_cards(0).resources.describe_gpu() == (
+        "no GPU (resources.gpu auto: no card here; resources.pack: memory packs nothing)"
+    )
 
 
 def test_a_trial_reports_its_cards_memory_and_its_context_and_nothing_on_cpu(fake_cuda):
