@@ -39,6 +39,10 @@ def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
     objectives = ", ".join(f"{name} ({way})" for name, way in config.objectives.items())
     sampled = ", ".join(config.space) or "nothing (fixed config)"
     resources = f"{config.resources.cpu:g} CPU + {config.resources.describe_gpu()}"
+    capped = config.search.max_concurrent_trials
+    if config.resources.packs_by_memory and capped is not None:
+        # packing fits more trials to a card only where nothing else caps them
+        resources += f" (at most {capped} at once: search.max_concurrent_trials)"
     return "\n".join(
         [
             f"{'Resuming' if resume else 'Search'} {experiment_dir.name}: "

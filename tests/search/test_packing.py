@@ -264,3 +264,18 @@ def test_a_trial_that_will_not_train_asks_for_the_least_share_and_a_line_below_z
         falling.observe(TrainSettings.from_config({**RESNET, "batch_size": batch}), batch, peak,
                         card_mb=CARD_MB, context_mb=CONTEXT_MB)  # fmt: skip
     assert falling.share(TrainSettings.from_config({**RESNET, "batch_size": 512})) is None
+
+
+def test_the_plan_says_when_a_concurrency_cap_keeps_packing_from_fitting_more_trials():
+    from pathlib import Path
+
+    from search.config import load_config
+    from search.console import plan
+    from tests.conftest import CONFIGS
+
+    gpu = load_config(CONFIGS / "cats_dogs_gpu.yaml", ["resources.pack=memory"])
+    assert "(at most 4 at once: search.max_concurrent_trials)" in plan(gpu, Path("x"), False)
+    overrides = ["resources.pack=memory", "search.max_concurrent_trials=null"]
+    uncapped = load_config(CONFIGS / "cats_dogs_gpu.yaml", overrides)
+    assert "at most" not in plan(uncapped, Path("x"), False)
+    assert "at most" not in plan(load_config(CONFIGS / "cats_dogs_gpu.yaml", []), Path("x"), False)
