@@ -406,6 +406,40 @@ def packing_part(epochs: int) -> list[Row]:
     ]  # fmt: skip
 
 
+# --- a shrunk configs/cats_dogs_gpu.yaml search, as the oom and by_memory parts run it -------
+
+
+SEARCHES = "searches"
+
+
+def shrunk_gpu_search(
+    out_dir: Path, name: str, trials: int, overrides: list[str]
+) -> tuple[pd.DataFrame | None, float, str]:
+    """`python -m search.run` of configs/cats_dogs_gpu.yaml with `trials` suggestions of 2
+    epochs on 200/50/50 images a class, no ablations, in `out_dir`: (its trials table, None
+    where it failed; its wall seconds; why it failed). Its progress goes to `<name>.log`,
+    its results under `SEARCHES` (left out of what bench/on_device.py brings back)."""
+    storage = out_dir / SEARCHES / name
+    command = [
+        sys.executable, "-m", "search.run",
+        "--config", str(REPO / "configs" / "cats_dogs_gpu.yaml"), "--name", name,
+        f"search.num_samples={trials}", "train.epochs=2", "search.ablation=null",
+        "data.train_per_class=200", "data.val_per_class=50", "data.test_per_class=50",
+        f"run.storage_path={storage}", f"tracking.uri=sqlite:///{out_dir / 'mlflow.db'}",
+        *overrides,
+    ]  # fmt: skip
+    log = out_dir / f"{name}.log"  # the search's own progress, as it goes
+    started = time.perf_counter()
+    with log.open("w") as output:
+        finished = subprocess.run(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT,
+                                  check=False)  # fmt: skip
+    seconds = time.perf_counter() - started
+    report = storage / name / "report" / "trials.csv"
+    if finished.returncode != 0 or not report.exists():
+        return None, seconds, f"exit {finished.returncode}: {log.read_text()[-300:]}"
+    return pd.read_csv(report), seconds, ""
+
+
 # --- 4b. trials packed by predicted memory against a fixed quarter ----------------------------
 
 
@@ -420,29 +454,14 @@ def by_memory_part(out_dir: Path) -> Iterator[Row]:
     what = f"{PACKED_SEARCH_TRIALS} suggestions, 2 epochs, 1 CPU a trial"
     per_hour = {}
     for pack in ("fixed", "memory"):
+        overrides = ["search.max_concurrent_trials=null", "resources.cpu=1",
+                     "resources.gpu=0.25", f"resources.pack={pack}"]  # fmt: skip
         name = f"gpu-pack-{pack}"
-        storage = out_dir / name
-        command = [
-            sys.executable, "-m", "search.run",
-            "--config", str(REPO / "configs" / "cats_dogs_gpu.yaml"), "--name", name,
-            f"search.num_samples={PACKED_SEARCH_TRIALS}", "train.epochs=2",
-            "search.ablation=null", "search.max_concurrent_trials=null", "resources.cpu=1",
-            "resources.gpu=0.25", f"resources.pack={pack}", "data.train_per_class=200",
-            "data.val_per_class=50", "data.test_per_class=50", f"run.storage_path={storage}",
-            f"tracking.uri=sqlite:///{out_dir / 'mlflow.db'}",
-        ]  # fmt: skip
-        log = out_dir / f"{name}.log"  # the search's own progress, as it goes
-        started = time.perf_counter()
-        with log.open("w") as output:
-            finished = subprocess.run(command, cwd=REPO, stdout=output,
-                                      stderr=subprocess.STDOUT, check=False)  # fmt: skip
-        seconds = time.perf_counter() - started
-        report = storage / name / "report" / "trials.csv"
-        if finished.returncode != 0 or not report.exists():
-            note = f"exit {finished.returncode}: {log.read_text()[-300:]}"
-            yield Row("by_memory", f"{pack}: the search", None, "trials", note)
+        trials, seconds, failure = shrunk_gpu_search(out_dir, name, PACKED_SEARCH_TRIALS, overrides)
+        if trials is None:
+            yield Row("by_memory", f"{pack}: the search", None, "trials", failure)
             return
-        statuses = pd.read_csv(report)["status"].value_counts()
+        statuses = trials["status"].value_counts()
         trained = int(statuses.sum() - statuses.get("oom_predicted", 0))
         per_hour[pack] = trained / seconds * 3600
         yield Row("by_memory", f"{pack}: trials trained per hour", per_hour[pack], "trials/h",
@@ -482,26 +501,12 @@ def oom_part(out_dir: Path) -> Iterator[Row]:
     steps = statistics.median(oom_seconds) / statistics.median(step_seconds)
     yield Row("oom", "an over-share trial, start to pruned report", steps, "steps",
               "resnet50 batch 512 under 6000 MiB, against a step at batch 16")  # fmt: skip
-    storage = out_dir / "oom-search"
     what = f"{OOM_SEARCH_TRIALS} suggestions, 2 epochs, 6000 MiB per trial"
-    command = [
-        sys.executable, "-m", "search.run",
-        "--config", str(REPO / "configs" / "cats_dogs_gpu.yaml"), "--name", "gpu-oom",
-        f"search.num_samples={OOM_SEARCH_TRIALS}", "train.epochs=2", "search.ablation=null",
-        "resources.memory_budget_mb=6000", "data.train_per_class=200", "data.val_per_class=50",
-        "data.test_per_class=50", f"run.storage_path={storage}",
-        f"tracking.uri=sqlite:///{out_dir / 'mlflow.db'}",
-    ]  # fmt: skip
-    log = out_dir / "oom-search.log"  # the search's own progress, as it goes
-    with log.open("w") as output:
-        finished = subprocess.run(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT,
-                                  check=False)  # fmt: skip
-    report = storage / "gpu-oom" / "report" / "trials.csv"
-    if finished.returncode != 0 or not report.exists():
-        note = f"exit {finished.returncode}: {log.read_text()[-300:]}"
-        yield Row("oom", "shrunk cats_dogs_gpu search", None, "trials", note)
+    trials, _, failure = shrunk_gpu_search(out_dir, "gpu-oom", OOM_SEARCH_TRIALS,
+                                           ["resources.memory_budget_mb=6000"])  # fmt: skip
+    if trials is None:
+        yield Row("oom", "shrunk cats_dogs_gpu search", None, "trials", failure)
         return
-    trials = pd.read_csv(report)
     statuses = trials["status"].value_counts()
     for status in STATUS_ORDER:
         yield Row("oom", f"search trials ended {status}", int(statuses.get(status, 0)),

@@ -162,7 +162,7 @@ def run_suite(suite: Suite, workers: int, streamed: Path, env: dict[str, str]) -
 def pack(work: Path, archive: Path) -> None:
     """Everything the parts wrote, but the searches' databases and results, as one file: a
     call brings back at most 8 files."""
-    skipped = ("mlflow.db", "oom-search", "ray_results")
+    skipped = ("mlflow.db", "searches", "ray_results")  # searches: bench/gpu.py's SEARCHES
     with tarfile.open(archive, "w:gz") as tar:
         for path in sorted(work.iterdir()):
             if path.name not in skipped:

@@ -46,12 +46,12 @@ class Precision:
         optimizer (on CUDA) an fp16 step never waits for the device. Without a scaler,
         nothing skips: None. With `clip_norm`, the gradients are scaled down to that norm
         first (their norm as the update sees them: unscaled)."""
-        with_grads = [p for p in parameters if p.grad is not None]
         if self.scaler is None:
-            if self.clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(with_grads, self.clip_norm)
+            if self.clip_norm is not None:  # parameters without a gradient are left out
+                torch.nn.utils.clip_grad_norm_(parameters, self.clip_norm)
             optimizer.step()
             return None
+        with_grads = [p for p in parameters if p.grad is not None]
         if self.clip_norm is not None:
             self.scaler.unscale_(optimizer)  # the scaler's step then does not unscale again
         norm = torch.nn.utils.get_total_norm([p.grad for p in with_grads])
