@@ -12,6 +12,10 @@ saves, Optuna only `ask`, `tell`, `enqueue_trial` and its trials' attributes.
   or train also carries a violated constraint, so the samplers treat its region as
   infeasible. Its status and why are user attributes, with the notes a wrapper above put in
   its result (`NOTES`: whether it started, the memory model's figures).
+- A trial that ran to its end but learned nothing (`best_val_acc` below the min accuracy,
+  which keeps it off the report's front and behind every trial above it at a rung) is
+  COMPLETE with a violated constraint: told as a plain point, its gap near 0 made it one
+  of TPE's best and the sampler proposed more like it (docs/RESULTS.md, section 15).
 - Partial points (the `grid` entries of a space) are asked first, Optuna sampling the keys
   they leave out; `ask_next` puts a point before them (the repeats of a config).
 
@@ -45,6 +49,8 @@ NOTES = (STARTED_ATTR, PREDICTED_ATTR, ALLOWED_ATTR)
 # Samples a learning sampler is asked for, per suggestion, while its sample would run out
 # of memory (`FeasibleCandidates`); the last is kept, and the feasibility gate still applies.
 CANDIDATES_PER_SUGGESTION = 10
+# The constraints a trial may violate: it did not run or fit, or it learned nothing.
+FEASIBLE_CONSTRAINT, MIN_ACCURACY_CONSTRAINT = "feasible", "min_accuracy"
 
 
 def build_sampler(kind: str, num_samples: int, seed: int) -> optuna.samplers.BaseSampler:
@@ -84,8 +90,12 @@ class OptunaAskTell(Searcher):
         grid: Sequence[dict[str, Any]] = (),
         storage: str | None = None,
         study_name: str | None = None,
+        min_accuracy: float | None = None,
     ) -> None:
+        """`min_accuracy`: the `best_val_acc` below which a model learned nothing
+        (`trainables.metrics.min_accuracy_for` the data's classes); None: no such bar."""
         super().__init__(metric=list(objectives), mode=list(objectives.values()))
+        self.min_accuracy = min_accuracy
         self.distributions = {key: param.to_optuna() for key, param in space.items()}
         self._objectives = dict(objectives)
         self.study = optuna.create_study(
@@ -137,14 +147,25 @@ class OptunaAskTell(Searcher):
         if status != STATUS_OK:
             trial.set_user_attr(DETAIL_ATTR, str(result.get("status_detail", "")))
             if status != STATUS_STOPPED_EARLY:  # a feasible config that trailed its peers
-                trial.set_constraint("feasible", 1.0)  # > 0: violated
+                trial.set_constraint(FEASIBLE_CONSTRAINT, 1.0)  # > 0: violated
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
             return
         values = [result.get(name, math.nan) for name in self._objectives]
         if any(not isinstance(v, int | float) or math.isnan(v) for v in values):
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             return
+        shortfall = self.accuracy_shortfall(result)
+        if shortfall > 0:  # > 0: violated; the further below, the worse to the samplers
+            trial.set_constraint(MIN_ACCURACY_CONSTRAINT, shortfall)
         self.study.tell(trial, [float(v) for v in values], skip_if_finished=True)
+
+    def accuracy_shortfall(self, result: Mapping[str, Any]) -> float:
+        """How far the trial's `best_val_acc` is below the min accuracy (<= 0: not below,
+        or no bar, or no accuracy)."""
+        accuracy = result.get("best_val_acc")
+        if self.min_accuracy is None or not isinstance(accuracy, int | float):
+            return 0.0
+        return self.min_accuracy - float(accuracy) if math.isfinite(accuracy) else 0.0
 
     @property
     def forecast(self) -> OomForecast:

@@ -269,13 +269,15 @@ def build_searcher(
     study_name: str | None = None,
     repeats: int = 1,
     memory: MemoryModel | None = None,
+    min_accuracy: float | None = None,
 ) -> MemoryLearning:
     """The stack (see the module docstring). `storage`: an Optuna RDB URL, so the study
-    outlives the process (resume, review)."""
+    outlives the process (resume, review). `min_accuracy`: see `OptunaAskTell`."""
     fixed = dict(fixed_config or {})
     optuna_search = OptunaAskTell(
-        space, objectives, sampler, grid=grid, storage=storage, study_name=study_name
-    )
+        space, objectives, sampler, grid=grid, storage=storage, study_name=study_name,
+        min_accuracy=min_accuracy,
+    )  # fmt: skip
     # What ran out, and the memory model: one forecast for all layers, with the sampler.
     optuna_search.study.sampler = FeasibleCandidates(
         sampler, OomForecast(memory), fixed, optuna_search.distributions

@@ -130,6 +130,7 @@ def build_tuner(
             study_name=run_name,
             repeats=search.repeats,
             memory=memory_model(config, data.num_classes, run_name),
+            min_accuracy=min_accuracy_for(data.num_classes),  # the report's front's too
         )
     scheduler = None
     if search.early_stopping is not None:
