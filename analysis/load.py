@@ -28,6 +28,7 @@ from trainables.metrics import (
     STATUS_ERROR,
     STATUS_OK,
     STATUS_STOPPED_EARLY,
+    UNMEASURED_TAG,
     UNTIL_TARGET_METRICS,
 )
 from trainables.settings import under_new_names
@@ -251,8 +252,9 @@ def child_runs(client: MlflowClient, parent: Run) -> list[Run]:
 
 
 def frame_from_mlflow(client: MlflowClient, parent: Run) -> pd.DataFrame:
-    """One row per child run of `parent`: params (typed back from text), latest metrics,
-    and the status tags."""
+    """One row per child run of `parent`: params (typed back from text), the metrics of
+    its last report (MLflow's latest values, less those that report left unmeasured:
+    `UNMEASURED_TAG`), and the status tags."""
     rows = []
     for run in child_runs(client, parent):
         config = {key: typed_param(value) for key, value in run.data.params.items()}
@@ -260,6 +262,8 @@ def frame_from_mlflow(client: MlflowClient, parent: Run) -> pd.DataFrame:
         if "epoch" in metrics:
             for name in UNTIL_TARGET_METRICS:
                 metrics.setdefault(name, math.inf)
+        for name in filter(None, run.data.tags.get(UNMEASURED_TAG, "").split(",")):
+            metrics[name] = math.nan  # the last report's NaN, not an earlier epoch's value
         metrics.update({key: run.data.tags[key] for key in _TEXT_FIELDS if key in run.data.tags})
         row = trial_row(run.data.tags.get("trial_id", run.info.run_id), config, metrics)
         row["run_id"] = run.info.run_id

@@ -29,6 +29,7 @@ from trainables.metrics import (
     PRUNED_STATUSES,
     STATUS_ERROR,
     TEXT_METRICS,
+    UNMEASURED_TAG,
 )
 from trainables.techniques import run_tags
 
@@ -331,6 +332,8 @@ class MlflowTrialCallback(tune.Callback):
             if isinstance(result.get(name), int | float) and math.isfinite(result[name])
         ]
         tags = [RunTag(name, str(result[name])) for name in TEXT_METRICS if result.get(name)]
+        unmeasured = [name for name in NUMERIC_METRICS if _is_nan(result.get(name))]
+        tags.append(RunTag(UNMEASURED_TAG, ",".join(unmeasured)))  # this report's, each time
         run_id = self.run_id_for(trial)
         if result.get("status") in PRUNED_STATUSES:
             note = pruned_tags(result["status"], str(result.get("status_detail", "")))[NOTE_TAG]
@@ -346,3 +349,7 @@ class MlflowTrialCallback(tune.Callback):
         run_id = self.run_id_for(trial)
         self.client.set_tag(run_id, "status", STATUS_ERROR)
         self.client.set_terminated(run_id, status="FAILED")
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)

@@ -205,6 +205,10 @@ MACHINE_METRICS = frozenset(
     }
 )
 NUMERIC_METRICS: tuple[str, ...] = tuple(name for name in METRICS if name not in TEXT_METRICS)
+# The MLflow tag of a trial's run naming the numeric metrics its last report left unmeasured
+# (NaN): MLflow's history leaves them out, so its latest values would be an earlier
+# epoch's; read back, they are NaN, as in Tune's folder (`analysis.load`).
+UNMEASURED_TAG = "unmeasured"
 OBJECTIVE_METRICS: tuple[str, ...] = tuple(
     name for name, spec in METRICS.items() if spec.direction is not None
 )

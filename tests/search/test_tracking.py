@@ -1,9 +1,11 @@
+import json
+import math
 import pickle
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from analysis.load import frame_from_mlflow
+from analysis.load import frame_from_mlflow, frame_from_tune
 from search.cluster import TrackingUnavailable, check_reachable
 from search.tracking import MlflowTrialCallback, ParentRun, trial_run_name
 from tests.fakes import FakeTrial, schema_result
@@ -78,6 +80,33 @@ def test_a_target_never_reached_reads_back_as_infinite_though_nothing_was_logged
     callback.on_trial_result(0, [], trial, schema_result(1))
     row = frame_from_mlflow(MlflowClient(store), MlflowClient(store).get_run(parent.run_id)).iloc[0]
     assert row["time_to_target_s"] == float("inf") and row["steps_to_target"] == float("inf")
+
+
+def test_a_metric_the_last_report_left_unmeasured_reads_back_as_in_tune_s_folder(
+    parent, store, tmp_path
+):
+    """A stopped trial scores its test split at epoch 1, not at its last report (2): MLflow
+    keeps epoch 1's value as the latest, Tune's folder the last report's NaN."""
+    callback = callback_for(parent, store)
+    trial = FakeTrial("abc", {"batch_size": 32})
+    unmeasured = {"test_acc": math.nan, "noise_scale": math.nan}
+    results = [schema_result(1, test_acc=0.61, noise_scale=120.0),
+               schema_result(2, "stopped_early", **unmeasured)]  # fmt: skip
+    callback.on_trial_start(0, [], trial)
+    folder = tmp_path / "search" / "trial_abc"
+    folder.mkdir(parents=True)
+    (folder / "params.json").write_text(json.dumps({**trial.config, "epochs": 2}))
+    for result in results:
+        callback.on_trial_result(0, [], trial, result)
+        with open(folder / "result.json", "a") as lines:
+            lines.write(json.dumps({**result, "trial_id": "abc"}) + "\n")
+    client = MlflowClient(store)
+    from_mlflow = frame_from_mlflow(client, client.get_run(parent.run_id)).iloc[0]
+    from_tune = frame_from_tune(tmp_path / "search", tuple(from_mlflow.index)).iloc[0]
+    assert math.isnan(from_mlflow["test_acc"]) and math.isnan(from_mlflow["noise_scale"])
+    shared = ["epoch", "val_acc", "best_val_acc", "throughput", "gen_gap", "test_acc",
+              "noise_scale", "status"]  # fmt: skip
+    assert from_mlflow[shared].to_dict() == pytest.approx(from_tune[shared].to_dict(), nan_ok=True)
 
 
 def test_the_experiment_is_marked_as_model_training_for_mlflow_3(parent, store):
