@@ -15,7 +15,8 @@ saving a little larger, than in a search that scores only its rungs. What the re
 cannot show: the sampler's answer to the trials stopped (Optuna is told PRUNED and
 suggests from the rest). Columns, per rule and the mean over the searches: trials
 stopped, trial seconds kept (of the whole search's trial seconds), hypervolume kept,
-trials of the whole front stopped.
+trials of the whole front stopped, and of its three most accurate trials (issue 37's aim:
+none).
 
     python bench/early_stopping_replay.py [--config configs/cats_dogs.yaml]
         [--num-samples 48] [--seeds 0 1]
@@ -45,6 +46,7 @@ from trainables.metrics import METRICS, STATUS_STOPPED_EARLY, min_accuracy_for
 from trainables.settings import DEFAULT_EPOCHS, TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]
+MOST_ACCURATE = 3  # a rule should stop none of a search's this many most accurate trials
 DEFAULT_RULES = [
     "1,2,4:0.5:3:blind", "1,2,4:0.5", "2,4:0.5", "1,2,4:0.4", "1,2,4:0.3", "1,2,4,6:0.5",
 ]  # fmt: skip
@@ -109,6 +111,7 @@ class Search:
     histories: pd.DataFrame  # a row per trial and epoch
     seconds: dict[str, float]  # each trial's wall seconds
     front: set[str]  # the trials of its front, no trial stopped
+    most_accurate: set[str]  # its MOST_ACCURATE trials of the highest best_val_acc
     min_accuracy: float  # below it a trial is off the front (chance + 0.05)
     split_sizes: dict[str, int]  # images of val, train_eval and test: the objectives' noise
 
@@ -133,6 +136,7 @@ class Search:
             histories=histories,
             seconds=trial_seconds(experiment),
             front=set(marked.loc[marked["is_pareto"], "trial_id"]),
+            most_accurate=set(frame.nlargest(MOST_ACCURATE, "best_val_acc")["trial_id"]),
             min_accuracy=min_accuracy,
             split_sizes=split_sizes_of(config, classes),
         )
@@ -159,6 +163,7 @@ class Replayed:
     seconds_kept: float  # share of the search's trial seconds
     hypervolume_kept: float  # share of the search's hypervolume
     front_stopped: int
+    most_accurate_stopped: int
 
 
 def unscored_rungs(search: Search, rules: list[Rule], objectives: list[str]) -> list[int]:
@@ -198,6 +203,7 @@ def replay_rule(search: Search, rule: Rule, config: SearchConfig) -> Replayed:
         seconds_kept=sum(kept.values()) / sum(search.seconds.values()),
         hypervolume_kept=left / whole if whole else 1.0,
         front_stopped=len(search.front & set(stops)),
+        most_accurate_stopped=len(search.most_accurate & set(stops)),
     )
 
 
@@ -276,19 +282,21 @@ def main() -> None:
         if (search.frame.get("status") == STATUS_STOPPED_EARLY).any():
             print(f"  {search.name} ran with early stopping: its stopped trials cannot go "
                   "further here, so a rule that stops fewer looks like its own")  # fmt: skip
-    header = ["rule", "search", "stopped", "seconds kept", "hypervolume kept", "front stopped"]
+    header = ["rule", "search", "stopped", "seconds kept", "hypervolume kept", "front stopped",
+              f"{MOST_ACCURATE} most accurate stopped"]  # fmt: skip
     rows: list[list[str]] = []
     for rule in rules:
         outcomes = [replay_rule(search, rule, config) for search in searches]
         for search, outcome in zip(searches, outcomes, strict=True):
             rows.append([str(rule), search.name, f"{outcome.stopped}",
                          f"{outcome.seconds_kept:.2f}", f"{outcome.hypervolume_kept:.3f}",
-                         f"{outcome.front_stopped} of {len(search.front)}"])  # fmt: skip
+                         f"{outcome.front_stopped} of {len(search.front)}",
+                         f"{outcome.most_accurate_stopped}"])  # fmt: skip
         if len(outcomes) > 1:
             rows.append([str(rule), "mean", "",
                          f"{statistics.mean(o.seconds_kept for o in outcomes):.2f}",
                          f"{statistics.mean(o.hypervolume_kept for o in outcomes):.3f}",
-                         ""])  # fmt: skip
+                         "", f"{sum(o.most_accurate_stopped for o in outcomes)}"])  # fmt: skip
     print()
     print(pd.DataFrame(rows, columns=header).to_string(index=False))
 

@@ -40,3 +40,34 @@ def test_a_rule_naming_an_objective_the_search_does_not_have_says_so():
         Rule.parse("1,2:0.5:3::accuracy").objectives(SEARCHED)
     with pytest.raises(ValueError, match="'blind' or nothing"):
         Rule.parse("1,2:0.5:3:blnd")
+
+
+def replayed_search(accuracy_at_rung_1: dict[str, float], final: dict[str, float]):
+    """Six trials of two epochs, as a search run without early stopping reads back."""
+    import pandas as pd
+
+    rows = [{"trial_id": trial, "epoch": epoch, "throughput": 1000.0, "gen_gap": 0.05,
+             "best_val_acc": accuracy_at_rung_1[trial] if epoch == 1 else final[trial],
+             "time_total_s": float(epoch), "timestamp": epoch}
+            for trial in final for epoch in (1, 2)]  # fmt: skip
+    histories = pd.DataFrame(rows)
+    frame = pd.DataFrame([{"trial_id": trial, "status": "ok", "throughput": 1000.0,
+                           "gen_gap": 0.05, "best_val_acc": accuracy, "config.epochs": 2}
+                          for trial, accuracy in final.items()])  # fmt: skip
+    return replay_bench.Search(
+        name="seed0", frame=frame, histories=histories, seconds=dict.fromkeys(final, 2.0),
+        front=set(final), most_accurate=set(frame.nlargest(3, "best_val_acc")["trial_id"]),
+        min_accuracy=0.55, split_sizes={"val": 4000, "test": 4000, "train_eval": 4000},
+    )  # fmt: skip
+
+
+def test_the_replay_counts_how_many_of_the_three_most_accurate_trials_a_rule_stopped():
+    from search.config import load_config
+
+    config = load_config(REPO / "configs" / "cats_dogs.yaml", ["search.ablation=null"])
+    # at epoch 1, a b c have learned and d e f are at chance; in the end f is the best
+    at_rung = {"a": 0.8, "b": 0.8, "c": 0.8, "d": 0.5, "e": 0.5, "f": 0.5}
+    final = {"a": 0.81, "b": 0.80, "c": 0.70, "d": 0.60, "e": 0.60, "f": 0.90}
+    outcome = replay_bench.replay_rule(replayed_search(at_rung, final), Rule.parse("1:0.5"),
+                                       config)  # fmt: skip
+    assert outcome.stopped >= 1 and outcome.most_accurate_stopped == 1  # f, slow to start
