@@ -45,6 +45,14 @@ def param_space_of(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return space
 
 
+def with_every_key(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each point with every key some point sets, None where it sets none: Tune fills a key
+    a point leaves out by sampling the param space, which gave the noise-floor runs and the
+    learning rate's ablation another ablation's baseline to be timed against."""
+    keys = dict.fromkeys(key for point in points for key in point)
+    return [{key: point.get(key) for key in keys} for point in points]
+
+
 def has_ablations(experiment_dir: Path) -> bool:
     """Whether the search's ablations have started (and can be resumed)."""
     return has_saved_state(experiment_dir / ABLATIONS_DIR)
@@ -59,6 +67,7 @@ def ablation_tuner(
 ) -> tune.Tuner:
     """Tune's own generator runs each point once: no sampler, no early stopping; the
     search's resources, retries and loggers, in `ablations/` of its folder."""
+    points = with_every_key(points)
     return tune.Tuner(
         trainable(config, data, compared=False, search_name=experiment_dir.name),
         param_space=param_space_of(points),

@@ -100,6 +100,25 @@ def test_a_change_of_a_steps_work_is_timed_against_the_bases_value_and_the_rest_
     assert timed["noise floor"] is None
 
 
+def test_tune_runs_every_point_as_planned_so_the_untimed_ones_stay_untimed():
+    from ray.tune.experiment import Experiment
+    from ray.tune.search import BasicVariantGenerator
+
+    from search.ablation_run import param_space_of, with_every_key
+
+    points = with_every_key(
+        ablation_points([("abc", KNEE)], SPACE, AblationSection(seeds=3), on_gpu=False)
+    )
+    generator = BasicVariantGenerator(points_to_evaluate=[dict(point) for point in points])
+    space = param_space_of(points)
+    generator.add_configurations([Experiment("ablations", print, space, num_samples=len(points))])
+    ran = []
+    while (trial := generator.next_trial()) is not None:
+        ran.append(trial.config)
+    assert ran == points  # before: a point without a baseline drew another point's
+    assert [p["speed_baseline_json"] for p in ran if p["ablation"] == "noise floor"] == [None] * 3
+
+
 def test_a_base_without_a_seed_is_ablated_at_the_trainables_default_seed():
     base = {key: value for key, value in KNEE.items() if key != "seed"}
     points = ablation_points([("abc", base)], SPACE, AblationSection(seeds=1), on_gpu=False)
