@@ -111,7 +111,9 @@ def test_tune_runs_every_point_as_planned_so_the_untimed_ones_stay_untimed():
     )
     generator = BasicVariantGenerator(points_to_evaluate=[dict(point) for point in points])
     space = param_space_of(points)
-    generator.add_configurations([Experiment("ablations", print, space, num_samples=len(points))])
+    generator.add_configurations(
+        [Experiment("ablations", print, config=space, num_samples=len(points))]
+    )
     ran = []
     while (trial := generator.next_trial()) is not None:
         ran.append(trial.config)
