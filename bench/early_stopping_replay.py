@@ -141,6 +141,12 @@ class Search:
             split_sizes=split_sizes_of(config, classes),
         )
 
+    def warmup_epochs(self) -> dict[str, int]:
+        """Each trial's `warmup_epochs`, which the live scheduler reads from its config."""
+        warmups = self.frame.get("config.warmup_epochs", pd.Series(0, index=self.frame.index))
+        return {trial: int(value) if pd.notna(value) else 0
+                for trial, value in zip(self.frame["trial_id"], warmups, strict=True)}  # fmt: skip
+
     def last_epochs(self) -> dict[str, int]:
         default = pd.Series(DEFAULT_EPOCHS, index=self.frame.index)
         epochs = self.frame.get("config.epochs", default)
@@ -187,7 +193,7 @@ def replay_rule(search: Search, rule: Rule, config: SearchConfig) -> Replayed:
         rule.objectives(objectives), rule.rungs, rule.keep, rule.min_peers, min_accuracy,
         split_sizes=search.split_sizes if rule.on_evidence else None,
     )  # fmt: skip
-    stops = replay(scheduler, search.histories, search.last_epochs())
+    stops = replay(scheduler, search.histories, search.last_epochs(), search.warmup_epochs())
     at_stop = search.histories.set_index(["trial_id", "epoch"])["time_total_s"]
     kept = {
         trial: float(at_stop[(trial, stops[trial])]) if trial in stops else seconds

@@ -217,7 +217,10 @@ class ParetoEarlyStopping(FIFOScheduler):
 
 
 def replay(
-    scheduler: ParetoEarlyStopping, histories: pd.DataFrame, last_epochs: Mapping[str, int]
+    scheduler: ParetoEarlyStopping,
+    histories: pd.DataFrame,
+    last_epochs: Mapping[str, int],
+    warmup_epochs: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """The epoch at which `scheduler` would have stopped each trial it stops, had it watched
     the search whose epochs `histories` holds (columns `trial_id`, `epoch`, `timestamp`,
@@ -228,7 +231,9 @@ def replay(
     they reached the driver unless two came within its event loop's turn. A search run
     with `scheduler`'s own settings replays to the trials it stopped; one run without
     early stopping must have scored `gen_gap` at the rungs (`train.gap_epochs`). A
-    scheduler with a min accuracy needs `best_val_acc` in `histories` too.
+    scheduler with a min accuracy needs `best_val_acc` in `histories` too. `warmup_epochs`:
+    each trial's, as the live scheduler reads it from the trial's config (a trial is not
+    judged at a rung inside its warmup); none given: no trial warms up.
     """
     if scheduler.min_accuracy is not None and "best_val_acc" not in histories:
         raise ValueError(
@@ -243,7 +248,8 @@ def replay(
         trial_id = str(result["trial_id"])
         if trial_id in stops:
             continue
-        if scheduler.verdict(trial_id, result, last_epochs[trial_id]):
+        warmup = (warmup_epochs or {}).get(trial_id, 0)
+        if scheduler.verdict(trial_id, result, last_epochs[trial_id], warmup):
             stops[trial_id] = int(result["epoch"])
     return stops
 
