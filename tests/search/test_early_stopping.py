@@ -229,13 +229,18 @@ def history(*rows: tuple[str, int, int, float, float, float]):
     return frame.assign(gen_gap=0.0)
 
 
-def test_a_replay_stops_the_trials_the_scheduler_would_have_stopped_where_it_would_have():
-    epochs = history(
+def two_fast_trials_and_a_slow_one():
+    """Three epochs each of two fast trials that learn and a slow one that does not."""
+    return history(
         ("a", 1, 100, 1.0, 900, 0.6), ("a", 2, 101, 2.0, 900, 0.8), ("a", 3, 102, 3.0, 900, 0.9),
         ("b", 1, 100, 1.5, 800, 0.6), ("b", 2, 101, 2.5, 800, 0.9), ("b", 3, 102, 3.5, 800, 0.9),
         ("slow", 1, 103, 0.5, 50, 0.5), ("slow", 2, 104, 1.0, 50, 0.5),
         ("slow", 3, 105, 1.5, 50, 0.6),
     )  # fmt: skip
+
+
+def test_a_replay_stops_the_trials_the_scheduler_would_have_stopped_where_it_would_have():
+    epochs = two_fast_trials_and_a_slow_one()
     last = {"a": 3, "b": 3, "slow": 3}
     scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], keep=0.5, min_peers=3)
     assert replay(scheduler, epochs, last) == {"slow": 2}
@@ -243,12 +248,7 @@ def test_a_replay_stops_the_trials_the_scheduler_would_have_stopped_where_it_wou
 
 
 def test_a_replay_judges_a_warming_up_trial_after_its_warmup_as_the_live_search_does():
-    epochs = history(
-        ("a", 1, 100, 1.0, 900, 0.6), ("a", 2, 101, 2.0, 900, 0.8), ("a", 3, 102, 3.0, 900, 0.9),
-        ("b", 1, 100, 1.5, 800, 0.6), ("b", 2, 101, 2.5, 800, 0.9), ("b", 3, 102, 3.5, 800, 0.9),
-        ("slow", 1, 103, 0.5, 50, 0.5), ("slow", 2, 104, 1.0, 50, 0.5),
-        ("slow", 3, 105, 1.5, 50, 0.6),
-    )  # fmt: skip
+    epochs = two_fast_trials_and_a_slow_one()
     last = {"a": 4, "b": 4, "slow": 4}
     scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2, 3], keep=0.5, min_peers=3)
     assert replay(scheduler, epochs, last, {"slow": 2}) == {"slow": 3}  # not at 2: warming up
