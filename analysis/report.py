@@ -235,10 +235,13 @@ def _status_counts(frame: pd.DataFrame) -> str:
 
 
 def _front_table(report: Report) -> pd.DataFrame:
+    """The front's trials: the objectives first, where a page too narrow for every
+    sampled setting still shows them, then the settings."""
     params = varied_settings(report.frame)
     front = report.frame[report.frame["is_pareto"] == True]  # noqa: E712
-    columns = ["trial_id", *params, *report.objectives]
+    columns = ["trial_id", *report.objectives]
     columns += [f"{name}_std" for name in report.objectives if f"{name}_std" in front]
+    columns += params
     shown = front[columns].rename(columns={p: p.removeprefix(CONFIG_PREFIX) for p in params})
     return as_shown_table(shown)
 
@@ -471,7 +474,9 @@ def render_html(
         sections.append("<h2>What each technique does over the search's trials</h2>" + body)
     infeasible = _infeasible_table(report)
     if not infeasible.empty:
-        sections.append("<h2>Kept off the front</h2>" + infeasible.to_html(index=False))
+        sections.append(
+            "<h2>Kept off the front</h2>" + infeasible.to_html(index=False, classes="why")
+        )
     sections.append("<h2>Charts (hover a point for its config)</h2>" + "".join(plots))
     for heading, name in (images or {}).items():
         sections.append(f'<h2>{html.escape(heading)}</h2><img src="{html.escape(name)}" alt="">')
@@ -484,6 +489,7 @@ PAGE = """<!doctype html>
 body {{ font-family: sans-serif; margin: 2em; }}
 table {{ border-collapse: collapse; }}
 td, th {{ padding: 2px 8px; border: 1px solid #ccc; }}
+table.why td:nth-child(3) {{ min-width: 36em; }}  /* why a trial is off the front */
 </style></head>
 <body>{body}</body></html>
 """
