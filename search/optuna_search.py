@@ -161,11 +161,11 @@ class OptunaAskTell(Searcher):
 
     def accuracy_shortfall(self, result: Mapping[str, Any]) -> float:
         """How far the trial's `best_val_acc` is below the min accuracy (<= 0: not below,
-        or no bar, or no accuracy)."""
+        or no bar, or no accuracy reported); NaN is below, as the report counts it."""
         accuracy = result.get("best_val_acc")
         if self.min_accuracy is None or not isinstance(accuracy, int | float):
             return 0.0
-        return self.min_accuracy - float(accuracy) if math.isfinite(accuracy) else 0.0
+        return self.min_accuracy - (0.0 if math.isnan(accuracy) else float(accuracy))
 
     @property
     def forecast(self) -> OomForecast:

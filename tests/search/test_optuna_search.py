@@ -52,6 +52,8 @@ def test_a_trial_that_learned_nothing_is_told_as_infeasible_by_how_far_below_it_
     assert chance.state == learned.state == optuna.trial.TrialState.COMPLETE
     assert chance.constraints == {"min_accuracy": pytest.approx(0.05)}
     assert learned.constraints == {}
+    assert searcher.accuracy_shortfall({"best_val_acc": float("nan")}) == 0.55  # as the report
+    assert searcher.accuracy_shortfall({}) == 0.0
 
 
 def told_like_its_config(min_accuracy: float | None) -> int:
