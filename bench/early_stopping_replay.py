@@ -141,19 +141,20 @@ class Search:
             split_sizes=split_sizes_of(config, classes),
         )
 
+    def setting_of_each_trial(self, key: str) -> dict[str, int]:
+        """Each trial's whole-number setting `key`, the trainable's default where its config
+        leaves it out."""
+        default = TrainSettings.model_fields[key].default
+        values = self.frame.get(f"config.{key}", pd.Series(default, index=self.frame.index))
+        return {trial: int(value) if pd.notna(value) else default
+                for trial, value in zip(self.frame["trial_id"], values, strict=True)}  # fmt: skip
+
     def warmup_epochs(self) -> dict[str, int]:
         """Each trial's `warmup_epochs`, which the live scheduler reads from its config."""
-        warmups = self.frame.get("config.warmup_epochs", pd.Series(0, index=self.frame.index))
-        return {trial: int(value) if pd.notna(value) else 0
-                for trial, value in zip(self.frame["trial_id"], warmups, strict=True)}  # fmt: skip
+        return self.setting_of_each_trial("warmup_epochs")
 
     def last_epochs(self) -> dict[str, int]:
-        default = pd.Series(DEFAULT_EPOCHS, index=self.frame.index)
-        epochs = self.frame.get("config.epochs", default)
-        return {
-            trial: int(value) if pd.notna(value) else DEFAULT_EPOCHS
-            for trial, value in zip(self.frame["trial_id"], epochs, strict=True)
-        }
+        return self.setting_of_each_trial("epochs")
 
 
 def split_sizes_of(config: SearchConfig, classes: int) -> dict[str, int]:
