@@ -4,8 +4,8 @@ steps on its device, with an interval.
 A trial's epoch runs beside its neighbours (other trials on the node's cores, or on the
 same card), so its images over its wall time say as much about the schedule as about the
 config. Here the trial's own steps are timed in blocks (each lasting `MIN_BLOCK_SECONDS`
-or more, the device synchronised only at a block's edges), and only blocks that ran
-alone count:
+or more, the device synchronised only at a block's edges), and only blocks of whole steps
+(not the epoch's partial last one) that ran alone count:
 
 - where the device is not crowded (on the CPU: the live trials' threads fit its cores,
   `trainables.device_gate.DeviceGate.crowded`), every block of every epoch, at no cost to
@@ -310,6 +310,8 @@ class SpeedWindow:
         self._in_block = self._block_images = 0
         self._block_started = self._held_at = 0.0
         self._rates: list[float] = []
+        batch_size, accumulation_steps = ConfigSpeed.parts(key)
+        self._whole_step_images = batch_size * accumulation_steps
 
     @property
     def holding(self) -> bool:
@@ -325,9 +327,17 @@ class SpeedWindow:
             yield
 
     def after(self, images: int) -> None:
-        """After a step of `images` images."""
+        """After a step of `images` images. A step with fewer images than the
+        configuration's whole step (the epoch's partial last one: smaller micro-batches,
+        slower per image) is not the configuration's speed: the block it falls in is
+        dropped. Without this, every block of an epoch nobody crowds counted the tail but a
+        held window rarely reached it, and a configuration of two steps an epoch was timed
+        on its tail alone."""
         self._steps_seen += 1
         if self._mode not in ("free", "held"):
+            return
+        if images < self._whole_step_images and not self._warmup_left:
+            self._start_block(self._whole_step_images)
             return
         if self._warmup_left:
             self._warmup_left -= 1

@@ -118,6 +118,28 @@ def test_on_a_device_nobody_crowds_every_block_of_the_epoch_is_timed_and_nobody_
     assert speeds.windows == {}
 
 
+def epoch_with_a_tail(window: SpeedWindow, clock: Clock, whole_steps: int) -> None:
+    """`whole_steps` steps of 32 images at 25 ms (a block each), then the epoch's partial
+    last step: 8 images in 12.5 ms (a smaller batch, slower per image)."""
+    for images, seconds in [(32, 0.025)] * whole_steps + [(8, 0.0125)]:
+        with window.step():
+            clock.now += seconds
+        window.after(images)
+    window.close()
+
+
+def test_the_epochs_partial_last_step_is_not_the_configurations_speed():
+    clock, speeds = Clock(0.025), ConfigSpeed()
+    epoch_with_a_tail(window([], clock, speeds, crowded=lambda: False), clock, 9)
+    epoch_with_a_tail(window([], clock, speeds, crowded=lambda: True), clock, 7)  # held to its end
+    rates = speeds.blocks["32x1"]
+    assert len(rates) == 8 + 4 and rates == pytest.approx([1280.0] * len(rates))
+    two_steps = ConfigSpeed()  # a large batch: one whole step after the first, and the tail
+    for _ in range(3):
+        epoch_with_a_tail(window([], clock, two_steps, crowded=lambda: False), clock, 2)
+    assert two_steps.blocks["32x1"] == pytest.approx([1280.0] * 3)
+
+
 def test_on_a_crowded_device_a_short_window_is_held_after_warm_up():
     events, clock, speeds = [], Clock(0.01), ConfigSpeed()
     run_steps(window(events, clock, speeds, crowded=lambda: True), clock, steps=200)
