@@ -3,7 +3,7 @@
 The same epoch (model, data, order, batch) trained with the noise scale measured and
 without, alternating so that drift in the machine's speed falls on both. Two cases:
 
-- without accumulation: `noise_probes` steps of the epoch trained as two halves (the
+- without accumulation: `noise_splits` steps of the epoch trained as two halves (the
   default, 4) against none;
 - with accumulation: every step measured (the micro-batches' gradient norms, read by
   hooks) against no step measured.
@@ -27,12 +27,12 @@ from trainables.noise_scale import NoiseMeter
 from trainables.precision import Precision
 from trainables.run import build_optimizer
 from trainables.schedules import EpochPlan
-from trainables.settings import DEFAULT_NOISE_PROBES, TrainSettings
+from trainables.settings import DEFAULT_NOISE_SPLITS, TrainSettings
 from trainables.training import EpochSteps, HostSplit, Normaliser, train_epoch
 
 
 def epoch_seconds(
-    args: argparse.Namespace, data: PreparedData, accumulation: int, probes: int, measure: bool
+    args: argparse.Namespace, data: PreparedData, accumulation: int, splits: int, measure: bool
 ) -> float:
     settings = TrainSettings(model=args.model, batch_size=args.batch_size, lr=0.01)
     torch.manual_seed(0)
@@ -43,7 +43,7 @@ def epoch_seconds(
                      growths=0)  # fmt: skip
     normalise = Normaliser.from_stats(data.mean, data.std, torch.device("cpu"))
     generator = torch.Generator().manual_seed(0)
-    steps = EpochSteps.drawn(len(split), plan, generator, probes if measure else 0)
+    steps = EpochSteps.drawn(len(split), plan, generator, splits if measure else 0)
     if not measure:  # every step trained as planned and none measured, accumulated ones too
         steps = EpochSteps(steps.batches)
     noise = NoiseMeter(model) if steps.measured else None
@@ -61,13 +61,13 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--accumulation", type=int, default=4)
-    parser.add_argument("--probes", type=int, default=DEFAULT_NOISE_PROBES)
+    parser.add_argument("--splits", type=int, default=DEFAULT_NOISE_SPLITS)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cases = {
-        f"no accumulation, {args.probes} probe steps": (1, args.probes, True),
+        f"no accumulation, {args.splits} steps split": (1, args.splits, True),
         "no accumulation, not measured": (1, 0, False),
         f"accumulation {args.accumulation}, every step measured": (args.accumulation, 0, True),
         f"accumulation {args.accumulation}, not measured": (args.accumulation, 0, False),

@@ -62,3 +62,17 @@ def test_the_ablations_budget_is_now_max_trials_and_the_old_key_still_works_with
     ]
     started = SearchState("run", "sqlite:///x.db", "e", {"search": {"ablation": {"budget": 5}}})
     assert started.differences({"search": {"ablation": {"max_trials": 5}}}) == []
+
+
+def test_the_noise_scales_split_steps_were_probes_and_the_old_name_still_works():
+    """A "probe" is a batch tried for its memory; the steps split in two for the gradient
+    noise scale were also called probes."""
+    with pytest.warns(FutureWarning, match="noise_probe_steps is now noise_split_steps"):
+        settings = TrainSettings.from_config({"noise_probe_steps": 2})
+    assert settings.noise_split_steps == 2 and settings.noise_splits == 2
+    config = load_config(CONFIGS / "smoke.yaml", ["train.noise_probe_steps=3"])
+    assert config.train["noise_split_steps"] == 3
+    row = trial_row("t", {"noise_probe_steps": 1}, {"status": "ok"})  # Tune's folder or MLflow
+    assert row["config.noise_split_steps"] == 1 and "config.noise_probe_steps" not in row
+    started = SearchState("run", "sqlite:///x.db", "e", {"train": {"noise_probe_steps": 2}})
+    assert started.differences({"train": {"noise_split_steps": 2}}) == []

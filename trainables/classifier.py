@@ -260,7 +260,7 @@ def train_one_epoch(
     `compile`, off the clock), then the training itself."""
     settings = run.settings
     generator = torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch))
-    steps = EpochSteps.drawn(len(splits.train), plan, generator, settings.noise_probes)
+    steps = EpochSteps.drawn(len(splits.train), plan, generator, settings.noise_splits)
     with run.gate.step() if run.gate else nullcontext():  # metering and compiling use it too
         metered = meter_first_step(run.budget, run.model, run.optimizer, splits.train,
                                    splits.normalise, steps, run.precision)  # fmt: skip

@@ -96,7 +96,7 @@ METRICS: dict[str, MetricSpec] = {
     "noise_scale": MetricSpec(
         "the gradient noise scale B_simple = tr(Σ)/|G|² measured over the epoch (McCandlish "
         "et al. 2018): about the largest batch that still pays off in steps; NaN where not "
-        "measured (without accumulation, only the steps noise_probe_steps probes are: by "
+        "measured (without accumulation, only the steps noise_split_steps splits are: by "
         "default 4 where adabatch_rule is noise_scale, else none; an epoch's first step never "
         "is), inf where the gradient's signal is lost in its noise"
     ),

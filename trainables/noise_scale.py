@@ -33,11 +33,11 @@ import torch
 from torch import nn
 
 
-def probe_steps(steps: int, probes: int) -> list[int]:
-    """`probes` step indices spread evenly over an epoch of `steps` (all, if fewer)."""
-    if probes >= steps:
+def spread_steps(steps: int, count: int) -> list[int]:
+    """`count` step indices spread evenly over an epoch of `steps` (all, if fewer)."""
+    if count >= steps:
         return list(range(steps))
-    return sorted({int((i + 0.5) * steps / probes) for i in range(probes)})
+    return sorted({int((i + 0.5) * steps / count) for i in range(count)})
 
 
 def in_halves(batch: slice) -> list[slice]:

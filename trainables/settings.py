@@ -33,15 +33,18 @@ _STRICT = {"strict": True}
 _MODEL_NAME = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")
 _DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
 DEVICE_NAMES = "auto, cpu, cuda or cuda:N (N: a CUDA device index)"
-DEFAULT_NOISE_PROBES = 4  # probed steps an epoch where the noise-scale rule needs them
+DEFAULT_NOISE_SPLITS = 4  # steps split in two an epoch where the noise-scale rule needs them
 
 # Settings that were renamed, old name -> new. "checkpoint" meant both the recomputation
-# of activations and Tune's saved trial state; now it is the latter only. The old names
-# still work, with a warning, in configs, trials' configs and searches saved before.
+# of activations and Tune's saved trial state; now it is the latter only. A "probe" meant
+# both a batch tried for its memory and a step split in two for the gradient noise scale;
+# now it is the former only. The old names still work, with a warning, in configs, trials'
+# configs and searches saved before.
 RENAMED_KEYS: dict[str, str] = {
     "grad_checkpointing": "activation_checkpointing",
     "checkpoint_modules": "recomputed_modules",
     "checkpoint_segments": "recomputed_segments",
+    "noise_probe_steps": "noise_split_steps",
 }
 
 
@@ -118,8 +121,8 @@ class TrainSettings(BaseModel):
     # steps per epoch trained as two halves to measure the gradient noise scale when there is
     # no accumulation, never the first (it trains the whole physical batch and sets
     # peak_mem_mb); accumulated steps are all measured, for free. None: 4 where the
-    # noise-scale rule needs them (adabatch_rule: noise_scale), else 0 (a probe costs steps)
-    noise_probe_steps: int | None = Field(None, ge=0, **_STRICT)
+    # noise-scale rule needs them (adabatch_rule: noise_scale), else 0 (a split step costs time)
+    noise_split_steps: int | None = Field(None, ge=0, **_STRICT)
     # clip the gradients' global L2 norm to this before each update (under fp16's GradScaler,
     # the unscaled gradients); None: no clipping
     grad_clip_norm: float | None = Field(None, gt=0)
@@ -261,11 +264,11 @@ class TrainSettings(BaseModel):
         return TrainSettings.model_validate(self.model_dump() | changes)
 
     @property
-    def noise_probes(self) -> int:
-        """Steps per epoch probed for the gradient noise scale (see `noise_probe_steps`)."""
-        if self.noise_probe_steps is not None:
-            return self.noise_probe_steps
-        return DEFAULT_NOISE_PROBES if self.adabatch_rule == "noise_scale" else 0
+    def noise_splits(self) -> int:
+        """Steps per epoch split in two for the gradient noise scale (see `noise_split_steps`)."""
+        if self.noise_split_steps is not None:
+            return self.noise_split_steps
+        return DEFAULT_NOISE_SPLITS if self.adabatch_rule == "noise_scale" else 0
 
     @property
     def base_lr(self) -> float:

@@ -30,7 +30,7 @@ from torch import nn
 from trainables.augment import random_crop_flip
 from trainables.cuda import synchronize
 from trainables.memory import MemoryBudget
-from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, probe_steps
+from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, spread_steps
 from trainables.precision import Precision
 from trainables.schedules import EpochPlan
 from trainables.speed import SpeedWindow
@@ -179,37 +179,38 @@ def step_groups(count: int, batch_size: int, accumulation_steps: int) -> list[li
     return [slices[i : i + accumulation_steps] for i in range(0, len(slices), accumulation_steps)]
 
 
-def with_noise_probes(groups: list[list[slice]], probes: int) -> tuple[list[list[slice]], set[int]]:
+def with_noise_splits(groups: list[list[slice]], splits: int) -> tuple[list[list[slice]], set[int]]:
     """The epoch's steps as trained when the gradient noise scale is measured, and which
     steps are measured. Steps of two or more micro-batches are all measured (for free);
-    without accumulation, `probes` steps spread over the epoch after its first are trained
+    without accumulation, `splits` steps spread over the epoch after its first are trained
     as two halves. The first step always runs at the full physical batch: it is the step
     whose peak is the trial's `peak_mem_mb`, and where a batch too large fails first."""
     if any(len(group) > 1 for group in groups):
         return groups, {step for step, group in enumerate(groups) if len(group) > 1}
-    probed = {1 + step for step in probe_steps(len(groups) - 1, probes)}
-    split = [in_halves(group[0]) if step in probed else group for step, group in enumerate(groups)]
-    return split, {step for step in probed if len(split[step]) > 1}
+    halved = {1 + step for step in spread_steps(len(groups) - 1, splits)}
+    split = [in_halves(group[0]) if step in halved else group for step, group in enumerate(groups)]
+    return split, {step for step in halved if len(split[step]) > 1}
 
 
 @dataclass(frozen=True)
 class EpochSteps:
     """An epoch's optimizer steps in the order they train: each a list of micro-batches,
     each the indices of its images in the split; and the steps the gradient noise scale is
-    measured on (`with_noise_probes`)."""
+    measured on (`with_noise_splits`)."""
 
     batches: list[list[torch.Tensor]]
     measured: frozenset[int] = frozenset()
 
     @classmethod
     def drawn(
-        cls, count: int, plan: EpochPlan, generator: torch.Generator, noise_probes: int = 0
+        cls, count: int, plan: EpochPlan, generator: torch.Generator, noise_splits: int = 0
     ) -> EpochSteps:
         """A pass over `count` images in the order `generator` draws, in the plan's
-        physical batches and accumulation steps, with `noise_probes` probed steps."""
+        physical batches and accumulation steps, `noise_splits` of them split in two for
+        the noise scale."""
         order = torch.randperm(count, generator=generator)
         groups = step_groups(count, plan.batch_size, plan.accumulation_steps)
-        groups, measured = with_noise_probes(groups, noise_probes)
+        groups, measured = with_noise_splits(groups, noise_splits)
         return cls([[order[s] for s in group] for group in groups], frozenset(measured))
 
     @property

@@ -55,12 +55,12 @@ def test_the_cpu_studies_run_shrunk_to_one_seed_and_two_epochs(
     assert code == 0
     trials = pd.read_csv(tmp_path / "ray_results" / "study" / "report" / "trials.csv")
     assert len(trials) == grid and set(trials["status"]) == {"ok"}  # every grid point ran
-    # The AdaBatch study probes every trial for the noise scale: measured in each with two
+    # The AdaBatch study measures every trial's noise scale: measured in each with two
     # steps an epoch or more (an epoch's first step trains whole, so one step gives none).
-    # The Paperspace study does not ask for it: nothing is probed, nothing measured.
+    # The Paperspace study does not ask for it: nothing is split, nothing measured.
     several_steps = trials["train_steps"] / trials["epoch"] >= 2
     assert several_steps.sum() >= grid / 2
-    probed = config == "adabatch.yaml"
-    assert (trials.loc[several_steps, "noise_scale"] > 0).all() == probed
+    measured = config == "adabatch.yaml"
+    assert (trials.loc[several_steps, "noise_scale"] > 0).all() == measured
     assert trials.loc[~several_steps, "noise_scale"].isna().all()
-    assert (tmp_path / "ray_results" / "study" / "report" / "noise_scale.png").exists() == probed
+    assert (tmp_path / "ray_results" / "study" / "report" / "noise_scale.png").exists() == measured

@@ -215,21 +215,21 @@ def test_steps_to_target_counts_the_optimizer_steps_until_the_target_was_reached
 
 
 @pytest.mark.parametrize(
-    "switches", [{"accumulation_steps": 2}, {"noise_probe_steps": 2},
+    "switches", [{"accumulation_steps": 2}, {"noise_split_steps": 2},
                  {"adabatch_rule": "noise_scale", "adabatch_growth": 2}],
 )  # fmt: skip
 def test_every_epoch_reports_the_gradient_noise_scale_where_it_is_measured(
     tiny_data: PreparedData, switches
 ):
-    """Accumulated steps are measured for free; without accumulation, probed steps are
+    """Accumulated steps are measured for free; without accumulation, split steps are
     trained in halves: asked for, or where the noise-scale rule needs them."""
     reports = Reports()
     fit_classifier(settings(**switches), tiny_data, reports)
     assert all(m["noise_scale"] > 0 for m in reports.metrics)  # NaN: not measured
 
 
-def test_by_default_steps_without_accumulation_are_not_probed_for_the_noise_scale(tiny_data):
-    """A probe trains its step in two halves: a cost no trial pays unless something reads
+def test_by_default_steps_without_accumulation_are_not_split_for_the_noise_scale(tiny_data):
+    """A split step trains in two halves: a cost no trial pays unless something reads
     the noise scale."""
     last = fit_classifier(settings(), tiny_data, Reports())
     assert math.isnan(last["noise_scale"])

@@ -9,12 +9,12 @@ from trainables.noise_scale import (
     NoiseMeter,
     NoiseScale,
     in_halves,
-    probe_steps,
+    spread_steps,
     unbiased_estimates,
 )
 from trainables.precision import Precision
 from trainables.step import train_step
-from trainables.training import with_noise_probes
+from trainables.training import with_noise_splits
 
 EXAMPLES, FEATURES, CLASSES = 4096, 20, 3
 
@@ -92,28 +92,28 @@ def test_a_noise_scale_is_nan_unmeasured_and_inf_when_the_signal_is_lost_in_the_
     assert NoiseScale(gradient_sq=2.0, noise_trace=64.0, steps=3).value == 32.0
 
 
-def test_probes_are_spread_over_the_epoch_and_a_batch_splits_into_two_halves():
-    assert probe_steps(100, 4) == [12, 37, 62, 87]
-    assert probe_steps(3, 4) == [0, 1, 2]
+def test_split_steps_are_spread_over_the_epoch_and_a_batch_splits_into_two_halves():
+    assert spread_steps(100, 4) == [12, 37, 62, 87]
+    assert spread_steps(3, 4) == [0, 1, 2]
     assert in_halves(slice(0, 9)) == [slice(0, 4), slice(4, 9)]
     assert in_halves(slice(5, 8)) == [slice(5, 8)]  # halves of one image cannot train BatchNorm
 
 
-def test_accumulated_steps_are_all_measured_and_plain_ones_only_at_the_probes():
+def test_accumulated_steps_are_all_measured_and_plain_ones_only_where_split():
     plain = [[slice(i, i + 8)] for i in range(0, 80, 8)]
-    groups, measured = with_noise_probes(plain, probes=2)
+    groups, measured = with_noise_splits(plain, splits=2)
     assert measured == {3, 7}  # spread over the steps after the first
     assert groups[3] == [slice(24, 28), slice(28, 32)] and groups[2] == plain[2]
     accumulated = [[slice(0, 8), slice(8, 16)], [slice(16, 24), slice(24, 32)], [slice(32, 36)]]
-    assert with_noise_probes(accumulated, probes=2) == (accumulated, {0, 1})
-    assert with_noise_probes(plain, probes=0) == (plain, set())
+    assert with_noise_splits(accumulated, splits=2) == (accumulated, {0, 1})
+    assert with_noise_splits(plain, splits=0) == (plain, set())
 
 
 def test_the_first_step_of_an_epoch_always_trains_the_whole_physical_batch():
-    """It sets `peak_mem_mb` and is where a batch too large fails first: a probe's half
+    """It sets `peak_mem_mb` and is where a batch too large fails first: a split step's half
     would measure half the step and let a trial of few steps never run a full one."""
     for steps in (1, 2, 4, 5):
         plain = [[slice(i, i + 8)] for i in range(0, 8 * steps, 8)]
-        groups, measured = with_noise_probes(plain, probes=4)
+        groups, measured = with_noise_splits(plain, splits=4)
         assert groups[0] == plain[0] and 0 not in measured
         assert measured == set(range(1, steps))  # the rest, when there are few

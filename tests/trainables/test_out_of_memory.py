@@ -30,9 +30,9 @@ class Reports:
 
 
 def settings(**changes) -> TrainSettings:
-    # No noise probes: the injected failures count forward passes, one per step, and the
+    # No noise split steps: the injected failures count forward passes, one per step, and the
     # CPU meter's two tiny ones, on every machine (a card's path: the fake card below).
-    base = {"epochs": 3, "batch_size": 8, "train_eval_size": 16, "lr": 0.02, "noise_probe_steps": 0,
+    base = {"epochs": 3, "batch_size": 8, "train_eval_size": 16, "lr": 0.02, "noise_split_steps": 0,
             "device": "cpu"}  # fmt: skip
     return TrainSettings(**{**base, **changes})
 
@@ -384,7 +384,7 @@ def test_an_oom_while_the_whole_card_was_full_is_recorded_as_the_cards_not_the_c
 def test_a_step_over_the_share_of_the_fake_card_fails_at_the_first_full_size_step(
     tiny_data: PreparedData, monkeypatch, fake_cuda
 ):
-    """The first step trains the whole physical batch (no noise probe splits it): the
+    """The first step trains the whole physical batch (no noise split halves it): the
     trial that cannot fit fails there, having trained nothing, and its limit is reported."""
     from tests.fake_cuda import MIB, CardLoad
 
@@ -392,7 +392,7 @@ def test_a_step_over_the_share_of_the_fake_card_fails_at_the_first_full_size_ste
     on_the_fake_card(monkeypatch)
     load = CardLoad(card, per_image=100 * MIB)
     with_stage(monkeypatch, load)
-    over = settings(batch_size=16, noise_probe_steps=4, memory_budget_mb=1500, device="cpu")
+    over = settings(batch_size=16, noise_split_steps=4, memory_budget_mb=1500, device="cpu")
     last = fit_classifier(over, tiny_data, Reports())
     assert last["status"] == "oom" and last["oom_cause"] == "share"
     assert "out of memory in training" in last["status_detail"]
@@ -412,12 +412,12 @@ def test_a_trial_on_the_fake_card_reports_the_reserved_peak_of_its_full_size_fir
     on_the_fake_card(monkeypatch)
     with_stage(monkeypatch, CardLoad(card, per_image=10 * MIB, fixed=7 * MIB))
     reports = Reports()
-    on_cpu = settings(batch_size=16, noise_probe_steps=8, epochs=2, device="cpu")
+    on_cpu = settings(batch_size=16, noise_split_steps=8, epochs=2, device="cpu")
     fit_classifier(on_cpu, tiny_data, reports)
     assert len(reports.metrics) == 2
-    for metrics in reports.metrics:  # 3 steps an epoch, the last two probed in halves
+    for metrics in reports.metrics:  # 3 steps an epoch, the last two split in halves
         assert metrics["status"] == "ok"
-        assert metrics["peak_mem_mb"] == 167  # 16 images: not 8, a probe's half
+        assert metrics["peak_mem_mb"] == 167  # 16 images: not 8, a split step's half
         assert metrics["peak_reserved_mb"] == 168  # in 2 MiB blocks
         assert metrics["device_name"] == "Fake H100 (81920 MiB)"
         assert metrics["driver_version"] == "580.65.06"

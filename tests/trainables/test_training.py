@@ -45,12 +45,12 @@ def plan(batch_size: int, accumulation_steps: int = 1, lr: float = 0.01) -> Epoc
 
 
 def one_epoch(
-    model, optimizer, split, batch_size, accumulation_steps=1, seed=0, noise_probes=0, **switches
+    model, optimizer, split, batch_size, accumulation_steps=1, seed=0, noise_splits=0, **switches
 ):
     """An epoch as a trial trains it: its steps drawn, the CPU meter's check, the loop."""
     generator = torch.Generator().manual_seed(seed)
     steps = EpochSteps.drawn(len(split), plan(batch_size, accumulation_steps), generator,
-                             noise_probes)  # fmt: skip
+                             noise_splits)  # fmt: skip
     budget = switches.pop("budget", None) or MemoryBudget(CPU)
     precision = switches.pop("precision", FP32)
     metered = meter_first_step(budget, model, optimizer, split, NORMALISE, steps, precision)
@@ -85,7 +85,7 @@ def test_a_long_run_of_skipped_steps_that_ends_between_two_readings_still_counts
 
 
 def test_an_epochs_steps_cover_the_split_once_in_the_drawn_order_first_step_whole():
-    steps = EpochSteps.drawn(40, plan(8), torch.Generator().manual_seed(3), noise_probes=2)
+    steps = EpochSteps.drawn(40, plan(8), torch.Generator().manual_seed(3), noise_splits=2)
     drawn = torch.cat([batch for group in steps.batches for batch in group])
     assert sorted(drawn.tolist()) == list(range(40))
     assert len(steps.first_batch) == 8 and 0 not in steps.measured and len(steps.measured) == 2
