@@ -8,6 +8,12 @@ default search (configs/cats_dogs.yaml) trains a trial: 8 epochs, validation sco
 epoch, the training subset and the test split at the early-stopping rungs (gap epochs 1,
 2 and 4) and the last.
 
+A bare loop that scores nothing leaves out work the search needs (the best epoch, the gaps
+the rungs compare), so the whole run is also set against the bare loop scoring the same
+images as the trainable's last run did: validation every epoch, the training subset and
+the test split as many times, forward only at the training batch. That ratio is the
+trainable's own cost; the other is the scoring's.
+
     python bench/trainable_vs_bare_loop.py [--model small_cnn] [--image-size 64]
         [--batch-size 64] [--epochs 8] [--gap-epochs 1 2 4] [--threads 1] [--repeats 3]
 """
@@ -26,24 +32,34 @@ import torch.nn.functional as F
 
 from trainables.classifier import fit_classifier
 from trainables.data import DataSettings, PreparedData, prepare_data
+from trainables.data.prepared import Split
 from trainables.models import build_model
 from trainables.run import build_optimizer
 from trainables.settings import TrainSettings
 
 
-def bare_epoch(settings: TrainSettings, data: PreparedData) -> float:
+def bare_epoch(settings: TrainSettings, data: PreparedData, gap_scorings: int = 0) -> float:
     """Seconds per epoch of the loop anyone would write: float tensors prepared up front,
-    shuffle, step."""
+    shuffle, step. With `gap_scorings`, it also scores validation after every epoch and,
+    after that many of the first epochs, the training subset and the test split (eval
+    mode, no gradients, at the training batch)."""
     torch.manual_seed(settings.seed)
     model = build_model(settings.model, data.num_classes, data.image_size)
     optimizer = build_optimizer(settings, model.parameters())
     mean = torch.tensor(data.mean).view(1, 3, 1, 1)
     std = torch.tensor(data.std).view(1, 3, 1, 1)
-    images = (torch.from_numpy(data.train.images.copy()).float() / 255 - mean) / std
-    labels = torch.from_numpy(data.train.labels.copy())
-    model.train()
+
+    def floats(split: Split) -> tuple[torch.Tensor, torch.Tensor]:
+        images = (torch.from_numpy(split.images.copy()).float() / 255 - mean) / std
+        return images, torch.from_numpy(split.labels.copy())
+
+    images, labels = floats(data.train)
+    val, test = floats(data.val), floats(data.test)
+    subset = torch.randperm(len(labels))[: settings.train_eval_size]
+    train_eval = (images[subset], labels[subset])
     started = time.perf_counter()
-    for _ in range(settings.epochs):
+    for epoch in range(settings.epochs):
+        model.train()
         order = torch.randperm(len(labels))
         for start in range(0, len(labels), settings.batch_size):
             batch = order[start : start + settings.batch_size]
@@ -51,7 +67,24 @@ def bare_epoch(settings: TrainSettings, data: PreparedData) -> float:
             loss = F.cross_entropy(model(images[batch]), labels[batch])
             loss.backward()
             optimizer.step()
+        if gap_scorings:
+            scored = [val, train_eval, test] if epoch < gap_scorings else [val]
+            for split in scored:
+                accuracy(model, *split, settings.batch_size)
     return (time.perf_counter() - started) / settings.epochs
+
+
+@torch.inference_mode()
+def accuracy(
+    model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, batch: int
+) -> float:
+    """The share of `images` classified as `labels`, forward only, `batch` at a time."""
+    model.eval()
+    correct = sum(
+        int((model(images[start : start + batch]).argmax(1) == labels[start : start + batch]).sum())
+        for start in range(0, len(labels), batch)
+    )
+    return correct / len(labels)
 
 
 def trainable_epoch(settings: TrainSettings, data: PreparedData) -> tuple[float, float, int]:
@@ -105,9 +138,11 @@ def main() -> None:
         device="cpu",
     )
     bare_epoch(settings, data)  # warm-up: allocator, kernels
-    bare, train_part, whole = [], [], []
+    _, _, scored = trainable_epoch(settings, data)  # and how many times it scores the gaps
+    bare, bare_scoring, train_part, whole = [], [], [], []
     for _ in range(args.repeats):
         bare.append(bare_epoch(settings, data))
+        bare_scoring.append(bare_epoch(settings, data, gap_scorings=scored))
         train_seconds, epoch_seconds, scored = trainable_epoch(settings, data)
         train_part.append(train_seconds)
         whole.append(epoch_seconds)
@@ -118,10 +153,13 @@ def main() -> None:
         f"{len(data.train)} training images, {args.epochs} epochs, median of {args.repeats}"
     )
     print(f"  bare PyTorch loop:           {median(bare):.3f} s/epoch")
+    print(f"  bare loop, scoring the same: {median(bare_scoring):.3f} s/epoch")
     print(f"  trainable, training part:    {median(train_part):.3f} s/epoch")
     print(f"  trainable, whole run:        {median(whole):.3f} s/epoch (+ eval, checkpoint)")
     print(f"  ratio training part / bare:  {median(train_part) / median(bare):.2f}")
     print(f"  ratio whole epoch / bare:    {median(whole) / median(bare):.2f}")
+    print(f"  ratio whole epoch / bare loop scoring the same: "
+          f"{median(whole) / median(bare_scoring):.2f}")  # fmt: skip
     print(
         f"  scorings of the training subset and test split, last run: {scored} in {args.epochs} "
         "epochs"
