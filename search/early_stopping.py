@@ -187,13 +187,18 @@ class ParetoEarlyStopping(FIFOScheduler):
         self, record: RungRecord, dominating: Sequence[str], peers: Mapping[str, RungRecord]
     ) -> str:
         """By how much, and with what certainty, the trial trails the peer it trails most
-        clearly: the objective furthest behind in standard errors of the difference."""
+        clearly: the objective furthest behind in standard errors of the difference. Below
+        the min accuracy that is the accuracy, which decided it: a tight throughput
+        interval would otherwise name the speed, which did not."""
         if not record.errors:
             return ""
+        columns = list(enumerate(self.objectives))
+        if not record.above_min_accuracy and self.accuracy_column is not None:
+            columns = [columns[self.accuracy_column]]
         best = None
         for peer_id in dominating:
             peer = peers[peer_id]
-            for column, name in enumerate(self.objectives):
+            for column, name in columns:
                 behind = record.values[column] - peer.values[column]
                 error = math.hypot(record.errors[column], (peer.errors or record.errors)[column])
                 if behind > 0 and error > 0 and (best is None or behind / error > best[0]):

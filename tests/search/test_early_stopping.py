@@ -386,6 +386,19 @@ def timed(epoch: int, speed: float, accuracy: float, width: float = 0.05) -> dic
             "throughput_high": speed * (1 + width)}  # fmt: skip
 
 
+def test_a_trial_below_the_min_accuracy_is_said_to_trail_on_accuracy_not_on_a_tight_speed():
+    """Stopped for learning nothing: its speed, known to +-1%, trails by more standard
+    errors than its accuracy does, but the accuracy is what put it behind."""
+    scheduler = evidence_scheduler()
+    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.80, width=0.01))
+    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.75, width=0.01))
+    decision = scheduler.on_trial_result(None, fake_trial("chance"), timed(1, 900, 0.51, 0.01))
+    assert decision == TrialScheduler.STOP
+    detail = scheduler.stopped["chance"]
+    assert "below the min accuracy" in detail
+    assert "it trails a most on best_val_acc: 0.51 against 0.8" in detail
+
+
 def test_a_trial_behind_by_less_than_its_split_can_tell_goes_on():
     """The README's config lost in a run: 0.51 against 0.5375 on 400 validation images
     (1.1 standard errors of the difference), and a speed that moved 1.3x between runs."""
