@@ -71,7 +71,7 @@ from trainables.metrics import (
     STATUS_OK,
     min_accuracy_for,
 )
-from trainables.techniques import idle_settings
+from trainables.techniques import column_of, idle_settings
 
 NOISE_CHART_CONFIGS = 8  # configs drawn in the noise-scale chart, best-ranked first
 DETAIL_WIDTH = 60  # characters a line of a trial's status detail in the markdown tables
@@ -242,8 +242,28 @@ def _front_table(report: Report) -> pd.DataFrame:
     columns = ["trial_id", *report.objectives]
     columns += [f"{name}_std" for name in report.objectives if f"{name}_std" in front]
     columns += params
-    shown = front[columns].rename(columns={p: p.removeprefix(CONFIG_PREFIX) for p in params})
-    return as_shown_table(shown)
+    return as_shown_table(front[columns]).rename(columns=setting_headers(params))
+
+
+def setting_headers(columns: list[str]) -> dict[str, str]:
+    """Each setting's column -> its header in the report's tables: the short header the
+    console's progress table gives it (`trainables.techniques.column_of`: "recompute" for
+    activation_checkpointing), so that a table of a dozen settings fits a page."""
+    return {column: column_of(column.removeprefix(CONFIG_PREFIX)) for column in columns}
+
+
+def header_legend(columns: list[str]) -> str:
+    """What the short headers of `columns` stand for; empty where none is short."""
+    pairs = [(header, column.removeprefix(CONFIG_PREFIX))
+             for column, header in setting_headers(columns).items()
+             if header != column.removeprefix(CONFIG_PREFIX)]  # fmt: skip
+    if not pairs:
+        return ""
+    return (
+        "Settings under the console's short headers: "
+        + ", ".join(f"{header} = {key}" for header, key in pairs)
+        + "."
+    )
 
 
 def as_shown_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -269,8 +289,7 @@ def _infeasible_table(report: Report) -> pd.DataFrame:
         shown.loc[at_chance, "status_detail"] = (
             f"best_val_acc below {report.min_accuracy:.3g}: learned nothing"
         )
-    shown = as_shown_table(shown)
-    return shown.rename(columns={c: c.removeprefix(CONFIG_PREFIX) for c in columns})
+    return as_shown_table(shown).rename(columns=setting_headers(columns))
 
 
 def default_out(tags: Mapping[str, str], run_name: str) -> Path:
@@ -396,6 +415,8 @@ def render_markdown(report: Report, title: str, charts: list[str]) -> str:
         parts += ["", effect_table(report.ablation_effects).to_markdown(index=False), ""]
         parts += ["![effects](effects.png)"]
     parts += ["", "## The front", "", _front_table(report).to_markdown(index=False), ""]
+    legend = header_legend(varied_settings(report.frame))
+    parts += [legend, ""] if legend else []
     if not report.importances.empty:
         parts += [
             "## How much each setting explains (over the search's trials)",
@@ -457,7 +478,12 @@ def render_html(
             + plots.pop(0)
             + effect_table(report.ablation_effects).to_html(index=False)
         )
-    sections.append("<h2>The front</h2>" + _front_table(report).to_html(index=False))
+    legend = header_legend(varied_settings(report.frame))
+    sections.append(
+        "<h2>The front</h2>"
+        + _front_table(report).to_html(index=False)
+        + (f"<p>{html.escape(legend)}</p>" if legend else "")
+    )
     if not report.importances.empty:
         sections.append(
             "<h2>How much each setting explains (over the search's trials)</h2>"

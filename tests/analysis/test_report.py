@@ -1,3 +1,4 @@
+import re
 import shutil
 import subprocess
 import warnings
@@ -282,6 +283,51 @@ def test_the_browser_check_sees_a_script_error(tmp_path):
     broken.write_text("<html><body><script>undefinedFunction();</script></body></html>")
     _, log = rendered_in_chromium(broken)
     assert "Uncaught ReferenceError" in log
+
+
+def main_search_trials() -> pd.DataFrame:
+    """Trials that sampled every setting the main search samples."""
+    frame = trials()
+    rng = np.random.default_rng(1)
+    for key, values in {"optimizer": ["sgd", "adam"], "activation_checkpointing": [True, False],
+                        "accumulation_steps": [1, 2, 4], "adabatch_growth": [1, 2],
+                        "warmup_epochs": [0, 2], "cudnn_benchmark": [True, False],
+                        "augment": [True, False]}.items():  # fmt: skip
+        frame[f"config.{key}"] = rng.choice(values, len(frame))
+    return frame
+
+
+def test_the_report_tables_give_settings_the_consoles_short_headers_and_say_what_they_are(
+    tmp_path,
+):
+    build_report(main_search_trials(), OBJECTIVES, tmp_path)
+    markdown = (tmp_path / "report.md").read_text()
+    front = markdown.split("## The front")[1].split("##")[0]
+    header = [cell.strip() for cell in front.splitlines()[2].split("|")]
+    assert {"recompute", "accum", "grow", "warmup", "aug"} <= set(header)
+    assert "activation_checkpointing" not in header
+    assert "recompute = activation_checkpointing" in front and "accum = accumulation_steps" in front
+    kept_off = markdown.split("## Kept off the front")[1].split("##")[0]
+    assert "recompute" in [cell.strip() for cell in kept_off.splitlines()[2].split("|")]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_BROWSER)
+def test_the_front_of_the_main_search_fits_a_page_a_person_reads(tmp_path):
+    build_report(main_search_trials(), OBJECTIVES, tmp_path)
+    page = tmp_path / "report.html"
+    measure = (
+        "<script>const front = [...document.querySelectorAll('h2')]"
+        ".find(h => h.textContent === 'The front').nextElementSibling;"
+        "document.body.setAttribute('data-front-width', front.scrollWidth);</script></body>"
+    )
+    page.write_text(page.read_text().replace("</body>", measure))
+    shown = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,2000",
+         "--virtual-time-budget=5000", "--dump-dom", page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    width = int(re.search(r'data-front-width="(\d+)"', shown.stdout).group(1))
+    assert 0 < width <= 1400 - 2 * 32  # inside the page's margins
 
 
 def test_the_memory_models_error_is_the_median_relative_gap_over_trials_it_predicted():
