@@ -124,7 +124,10 @@ def search_in_mlflow(tmp_path):
     """A search as MLflow holds it: a parent with the objectives and trial children."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    experiment = client.create_experiment("cats")
+    # artifacts beside the store, not in the working folder (MLflow's default: ./mlruns)
+    experiment = client.create_experiment(
+        "cats", artifact_location=(tmp_path / "artifacts").as_uri()
+    )
     parent = client.create_run(experiment, run_name="cats-1")
     for name, direction in OBJECTIVES.items():
         client.log_param(parent.info.run_id, f"search.objectives.{name}", direction)
