@@ -292,6 +292,24 @@ def _infeasible_table(report: Report) -> pd.DataFrame:
     return as_shown_table(shown).rename(columns=setting_headers(columns))
 
 
+def why_table_html(table: pd.DataFrame) -> str:
+    """The kept-off trials as an HTML table: a row of each trial's id, status and settings,
+    and under it a row of why it is off the front, across the table. A column of reasons
+    beside a dozen settings made the table wider than a page."""
+    settings = [column for column in table.columns if column != "status_detail"]
+    head = "".join(f"<th>{html.escape(str(column))}</th>" for column in settings)
+    rows = []
+    for _, row in table.iterrows():
+        cells = "".join(f"<td>{html.escape(str(row[column]))}</td>" for column in settings)
+        rows.append(f"<tr>{cells}</tr>")
+        rows.append(
+            f'<tr class="detail"><td colspan="{len(settings)}">'
+            f"{html.escape(str(row['status_detail']))}</td></tr>"
+        )
+    body = "".join(rows)
+    return f'<table class="why"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
 def default_out(tags: Mapping[str, str], run_name: str) -> Path:
     """Where a report goes without `--out`: beside the search it reports (its results
     folder's `report/`, where the search wrote its own) when that folder is on this
@@ -500,9 +518,7 @@ def render_html(
         sections.append("<h2>What each technique does over the search's trials</h2>" + body)
     infeasible = _infeasible_table(report)
     if not infeasible.empty:
-        sections.append(
-            "<h2>Kept off the front</h2>" + infeasible.to_html(index=False, classes="why")
-        )
+        sections.append("<h2>Kept off the front</h2>" + why_table_html(infeasible))
     sections.append("<h2>Charts (hover a point for its config)</h2>" + "".join(plots))
     for heading, name in (images or {}).items():
         sections.append(f'<h2>{html.escape(heading)}</h2><img src="{html.escape(name)}" alt="">')
@@ -515,7 +531,7 @@ PAGE = """<!doctype html>
 body {{ font-family: sans-serif; margin: 2em; }}
 table {{ border-collapse: collapse; }}
 td, th {{ padding: 2px 8px; border: 1px solid #ccc; }}
-table.why td:nth-child(3) {{ min-width: 36em; }}  /* why a trial is off the front */
+table.why tr.detail td {{ color: #333; padding-bottom: 6px; }}  /* why it is off the front */
 </style></head>
 <body>{body}</body></html>
 """
