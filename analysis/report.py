@@ -249,7 +249,10 @@ def setting_headers(columns: list[str]) -> dict[str, str]:
     """Each setting's column -> its header in the report's tables: the short header the
     console's progress table gives it (`trainables.techniques.column_of`: "recompute" for
     activation_checkpointing), so that a table of a dozen settings fits a page."""
-    return {column: column_of(column.removeprefix(CONFIG_PREFIX)) for column in columns}
+    headers = {column: column_of(column.removeprefix(CONFIG_PREFIX)) for column in columns}
+    if len(set(headers.values())) < len(headers):  # two settings under one short header
+        return {column: column.removeprefix(CONFIG_PREFIX) for column in columns}
+    return headers
 
 
 def header_legend(columns: list[str]) -> str:
@@ -302,10 +305,11 @@ def why_table_html(table: pd.DataFrame) -> str:
     for _, row in table.iterrows():
         cells = "".join(f"<td>{html.escape(str(row[column]))}</td>" for column in settings)
         rows.append(f"<tr>{cells}</tr>")
-        rows.append(
-            f'<tr class="detail"><td colspan="{len(settings)}">'
-            f"{html.escape(str(row['status_detail']))}</td></tr>"
-        )
+        if str(row["status_detail"]) not in ("", "-"):  # no detail kept (MLflow: "-")
+            rows.append(
+                f'<tr class="detail"><td colspan="{len(settings)}">'
+                f"{html.escape(str(row['status_detail']))}</td></tr>"
+            )
     body = "".join(rows)
     return f'<table class="why"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
@@ -454,6 +458,7 @@ def render_markdown(report: Report, title: str, charts: list[str]) -> str:
     if not infeasible.empty:
         infeasible = infeasible.assign(status_detail=infeasible["status_detail"].map(wrapped))
         parts += ["## Kept off the front", "", infeasible.to_markdown(index=False), ""]
+        parts += [legend, ""] if legend else []
     parts += ["## Charts", ""] + [f"![{name}]({name})" for name in charts]
     return "\n".join(parts) + "\n"
 
@@ -518,7 +523,11 @@ def render_html(
         sections.append("<h2>What each technique does over the search's trials</h2>" + body)
     infeasible = _infeasible_table(report)
     if not infeasible.empty:
-        sections.append("<h2>Kept off the front</h2>" + why_table_html(infeasible))
+        sections.append(
+            "<h2>Kept off the front</h2>"
+            + why_table_html(infeasible)
+            + (f"<p>{html.escape(legend)}</p>" if legend else "")
+        )
     sections.append("<h2>Charts (hover a point for its config)</h2>" + "".join(plots))
     for heading, name in (images or {}).items():
         sections.append(f'<h2>{html.escape(heading)}</h2><img src="{html.escape(name)}" alt="">')

@@ -38,11 +38,14 @@ from trainables.run import build_optimizer
 from trainables.settings import TrainSettings
 
 
-def bare_epoch(settings: TrainSettings, data: PreparedData, gap_scorings: int = 0) -> float:
+def bare_epoch(
+    settings: TrainSettings, data: PreparedData, gap_scorings: int | None = None
+) -> float:
     """Seconds per epoch of the loop anyone would write: float tensors prepared up front,
-    shuffle, step. With `gap_scorings`, it also scores validation after every epoch and,
-    after that many of the first epochs, the training subset and the test split (eval
-    mode, no gradients, at the training batch)."""
+    shuffle, step. With `gap_scorings` (None: it scores nothing) it also scores validation
+    after every epoch and, after that many of the first epochs, the training subset and the
+    test split (eval mode, no gradients, at the training batch): the trainable scores them
+    at its gap epochs instead, the same work at other epochs."""
     torch.manual_seed(settings.seed)
     model = build_model(settings.model, data.num_classes, data.image_size)
     optimizer = build_optimizer(settings, model.parameters())
@@ -67,7 +70,7 @@ def bare_epoch(settings: TrainSettings, data: PreparedData, gap_scorings: int = 
             loss = F.cross_entropy(model(images[batch]), labels[batch])
             loss.backward()
             optimizer.step()
-        if gap_scorings:
+        if gap_scorings is not None:
             scored = [val, train_eval, test] if epoch < gap_scorings else [val]
             for split in scored:
                 accuracy(model, *split, settings.batch_size)

@@ -193,16 +193,11 @@ class ParetoEarlyStopping(FIFOScheduler):
         if not record.errors:
             return ""
         columns = list(enumerate(self.objectives))
-        if not record.above_min_accuracy and self.accuracy_column is not None:
-            columns = [columns[self.accuracy_column]]
         best = None
-        for peer_id in dominating:
-            peer = peers[peer_id]
-            for column, name in columns:
-                behind = record.values[column] - peer.values[column]
-                error = math.hypot(record.errors[column], (peer.errors or record.errors)[column])
-                if behind > 0 and error > 0 and (best is None or behind / error > best[0]):
-                    best = (behind / error, name, peer_id, column, peer)
+        if not record.above_min_accuracy and self.accuracy_column is not None:
+            accuracy = [columns[self.accuracy_column]]
+            best = furthest_behind(record, dominating, peers, accuracy)
+        best = best or furthest_behind(record, dominating, peers, columns)
         if best is None:
             return ""
         sigmas, name, peer_id, column, peer = best
@@ -219,6 +214,26 @@ class ParetoEarlyStopping(FIFOScheduler):
         if self.min_accuracy is None or "best_val_acc" not in result:
             return True
         return float(result["best_val_acc"]) >= self.min_accuracy
+
+
+def furthest_behind(
+    record: RungRecord,
+    dominating: Sequence[str],
+    peers: Mapping[str, RungRecord],
+    columns: Sequence[tuple[int, str]],
+) -> tuple[float, str, str, int, RungRecord] | None:
+    """(standard errors of the difference, objective, peer, column, the peer's record) of
+    the objective among `columns` (index, name) on which `record` trails a dominating peer
+    furthest; None: it trails none on them."""
+    best = None
+    for peer_id in dominating:
+        peer = peers[peer_id]
+        for column, name in columns:
+            behind = record.values[column] - peer.values[column]
+            error = math.hypot(record.errors[column], (peer.errors or record.errors)[column])
+            if behind > 0 and error > 0 and (best is None or behind / error > best[0]):
+                best = (behind / error, name, peer_id, column, peer)
+    return best
 
 
 def replay(

@@ -332,7 +332,8 @@ class SpeedWindow:
         slower per image) is not the configuration's speed: the block it falls in is
         dropped. Without this, every block of an epoch nobody crowds counted the tail but a
         held window rarely reached it, and a configuration of two steps an epoch was timed
-        on its tail alone."""
+        on its tail alone; such a configuration is now untimed (its one whole step is the
+        epoch's first, never timed) and counts at its wall time (`own_time`)."""
         self._steps_seen += 1
         if self._mode not in ("free", "held"):
             return

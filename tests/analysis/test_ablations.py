@@ -226,5 +226,5 @@ def test_the_search_keeps_every_column_of_its_own_even_one_never_measured():
     search, ablations = search_and_ablations([{}], [{"config.ablation": "amp=true"}])
     search = search.drop(columns="config.seed").assign(noise_scale=float("nan"))
     apart, _ = split_ablations(pd.concat([search, ablations], ignore_index=True))
-    assert "noise_scale" in apart  # NaN in every trial, as in a search that probes nothing
+    assert "noise_scale" in apart  # NaN in every trial, as in a search that measures no noise scale
     assert "config.seed" not in apart and "config.ablation" not in apart  # the ablations'

@@ -312,6 +312,10 @@ def test_the_report_tables_give_settings_the_consoles_short_headers_and_say_what
     assert "recompute = activation_checkpointing" in front and "accum = accumulation_steps" in front
     kept_off = markdown.split("## Kept off the front")[1].split("##")[0]
     assert "recompute" in [cell.strip() for cell in kept_off.splitlines()[2].split("|")]
+    assert "recompute = activation_checkpointing" in kept_off
+    page = (tmp_path / "report.html").read_text()
+    # a row of why under each kept-off trial that has one (the oom, not the oom_predicted)
+    assert page.count('<tr class="detail">') == 1 and "out of memory in training" in page
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_BROWSER)

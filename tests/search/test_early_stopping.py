@@ -399,6 +399,17 @@ def test_a_trial_below_the_min_accuracy_is_said_to_trail_on_accuracy_not_on_a_ti
     assert "it trails a most on best_val_acc: 0.51 against 0.8" in detail
 
 
+def test_below_the_min_accuracy_among_peers_as_inaccurate_it_trails_on_what_it_trails_on():
+    """Dominated by peers below the line too, no more accurate than it: then the speed is
+    what it trails on, and the detail says so."""
+    scheduler = evidence_scheduler()
+    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.52, width=0.01))
+    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.52, width=0.01))
+    decision = scheduler.on_trial_result(None, fake_trial("slow"), timed(1, 900, 0.53, 0.01))
+    assert decision == TrialScheduler.STOP
+    assert "it trails a most on throughput: 900 against 1300" in scheduler.stopped["slow"]
+
+
 def test_a_trial_behind_by_less_than_its_split_can_tell_goes_on():
     """The README's config lost in a run: 0.51 against 0.5375 on 400 validation images
     (1.1 standard errors of the difference), and a speed that moved 1.3x between runs."""

@@ -138,6 +138,10 @@ def test_the_epochs_partial_last_step_is_not_the_configurations_speed():
     for _ in range(3):
         epoch_with_a_tail(window([], clock, two_steps, crowded=lambda: False), clock, 2)
     assert two_steps.blocks["32x1"] == pytest.approx([1280.0] * 3)
+    one_step = ConfigSpeed()  # larger still: the first step is its only whole one
+    for _ in range(3):
+        epoch_with_a_tail(window([], clock, one_step, crowded=lambda: False), clock, 1)
+    assert one_step.of("32x1") is None  # untimed: it counts at its wall time (own_time)
 
 
 def test_on_a_crowded_device_a_short_window_is_held_after_warm_up():
