@@ -11,8 +11,9 @@ epoch, the training subset and the test split at the early-stopping rungs (gap e
 A bare loop that scores nothing leaves out work the search needs (the best epoch, the gaps
 the rungs compare), so the whole run is also set against the bare loop scoring the same
 images as the trainable's last run did: validation every epoch, the training subset and
-the test split as many times, forward only at the training batch. That ratio is the
-trainable's own cost; the other is the scoring's.
+the test split as many times, forward only at the training batch (the trainable scores at
+the batch its own timing chose, so this ratio holds that choice too). That ratio is near
+the trainable's own cost; the one against the bare loop alone adds the scoring's.
 
     python bench/trainable_vs_bare_loop.py [--model small_cnn] [--image-size 64]
         [--batch-size 64] [--epochs 8] [--gap-epochs 1 2 4] [--threads 1] [--repeats 3]
