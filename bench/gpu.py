@@ -373,7 +373,9 @@ def packing_part(epochs: int) -> list[Row]:
               "epochs": epochs, "train_eval_size": 64, "checkpoint_every": epochs}  # fmt: skip
     # The trials first: the card's peak is then theirs, not this process's cached blocks of
     # the tuned loop (which runs after them).
-    ray.init(num_cpus=16, num_gpus=1, include_dashboard=False, configure_logging=False)
+    ray.init(
+        address="local", num_cpus=16, num_gpus=1, include_dashboard=False, configure_logging=False
+    )
     results, reported = {}, {}
     try:
         for trials in (1, 4):

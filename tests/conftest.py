@@ -56,7 +56,9 @@ def ray_instance(_ray_shutdown_at_end):
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+        # "local": a new instance, never a cluster another test started with `ray start`
+        # (under pytest-xdist one may be up while this starts).
+        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)
     return ray
 
 

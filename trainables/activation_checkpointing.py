@@ -94,7 +94,9 @@ class Checkpointed(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not self.recomputing:
             return self.wrapped(*args, **kwargs)
-        recorder = _RECORDER.get()
+        # Compiled, no meter records (it runs eager), and torch 2.11's Dynamo cannot trace a
+        # ContextVar's get(): a graph break there, an error under fullgraph.
+        recorder = None if torch.compiler.is_compiling() else _RECORDER.get()
         if self.segments is None:
             if recorder is not None:
                 with recorder.region(_tensors(args, kwargs)):

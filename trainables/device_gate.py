@@ -23,8 +23,14 @@ crowded: each trial registers its threads with the gate, and while the live tria
 fit the node's cores (as Ray places whole-CPU trials) a neighbour does not slow a trial (two
 one-thread trials on two cores ran as fast as one alone, 2026-11-26), so nobody waits.
 
-On a card, a neighbour's kernels already queued when it stopped still run for a moment:
-the timing trial's first steps in the window are warm-up, not counted
+On a card a step ends on the host while its kernels still run: a trial's host queues work
+ahead of the card, so a neighbour that let go of the step lock may leave a step or more
+queued, which ran inside the timing trial's window (on an H200, four trials packed on the
+card timed 0.82x their speed alone, 2026-11-27). So a neighbour that ends a step while a
+trial waits to time (the turnstile held exclusively: one non-blocking test a step, no wait)
+first waits for its own queued work (its `drain`, a synchronisation of its card), and only
+then lets go: a synchronisation per timing window, none while nobody times. The timing
+trial's first steps in the window are warm-up, not counted, besides
 (`trainables.speed.SpeedWindow`). Only processes that use this gate wait: another program
 on the card does not, and the timed figure cannot hold it out.
 """
@@ -36,7 +42,7 @@ import fcntl
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 GATES_DIR = "batchsearch-device-gates"
@@ -53,6 +59,9 @@ class DeviceGate:
         self._steps = os.open(folder / f"{name}.steps", os.O_RDWR | os.O_CREAT, 0o666)
         self._exclusive = False
         self._held = 0  # steps inside steps: one hold, taken once and let go once
+        # Waits for this process's work queued on the device (a card's synchronisation):
+        # done at the end of a step while a neighbour waits to time. None: nothing queues.
+        self.drain: Callable[[], None] | None = None
         self._members = folder / f"{name}.members"
         self._members.mkdir(exist_ok=True)
 
@@ -103,7 +112,19 @@ class DeviceGate:
             yield
         finally:
             self._held = 0
+            if self.drain is not None and self._someone_waits_to_time():
+                self.drain()  # its queued kernels end before the timer's window opens
             fcntl.flock(self._steps, fcntl.LOCK_UN)
+
+    def _someone_waits_to_time(self) -> bool:
+        """Whether a neighbour holds the turnstile exclusively (it waits for the steps in
+        flight to end, then times): a non-blocking test, microseconds."""
+        try:
+            fcntl.flock(self._turnstile, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+        return False
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:

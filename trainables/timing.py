@@ -5,6 +5,7 @@ statistics are `trainables.speed`'s."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -42,6 +43,8 @@ def trial_gate(device: torch.device) -> DeviceGate:
     so that processes on it that are no trials can be told apart (`outsiders`)."""
     gate = gate_of(device_key(device))
     gate.register(torch.get_num_threads() if device.type == "cpu" else 0)
+    if device.type == "cuda":  # a card runs behind its host: a timer waits for its queue
+        gate.drain = functools.partial(synchronize, device)
     return gate
 
 

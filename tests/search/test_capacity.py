@@ -1,4 +1,5 @@
 import csv
+import math
 
 import pytest
 import torch
@@ -78,12 +79,13 @@ class RepeatedStepsTakeMore(CardLoad):
     timed steps after ran out of memory: the cache the probes had cut up)."""
 
     previous = 0
+    more = 1.03
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and torch.is_grad_enabled():
             repeated = len(x) == self.previous
             self.previous = len(x)
-            per_image = round(self.per_image * 1.03) if repeated else self.per_image
+            per_image = round(self.per_image * self.more) if repeated else self.per_image
             self.card.hold(self.fixed + per_image * len(x))
             return x
         return super().forward(x)
@@ -103,6 +105,41 @@ def test_a_batch_whose_timed_steps_run_out_steps_down_to_one_that_trains(monkeyp
     assert any("batch 236: its timed steps ran out of memory" in line for line in lines)
     assert 220 <= row.max_batch_size <= 229 and row.timed_batch_size == row.max_batch_size
     assert row.step_time_s > 0 and row.peak_mem_mb > 0
+
+
+def test_steps_down_double_each_time_so_a_probe_far_above_what_trains_is_found(
+    monkeypatch, fake_cuda
+):
+    """On an H200 (2026-11-27) activation checkpointing's probe held 291 images under an
+    11 GB share and no batch down to 263, 2% at a time, trained three steps."""
+    from trainables.cuda import TorchCudaCard
+
+    card = fake_cuda.cards[0]
+    repeated_take_more = RepeatedStepsTakeMore(card, per_image=10 * MIB, fixed=100 * MIB)
+    repeated_take_more.more = 1.15  # repeated steps hold (2468 - 100) / 11.5: 205 at most
+    insert_stage(monkeypatch, repeated_take_more, at=0)
+    lines = []
+    row = measure_row("baseline", TrainSettings(device="cpu"), image_size=16, budget_mb=3000,
+                      steps=2, host_limit_mb=1024, card=TorchCudaCard(torch.device("cuda")),
+                      say=lines.append)  # fmt: skip
+    down = [line for line in lines if "its timed steps ran out of memory" in line]
+    assert [line.split()[-2] for line in down] == ["231", "222", "204"]
+    assert row.max_batch_size == 204 and row.step_time_s > 0
+
+
+def test_a_row_where_no_batch_trains_says_so_and_the_table_goes_on(monkeypatch, fake_cuda):
+    from trainables.cuda import TorchCudaCard
+
+    card = fake_cuda.cards[0]
+    repeated_take_more = RepeatedStepsTakeMore(card, per_image=10 * MIB, fixed=100 * MIB)
+    repeated_take_more.more = 100.0  # no repeated step of 2 images or more fits
+    insert_stage(monkeypatch, repeated_take_more, at=0)
+    lines = []
+    row = measure_row("baseline", TrainSettings(device="cpu"), image_size=16, budget_mb=3000,
+                      steps=2, host_limit_mb=1024, card=TorchCudaCard(torch.device("cuda")),
+                      say=lines.append)  # fmt: skip
+    assert row.max_batch_size == 0 and math.isnan(row.step_time_s)
+    assert "the row has none" in lines[-1]
 
 
 def test_on_a_cpu_only_the_first_probe_says_how_long_it_stepped():

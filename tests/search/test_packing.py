@@ -194,7 +194,8 @@ RAY_LOGICAL_GPU = textwrap.dedent(
     def trial(config):
         tune.report({"gpu": tune.get_context().get_trial_resources().bundles[0].get("GPU", 0)})
 
-    ray.init(num_cpus=3, num_gpus=1, include_dashboard=False, configure_logging=False)
+    ray.init(address="local", num_cpus=3, num_gpus=1, include_dashboard=False,
+             configure_logging=False)
     tuner = tune.Tuner(
         tune.with_resources(trial, PackedResources("packed-on-ray", 1, 0.25)),
         param_space={"model": "resnet50",

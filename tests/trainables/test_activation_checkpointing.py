@@ -2,6 +2,7 @@ import pytest
 import torch
 from torch import nn
 
+from trainables import activation_checkpointing
 from trainables.activation_checkpointing import (
     Checkpointed,
     CheckpointingError,
@@ -81,6 +82,23 @@ def test_compiled_it_traces_and_leaves_batch_norm_statistics_as_one_forward_left
     expected = plain.state_dict()
     for key, value in checkpointed.state_dict().items():
         assert torch.allclose(value.float(), expected[key].float(), atol=1e-5), key
+
+
+class RecorderReadWhileCompiling:
+    """Stands in for the meter's ContextVar: torch 2.11's Dynamo cannot trace its get()
+    (found on an H200, 2026-11-27); traced here, the raise breaks the full graph."""
+
+    def get(self):
+        if torch.compiler.is_compiling():
+            raise RuntimeError("the meter's recorder was read inside a compiled graph")
+        return None
+
+
+def test_compiled_it_never_reads_the_meters_recorder(monkeypatch):
+    monkeypatch.setattr(activation_checkpointing, "_RECORDER", RecorderReadWhileCompiling())
+    _, checkpointed = twins("resnet18")
+    compiled = torch.compile(checkpointed, backend="aot_eager", fullgraph=True)
+    compiled.train()(torch.randn(2, 3, 32, 32)).square().sum().backward()
 
 
 def test_batch_counters_are_restored_without_reading_them_on_the_host(monkeypatch):

@@ -126,3 +126,57 @@ def test_a_step_inside_a_step_keeps_the_hold_until_the_outer_one_ends(tmp_path):
         fcntl.flock(neighbour, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the outer ends
     finally:
         os.close(neighbour)
+
+
+def test_a_neighbour_ending_a_step_while_a_trial_waits_to_time_first_drains_its_queue(
+    tmp_path,
+):
+    """On a card a step ends on the host while its kernels still run: a neighbour that lets
+    go while a trial waits to time first waits for its queued work (found on an H200)."""
+    import threading
+
+    neighbour, timer = DeviceGate("card", tmp_path), DeviceGate("card", tmp_path)
+    drained, timed = [], threading.Event()
+    neighbour.drain = lambda: drained.append(timed.is_set())
+
+    with neighbour.step():
+        pass
+    assert drained == []  # nobody times: a step ends as it began, without waiting
+
+    def time_alone() -> None:
+        with timer.exclusive():
+            timed.set()
+
+    with neighbour.step():
+        waiting = threading.Thread(target=time_alone)
+        waiting.start()
+        while not timer_holds_the_turnstile(tmp_path):
+            pass
+    waiting.join(timeout=10)
+    assert drained == [False]  # once, before the timer's window opened
+    assert timed.is_set()
+
+
+def timer_holds_the_turnstile(folder) -> bool:
+    import fcntl
+
+    descriptor = os.open(folder / "card.turnstile", os.O_RDWR)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False
+
+
+def test_a_trial_on_a_card_drains_by_synchronising_its_card(fake_cuda):
+    import torch
+
+    from trainables.timing import trial_gate
+
+    gate = trial_gate(torch.device("cuda", 0))
+    fake_cuda.calls.clear()
+    gate.drain()
+    assert fake_cuda.calls == ["synchronize"]
+    assert trial_gate(torch.device("cpu")).drain is None
