@@ -518,7 +518,8 @@ def oom_part(out_dir: Path) -> Iterator[Row]:
     yield Row("oom", "an over-share trial, start to pruned report", steps, "steps",
               "resnet50 batch 512 under 6000 MiB, against a step at batch 16")  # fmt: skip
     what = f"{OOM_SEARCH_TRIALS} suggestions, 2 epochs, 6000 MiB per trial"
-    trials, _, failure = shrunk_gpu_search(out_dir, "gpu-oom", OOM_SEARCH_TRIALS,
+    # (not "gpu-oom": the part's own log is gpu-oom.log)
+    trials, _, failure = shrunk_gpu_search(out_dir, "oom-search", OOM_SEARCH_TRIALS,
                                            ["resources.memory_budget_mb=6000"])  # fmt: skip
     if trials is None:
         yield Row("oom", "shrunk cats_dogs_gpu search", None, "trials", failure)

@@ -133,6 +133,16 @@ def card() -> str:
     return out.stdout.strip() or "no GPU listed by nvidia-smi"
 
 
+def torch_build(env: dict[str, str]) -> str:
+    """PyTorch's version and the CUDA and cuDNN it was built with, as the suite sees them."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.__version__, 'CUDA', torch.version.cuda,"
+         " 'cuDNN', torch.backends.cudnn.version())"],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return probe.stdout.strip() or f"not importable: {probe.stderr.strip()[-200:]}"
+
+
 CARD_TESTS = "tests/trainables/test_on_a_real_card.py"
 
 
@@ -226,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     steps.append(run_suite(suites[-1], args.workers, streamed, env))
     failed = [line for suite in suites for line in failures(suite.junit)]
     (out / "failures.txt").write_text("".join(f"{line}\n" for line in failed))
-    lines = [f"card: {card()}", f"python: {sys.version.split()[0]}"]
+    lines = [f"card: {card()}", f"python: {sys.version.split()[0]}", f"torch: {torch_build(env)}"]
     for step in steps:
         ended = "stopped at its limit" if step.exit_code is None else f"exit {step.exit_code}"
         lines.append(f"{step.name}: {step.seconds:.0f} s, {ended}")
