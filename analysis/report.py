@@ -255,18 +255,17 @@ def setting_headers(columns: list[str]) -> dict[str, str]:
     return headers
 
 
-def header_legend(columns: list[str]) -> str:
-    """What the short headers of `columns` stand for; empty where none is short."""
+def header_legend(
+    columns: list[str], intro: str = "Settings under the console's short headers: "
+) -> str:
+    """What the short headers of `columns` stand for, after `intro`; empty where none is
+    short."""
     pairs = [(header, column.removeprefix(CONFIG_PREFIX))
              for column, header in setting_headers(columns).items()
              if header != column.removeprefix(CONFIG_PREFIX)]  # fmt: skip
     if not pairs:
         return ""
-    return (
-        "Settings under the console's short headers: "
-        + ", ".join(f"{header} = {key}" for header, key in pairs)
-        + "."
-    )
+    return intro + ", ".join(f"{header} = {key}" for header, key in pairs) + "."
 
 
 def as_shown_table(table: pd.DataFrame) -> pd.DataFrame:

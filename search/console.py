@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
@@ -10,6 +11,8 @@ from urllib.parse import quote
 import pandas as pd
 
 from analysis.flat import as_shown
+from analysis.load import CONFIG_PREFIX
+from analysis.report import header_legend, setting_headers
 from search.ablation import ablation_trials
 from search.cluster import is_server
 from search.config import SearchConfig
@@ -71,10 +74,15 @@ def ablation_plan(config: SearchConfig) -> str:
     )
 
 
+LEGEND_WIDTH = 100  # the short headers' legend, wrapped to a terminal's width
+
+
 def summary_table(frame: pd.DataFrame, sampled: Sequence[str], objectives: Sequence[str]) -> str:
-    """Trials ordered by Pareto rank: rank, status, sampled params, objectives, key metrics."""
+    """Trials ordered by Pareto rank: rank, status, sampled params, objectives, key metrics.
+    The settings under the short headers of the progress table and the report (a dozen
+    settings fit a terminal), what they stand for on the line under the table."""
     key_metrics = ["best_val_acc", "throughput", "gen_gap", "peak_mem_mb"]
-    params = {f"config.{key}": key for key in sampled}
+    params = setting_headers([f"{CONFIG_PREFIX}{key}" for key in sampled])
     columns = ["pareto_rank", "trial_id", "status", *params, *objectives, *key_metrics]
     columns = [c for c in dict.fromkeys(columns) if c in frame.columns]
     shown = frame[columns].rename(columns={**params, "pareto_rank": "rank"})
@@ -82,4 +90,8 @@ def summary_table(frame: pd.DataFrame, sampled: Sequence[str], objectives: Seque
         "-" if math.isnan(rank) else ("front" if rank == 0 else str(int(rank)))
         for rank in shown["rank"].astype(float)
     ]
-    return shown.to_string(index=False, na_rep="-", formatters={c: as_shown for c in shown.columns})
+    formatters = {column: as_shown for column in shown.columns}
+    table = shown.to_string(index=False, na_rep="-", formatters=formatters)
+    legend = header_legend([column for column in params if column in frame.columns],
+                           intro="Short headers: ")  # fmt: skip
+    return "\n".join([table, *textwrap.wrap(legend, LEGEND_WIDTH)])

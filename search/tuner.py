@@ -50,9 +50,8 @@ def trainable(
 OPTUNA_STORAGE = "optuna.db"  # the study, next to Tune's state: it survives a restart
 
 
-# Short headers of the progress table's columns: settings other than the techniques'
-# (`trainables.techniques.column_of`), and metrics; the rest keep their names.
-SETTING_COLUMNS = {"batch_size": "batch"}
+# Short headers of the progress table's metrics (its settings': `trainables.techniques.
+# column_of`); the rest keep their names.
 METRIC_COLUMNS = {
     "throughput": "img/s",
     "best_val_acc": "best_acc",
@@ -63,7 +62,7 @@ METRIC_COLUMNS = {
 
 def progress_columns(config: SearchConfig) -> tuple[dict[str, str], dict[str, str]]:
     """(sampled setting -> header, metric -> header) of the progress table."""
-    settings = {key: SETTING_COLUMNS.get(key, column_of(key)) for key in config.space}
+    settings = {key: column_of(key) for key in config.space}
     shown = dict.fromkeys(["epoch", *config.objectives, "status"])
     return settings, {name: METRIC_COLUMNS.get(name, name) for name in shown}
 

@@ -122,13 +122,18 @@ TECHNIQUES: dict[str, Technique] = {
 }  # fmt: skip
 
 
+# Short headers of settings that are no technique's switch.
+OTHER_SETTING_COLUMNS = {"batch_size": "batch"}
+
+
 def column_of(key: str) -> str:
-    """A setting's header in the search's progress table: its technique's short column,
-    else the key itself."""
+    """A setting's header in the search's tables (the progress table, the ranked table, the
+    report's): its technique's short column, a few others' (`OTHER_SETTING_COLUMNS`), else
+    the key itself."""
     for technique in TECHNIQUES.values():
         if technique.key == key and technique.column:
             return technique.column
-    return key
+    return OTHER_SETTING_COLUMNS.get(key, key)
 
 
 def run_tags(config: Mapping[str, Any]) -> list[str]:

@@ -1,0 +1,41 @@
+"""What the terminal shows at the end of a search: the ranked table of trials."""
+
+import pandas as pd
+
+from search.config import load_config
+from search.console import LEGEND_WIDTH, summary_table
+from tests.conftest import CONFIGS
+
+
+def trials_of(space: list[str]) -> pd.DataFrame:
+    """Three trials of the main config's space, as the report's frame holds them."""
+    values = {"batch_size": 32, "optimizer": "adam", "lr": 0.0018383, "amp": False,
+              "activation_checkpointing": True, "accumulation_steps": 4, "adabatch_growth": 1,
+              "warmup_epochs": 2, "cudnn_benchmark": False, "augment": False}  # fmt: skip
+    rows = []
+    for rank, trial in ((0.0, "4cb5f9f4"), (1.0, "ab19b303"), (float("nan"), "8b0884ed")):
+        rows.append({"pareto_rank": rank, "trial_id": trial, "status": "ok",
+                     **{f"config.{key}": values.get(key, 1) for key in space},
+                     "throughput": 2530.4, "best_val_acc": 0.7625, "gen_gap": 0.0725,
+                     "peak_mem_mb": 23.41})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_ranked_table_shows_settings_under_short_headers_and_says_what_they_stand_for():
+    config = load_config(CONFIGS / "cats_dogs.yaml", [])
+    space = list(config.space)
+    lines = summary_table(trials_of(space), space, list(config.objectives)).splitlines()
+    header = lines[0].split()
+    assert header[:4] == ["rank", "trial_id", "status", "batch"]
+    assert "recompute" in header and "activation_checkpointing" not in header
+    assert ["front", "4cb5f9f4"] == lines[1].split()[:2] and lines[3].split()[0] == "-"
+    legend = " ".join(lines[4:])
+    assert legend.startswith("Short headers: batch = batch_size, recompute = activation_")
+    # A terminal's width, near enough: the full names took about 210 columns.
+    assert max(len(line) for line in lines[:4]) <= 150
+    assert all(len(line) <= LEGEND_WIDTH for line in lines[4:])
+
+
+def test_a_setting_without_a_short_header_keeps_its_name_and_no_legend_is_written():
+    lines = summary_table(trials_of(["lr"]), ["lr"], ["throughput"]).splitlines()
+    assert "lr" in lines[0].split() and len(lines) == 4
