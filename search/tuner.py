@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from ray import tune
-from ray.tune import CLIReporter
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from search.config import SearchConfig
 from search.early_stopping import EarlyStoppedStatus, ParetoEarlyStopping
 from search.feasibility import CpuMeterProbe, MemoryModel
 from search.packing import PackedResources
+from search.progress import ProgressTable
 from search.searcher import build_sampler, build_searcher
 from search.space import grid_points
 from search.trainable import classifier_trial
@@ -67,22 +67,16 @@ def progress_columns(config: SearchConfig) -> tuple[dict[str, str], dict[str, st
     return settings, {name: METRIC_COLUMNS.get(name, name) for name in shown}
 
 
-def progress_table(config: SearchConfig) -> CLIReporter:
+def progress_table(config: SearchConfig) -> ProgressTable:
     """The table printed while the search runs: the sampled settings, the epoch and the
     objectives, under short headers, so that it fits a wide terminal (the ranked table at
-    the end has everything).
+    the end has everything; `search.progress`).
 
     Ray's newer output engine ignores a reporter, so `search.run` selects the table engine
     (RAY_AIR_NEW_OUTPUT=0) before building the run config.
     """
     settings, metrics = progress_columns(config)
-    return CLIReporter(
-        parameter_columns=settings,
-        metric_columns=metrics,
-        print_intermediate_tables=True,
-        max_report_frequency=15,  # seconds between tables
-        sort_by_metric=False,
-    )
+    return ProgressTable(settings, metrics)
 
 
 def memory_model(

@@ -1,6 +1,7 @@
 """The command users run: `python -m search.run --config ...`."""
 
 import json
+import re
 import socket
 import time
 from pathlib import Path
@@ -125,6 +126,9 @@ def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert "Results:" in finished.stdout and "rank" in finished.stdout
+    # The progress table is the project's (search.progress), not Tune's grid with its loc.
+    assert re.search(r"^== \d+ s: \d+ of \d+ trials ended; ", finished.stdout, re.MULTILINE)
+    assert "| loc" not in finished.stdout and "Trial name" not in finished.stdout
 
     config = yaml.safe_load(SMOKE.read_text())
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
