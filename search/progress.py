@@ -37,8 +37,10 @@ class ProgressTable(tune.ProgressReporter):
         settings: Mapping[str, str],
         metrics: Mapping[str, str],
         every_s: float = EVERY_SECONDS,
-        say: Callable[[str], None] = print,
+        say: Callable[[str], None] | None = None,
     ) -> None:
+        """`say`: where a table goes (None: printed; Tune pickles the reporter with the
+        search's state, so no function is kept by default)."""
         self.settings = dict(settings)
         self.metrics = dict(metrics)
         self.every_s = every_s
@@ -59,7 +61,11 @@ class ProgressTable(tune.ProgressReporter):
     def report(self, trials: Sequence[Any], done: bool, *sys_info: str) -> None:
         self._last = time.monotonic()
         rows = [TrialRow.of(trial) for trial in trials]
-        self.say(self.render(rows, done))
+        text = self.render(rows, done)
+        if self.say is None:
+            print(text, flush=True)
+        else:
+            self.say(text)
 
     def render(self, rows: Sequence[TrialRow], done: bool) -> str:
         """The heading and the table of `rows` (all when `done`, else at most `MAX_ROWS`)."""

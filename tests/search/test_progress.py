@@ -72,3 +72,17 @@ def test_a_table_is_printed_every_few_seconds_and_once_more_at_the_end(monkeypat
 def test_the_heading_counts_minutes_once_a_search_has_run_one():
     heading = progress_heading([row("a", "ERROR")], total=None, elapsed_s=65.4)
     assert heading == "== 1 min 05 s: 1 trials ended; 1 ERROR =="
+
+
+def test_the_table_tune_is_given_pickles_as_tune_pickles_the_searchs_state(monkeypatch):
+    """Even where `print` was replaced after import (in the suite, by another test): a
+    function kept by the reporter would be pickled by reference, and fail."""
+    import builtins
+
+    from ray import cloudpickle
+
+    from search.tuner import progress_table
+
+    table = progress_table(load_config(CONFIGS / "cats_dogs.yaml"))
+    monkeypatch.setattr(builtins, "print", lambda *args, **kwargs: None)
+    assert cloudpickle.loads(cloudpickle.dumps(table)).settings == table.settings
