@@ -308,17 +308,33 @@ def timed_where_it_trains(
         except Exception as error:  # only the card's out-of-memory error steps down
             if not is_out_of_memory(error, prober.run.budget.allocator_refused):
                 raise
+            held = memory_when_refused(prober)  # numbers only leave this block
         prober.probes += 1
         lower = 0 if share is None else largest - max(1, round(largest * share))
         if lower < 1:
             break
         if say is not None:
-            say(f"    batch {largest}: its timed steps ran out of memory; {lower} next")
+            say(f"    batch {largest}: its timed steps ran out of memory ({held}); {lower} next")
         largest = lower
     if say is not None:
-        say(f"    batch {largest}: its timed steps ran out of memory; no batch down to it "
-            f"trained {steps} steps, the row has none")  # fmt: skip
+        say(f"    batch {largest}: its timed steps ran out of memory ({held}); no batch down "
+            f"to it trained {steps} steps, the row has none")  # fmt: skip
     return None
+
+
+def memory_when_refused(prober: Prober) -> str:
+    """What the allocator held when the timed steps ran out: their tensors' peak against
+    what it had reserved and its limit. A peak well under the reserved memory means the
+    cache was cut into blocks the next tensor did not fit (fragmentation), not a batch too
+    large for the share (the H200's checkpointing row, 2026-11-27, asks which)."""
+    card, limit = prober.run.budget.card, prober.run.budget.limit_bytes
+    if card is None:
+        return "the meter's budget"
+    of = "" if limit is None else f" of {limit / MIB:.0f}"
+    return (
+        f"tensors peaked at {card.peak_bytes() / MIB:.0f} MiB, "
+        f"{card.reserved_bytes() / MIB:.0f}{of} MiB reserved"
+    )
 
 
 def give_back_freed_memory() -> None:

@@ -1,5 +1,6 @@
 import csv
 import math
+import re
 
 import pytest
 import torch
@@ -124,6 +125,8 @@ def test_steps_down_double_each_time_so_a_probe_far_above_what_trains_is_found(
                       say=lines.append)  # fmt: skip
     down = [line for line in lines if "its timed steps ran out of memory" in line]
     assert [line.split()[-2] for line in down] == ["231", "222", "204"]
+    # what the allocator held, to tell a cut-up cache from a batch too large for the share
+    assert re.search(r"\(tensors peaked at \d+ MiB, \d+ of \d+ MiB reserved\)", down[0])
     assert row.max_batch_size == 204 and row.step_time_s > 0
 
 
