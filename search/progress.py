@@ -62,6 +62,12 @@ class ProgressTable(tune.ProgressReporter):
         self._last = time.monotonic()
         rows = [TrialRow.of(trial) for trial in trials]
         text = self.render(rows, done)
+        # Of what Tune passes besides (its scheduler's name, the resources in use), the
+        # resources: on a card, how many trials share it.
+        used = [line for line in sys_info if line.startswith("Logical resource usage")]
+        if used:
+            heading, _, table = text.partition("\n")
+            text = "\n".join([heading, *used, table])
         if self.say is None:
             print(text, flush=True)
         else:

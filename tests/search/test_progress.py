@@ -69,6 +69,16 @@ def test_a_table_is_printed_every_few_seconds_and_once_more_at_the_end(monkeypat
     assert lines == [lines[0]] and lines[0].startswith("== ")
 
 
+def test_the_resources_in_use_tune_passes_are_said_under_the_heading():
+    lines: list[str] = []
+    table = main_config_table(lines)
+    table.report([], False, "Using FIFO scheduling algorithm.",
+                 "Logical resource usage: 2.0/16 CPUs, 0.5/1 GPUs")  # fmt: skip
+    heading, used = lines[0].splitlines()[:2]
+    assert heading.startswith("== ") and used == "Logical resource usage: 2.0/16 CPUs, 0.5/1 GPUs"
+    assert "FIFO" not in lines[0]
+
+
 def test_the_heading_counts_minutes_once_a_search_has_run_one():
     heading = progress_heading([row("a", "ERROR")], total=None, elapsed_s=65.4)
     assert heading == "== 1 min 05 s: 1 trials ended; 1 ERROR =="
