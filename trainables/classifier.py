@@ -50,6 +50,7 @@ from trainables.run import (
 from trainables.run_state import RunState, load_run_state, save_run_state
 from trainables.schedules import EpochPlan
 from trainables.settings import TrainSettings
+from trainables.speed import ConfigSpeed
 from trainables.timing import speed_against_baseline, speed_window, trial_gate
 from trainables.training import (
     DIVERGED_AFTER_SKIPPED_STEPS,
@@ -281,6 +282,7 @@ def train_one_epoch(
         noise=NoiseMeter(run.model) if steps.measured else None,
         window=speed_window(run, plan),
     )
+    run.warm_configurations.add(ConfigSpeed.key(plan.batch_size, plan.accumulation_steps))
     return replace(result, compile_seconds=compile_seconds)
 
 

@@ -73,6 +73,9 @@ class TrainingRun:
     # configuration's timed blocks (trainables.speed)
     gate: DeviceGate | None = None
     speeds: ConfigSpeed = field(default_factory=ConfigSpeed)
+    # configurations (`ConfigSpeed.key`) trained in an earlier epoch of this process: their
+    # kernels, shapes and allocations are warm, so their next epoch is timed from its start
+    warm_configurations: set[str] = field(default_factory=set)
 
     @property
     def stepper(self) -> nn.Module:

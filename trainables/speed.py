@@ -49,7 +49,11 @@ from scipy import stats
 CONFIDENCE = 0.95
 MIN_BLOCKS = 6  # the fewest with a 95% interval of a median (2 x 0.5^6 < 0.05)
 MIN_BLOCK_SECONDS = 0.02  # a block's steps take at least this: the clock and a sync are noise
-WARMUP_STEPS = 2  # inside a held window, before its first block: others' queued work drains
+# Inside a held window, before its first block, where the configuration is new to the
+# process (its first epoch: allocations, the autotuner, compiled shapes); a configuration
+# that trained in an earlier epoch is timed from its epoch's first step, with no warm-up, so
+# that one of two or three whole steps an epoch (a large batch on a card) is timed at all.
+WARMUP_STEPS = 2
 WINDOW_BLOCKS = 6  # blocks of one held window (an epoch's share of a crowded device)
 MIN_WINDOWS = 3  # held windows, in as many epochs, before a precise speed stops them
 PAIRED_BLOCK_SECONDS = 0.1  # a side's block in an alternation: long enough to even out steps
@@ -297,8 +301,12 @@ class SpeedWindow:
         crowded: Callable[[], bool],
         clock: Callable[[], float] = time.perf_counter,
         outsiders: Callable[[], int | None] | None = None,
+        warm: bool = False,
     ) -> None:
         self._gate, self._synchronize, self._clock = gate, synchronize, clock
+        # warm: the configuration trained in an earlier epoch of this process; else its
+        # epoch's first step (metering, allocations) and a held window's warm-up go untimed
+        self._untimed_steps, self._warmup_steps = (0, 0) if warm else (1, WARMUP_STEPS)
         self._outsiders = outsiders
         self._speeds, self._key, self._crowded = speeds, key, crowded
         self._precision, self._max_seconds = precision, max_seconds
@@ -321,7 +329,7 @@ class SpeedWindow:
     def step(self) -> Iterator[None]:
         """Around one step: inside a held window the device is this trial's; else the
         step passes the gate as every neighbour's does."""
-        if self._mode == "waiting" and self._steps_seen >= 1:
+        if self._mode == "waiting" and self._steps_seen >= self._untimed_steps:
             self._begin()
         with self._gate.step():
             yield
@@ -398,7 +406,9 @@ class SpeedWindow:
             self._speeds.saw_outsiders(self._key, seen)
         self._mode = "held"
         self._held_at = self._clock()
-        self._warmup_left = WARMUP_STEPS
+        self._warmup_left = self._warmup_steps
+        if not self._warmup_left:
+            self._start_block(self._whole_step_images)
 
     def _start_block(self, images_per_step: int) -> None:
         known = self._speeds.of(self._key)  # an earlier epoch's blocks size this one's

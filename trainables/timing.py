@@ -62,15 +62,17 @@ def speed_window(run: TrainingRun, plan: EpochPlan) -> SpeedWindow | None:
     if run.gate is None:
         return None
     device, gate, cores, card = run.budget.device, run.gate, os.cpu_count() or 1, run.budget.card
+    key = ConfigSpeed.key(plan.batch_size, plan.accumulation_steps)
     return SpeedWindow(
         run.gate,
         lambda: synchronize(device),
         run.speeds,
-        ConfigSpeed.key(plan.batch_size, plan.accumulation_steps),
+        key,
         precision=run.settings.speed_precision,
         max_seconds=run.settings.speed_window_s,
         crowded=lambda: device.type == "cuda" or gate.crowded(cores),
         outsiders=(lambda: outsiders(card, gate)) if card is not None else None,
+        warm=key in run.warm_configurations,
     )
 
 

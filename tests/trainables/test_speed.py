@@ -103,9 +103,12 @@ def run_steps(window: SpeedWindow, clock: Clock, steps: int, images: int = 32) -
     window.close()
 
 
-def window(events, clock, speeds, crowded, precision=0.05, max_seconds=10.0) -> SpeedWindow:
+def window(
+    events, clock, speeds, crowded, precision=0.05, max_seconds=10.0, warm=False
+) -> SpeedWindow:
     return SpeedWindow(Gate(events), lambda: None, speeds, "32x1", precision=precision,
-                       max_seconds=max_seconds, crowded=crowded, clock=clock)  # fmt: skip
+                       max_seconds=max_seconds, crowded=crowded, clock=clock,
+                       warm=warm)  # fmt: skip
 
 
 def test_on_a_device_nobody_crowds_every_block_of_the_epoch_is_timed_and_nobody_held():
@@ -142,6 +145,24 @@ def test_the_epochs_partial_last_step_is_not_the_configurations_speed():
     for _ in range(3):
         epoch_with_a_tail(window([], clock, one_step, crowded=lambda: False), clock, 1)
     assert one_step.of("32x1") is None  # untimed: it counts at its wall time (own_time)
+
+
+def test_a_configuration_warm_from_an_earlier_epoch_is_timed_from_its_epochs_first_step():
+    """A large batch on a card: one or three whole steps an epoch. Its first epoch warms it
+    (untimed); each later one times its whole steps, with no warm-up in a held window."""
+    clock = Clock(0.025)
+    one_step = ConfigSpeed()
+    epoch_with_a_tail(window([], clock, one_step, crowded=lambda: True), clock, 1)
+    assert one_step.of("32x1") is None
+    for _ in range(6):
+        epoch_with_a_tail(window([], clock, one_step, crowded=lambda: True, warm=True), clock, 1)
+    assert one_step.blocks["32x1"] == pytest.approx([1280.0] * 6)
+    assert one_step.of("32x1") is not None  # six blocks: a speed with its interval
+    events, three_steps = [], ConfigSpeed()
+    epoch_with_a_tail(window(events, clock, three_steps, crowded=lambda: True, warm=True),
+                      clock, 3)  # fmt: skip
+    assert events == ["exclusive", "released"]
+    assert three_steps.blocks["32x1"] == pytest.approx([1280.0] * 3)
 
 
 def test_on_a_crowded_device_a_short_window_is_held_after_warm_up():

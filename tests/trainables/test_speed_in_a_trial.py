@@ -80,3 +80,15 @@ def test_a_trial_computes_on_its_num_threads_and_leaves_the_count_as_it_was(enou
         assert set(user_models.THREADS_SEEN) == {1} and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_batch_of_one_whole_step_an_epoch_is_timed_from_its_second_epoch(enough_steps):
+    """480 images in steps of 256 (batch 128, accumulation 2): one whole step an epoch, its
+    first, and a partial one. Once warm it is timed each epoch: six epochs, six blocks."""
+    reports = Reports()
+    last = fit_classifier(settings(epochs=7, batch_size=128, accumulation_steps=2,
+                                   warmup_epochs=0), enough_steps, reports)  # fmt: skip
+    blocks = RunState.from_dict(reports.states[-1]["state"]).speeds["blocks"]["128x2"]
+    assert len(blocks) == 6
+    assert last["throughput_low"] <= last["throughput"] <= last["throughput_high"]
+    assert last["throughput"] != pytest.approx(last["shared_throughput"])  # not the wall rate
