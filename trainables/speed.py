@@ -280,11 +280,13 @@ class SpeedWindow:
     """One epoch's timing of its configuration, driven by the training loop: `step()`
     around each step, `after(images)` after it, `close()` at the epoch's end.
 
-    From the epoch's second step (the first meters and allocates) it times blocks. Where
+    From the epoch's second step (the first meters and allocates), or its first where the
+    configuration is `warm` (it trained in an earlier epoch), it times blocks. Where
     `crowded()` says no, every block until the epoch's end; a block in which the device
     became crowded is dropped, and the rest of the epoch is held for, as below. Where it
     says yes and `ConfigSpeed.wants_window`, the device is held (`Gate.exclusive`),
-    `WARMUP_STEPS` pass, then `WINDOW_BLOCKS` blocks are timed and the device is let go;
+    `WARMUP_STEPS` pass (none where warm), then `WINDOW_BLOCKS` blocks are timed and the
+    device is let go;
     else nothing is timed. `synchronize` waits for the device's queued work: only at a
     block's edges. `outsiders` counts the processes on the device that do not pass its gate
     (other programs on the card), as each held window begins; None: not known."""
