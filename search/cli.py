@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 # Ray settings for a readable terminal; a user's own environment wins.
 RAY_ENVIRONMENT = {
-    "RAY_AIR_NEW_OUTPUT": "0",  # the table engine, which honours our column choice
+    "RAY_AIR_NEW_OUTPUT": "0",  # the table engine, which calls our reporter (search.progress)
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # loggers are chosen in search.tuner
     # One checkpoint kept per trial makes Tune snapshot often; on local disk that is cheap.
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",

@@ -38,7 +38,7 @@ from search.space import SpaceParam
 from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY
 from trainables.settings import TrainSettings
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)  # Tune's table shows the progress
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress table shows the progress
 
 # User attributes of the Optuna trials; `started` is False for a suggestion skipped before
 # Tune started a trial for it (no actor).

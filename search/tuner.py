@@ -155,7 +155,7 @@ def build_tuner(
 
 
 def trial_name(trial: tune.experiment.Trial) -> str:
-    """A trial's name in Tune's table and logs: its id, as the console and MLflow name it."""
+    """A trial's name in Tune's logs and folders: its id, as the tables and MLflow name it."""
     return str(trial.trial_id)
 
 
