@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -96,14 +97,14 @@ class ProgressTable(tune.ProgressReporter):
         return f"{heading}\n{text}{more}\n"
 
 
+@dataclass(frozen=True)
 class TrialRow:
     """What the table reads of a Tune trial: its id, status, config and last result."""
 
-    def __init__(
-        self, trial_id: str, status: str, config: Mapping[str, Any], result: Mapping[str, Any]
-    ) -> None:
-        self.trial_id, self.status = trial_id, status
-        self.config, self.result = dict(config), dict(result)
+    trial_id: str
+    status: str
+    config: Mapping[str, Any]
+    result: Mapping[str, Any]
 
     @classmethod
     def of(cls, trial: Any) -> TrialRow:
