@@ -53,7 +53,6 @@ from trainables.settings import TrainSettings
 from trainables.speed import ConfigSpeed
 from trainables.timing import speed_against_baseline, speed_window, trial_gate
 from trainables.training import (
-    DIVERGED_AFTER_SKIPPED_STEPS,
     EpochResult,
     EpochSteps,
     SkippedSteps,
@@ -172,11 +171,11 @@ def _fit(
         for epoch in range(run.state.epoch + 1, settings.epochs + 1):
             phase, plan = "memory probe", None
             with gated():
-                plan = plan_that_fits(run, epoch, splits)
+                plan = run.plan_that_fits(epoch, splits)
             phase = "training"
             result = train_one_epoch(run, epoch, plan, splits)
             if result.diverged:
-                detail = _divergence(result, epoch)
+                detail = result.why_diverged(epoch)
                 return _report_pruned(
                     run.state, report, epoch, STATUS_DIVERGED, detail, plan, **record
                 )
@@ -222,35 +221,6 @@ def _fit(
         state, report, epoch, STATUS_OOM, detail + note, plan, peak_mem_mb=needed_mb,
         peak_reserved_mb=needed_mb, memory_limit_mb=in_mib(limit), oom_cause=cause, **record,
     )  # fmt: skip
-
-
-def _divergence(result: EpochResult, epoch: int) -> str:
-    run = result.longest_skipped_run
-    if run >= DIVERGED_AFTER_SKIPPED_STEPS:
-        return (
-            f"the GradScaler skipped {run} steps in a row in epoch {epoch}: "
-            "the gradients stayed non-finite at every loss scale"
-        )
-    return f"training loss became {result.train_loss} in epoch {epoch}"
-
-
-def plan_that_fits(run: TrainingRun, epoch: int, splits: TrialData) -> EpochPlan:
-    """The epoch's plan; when AdaBatch grows the physical batch beyond what fits in memory,
-    the previous batch becomes the trial's capacity and the growth goes to accumulation."""
-    plan = run.plan(epoch, len(splits.train))
-    previous = run.state.last_metrics.get("physical_batch_size")
-    if previous is None or plan.batch_size <= previous:
-        return plan
-    device = run.budget.device
-    pixels, labels = splits.train.gather(slice(0, plan.batch_size), pin=False)
-
-    def batch_on_device() -> tuple[torch.Tensor, torch.Tensor]:
-        return splits.normalise(pixels.to(device)), labels.to(device)
-
-    if run.budget.fits(run.model, run.optimizer, batch_on_device, run.precision):
-        return plan
-    run.state = replace(run.state, batch_capacity=int(previous))
-    return run.plan(epoch, len(splits.train))
 
 
 def train_one_epoch(

@@ -6,7 +6,8 @@ state) on the budget's device: activation checkpointing, channels-last, the prec
 autotuner, determinism, TF32) by `choose_kernels`, per trial; the inputs' layout by the
 `TrialData` normaliser. A new switch is a branch here (and an entry of
 `trainables.techniques.TECHNIQUES`). `compile_new_shapes` compiles an epoch's new batch
-shapes before its clock starts.
+shapes before its clock starts; `TrainingRun.plan_that_fits` checks that a batch AdaBatch grew
+still fits before the epoch trains it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -95,6 +96,25 @@ class TrainingRun:
             train_size=train_size,
             growths=self.state.growths if settings.adabatch_rule == "noise_scale" else None,
         )
+
+    def plan_that_fits(self, epoch: int, splits: TrialData) -> EpochPlan:
+        """The epoch's plan; when AdaBatch grows the physical batch beyond what fits in
+        memory, the previous batch becomes the trial's capacity and the growth goes to
+        accumulation."""
+        plan = self.plan(epoch, len(splits.train))
+        previous = self.state.last_metrics.get("physical_batch_size")
+        if previous is None or plan.batch_size <= previous:
+            return plan
+        device = self.budget.device
+        pixels, labels = splits.train.gather(slice(0, plan.batch_size), pin=False)
+
+        def batch_on_device() -> tuple[torch.Tensor, torch.Tensor]:
+            return splits.normalise(pixels.to(device)), labels.to(device)
+
+        if self.budget.fits(self.model, self.optimizer, batch_on_device, self.precision):
+            return plan
+        self.state = replace(self.state, batch_capacity=int(previous))
+        return self.plan(epoch, len(splits.train))
 
     def growths_after(self, plan: EpochPlan, result: EpochResult, train_size: int) -> int:
         """The noise-scale rule's growths for the next epoch, from this epoch's gradients."""

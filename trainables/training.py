@@ -29,7 +29,7 @@ from torch import nn
 
 from trainables.augment import random_crop_flip
 from trainables.cuda import synchronize
-from trainables.memory import MemoryBudget
+from trainables.memory import MemoryBudget, StepPeak
 from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, spread_steps
 from trainables.precision import Precision
 from trainables.schedules import EpochPlan
@@ -160,6 +160,15 @@ class EpochResult:
         applied_any = self.optimizer_steps > self.skipped_steps  # else: no loss to judge
         return applied_any and not math.isfinite(self.train_loss)
 
+    def why_diverged(self, epoch: int) -> str:
+        """Why `diverged` (epoch `epoch`), in the words of a pruned trial's detail."""
+        if self.longest_skipped_run >= DIVERGED_AFTER_SKIPPED_STEPS:
+            return (
+                f"the GradScaler skipped {self.longest_skipped_run} steps in a row in epoch "
+                f"{epoch}: the gradients stayed non-finite at every loss scale"
+            )
+        return f"training loss became {self.train_loss} in epoch {epoch}"
+
 
 def batch_slices(count: int, batch_size: int) -> list[slice]:
     """Consecutive batches covering `count` items; the last may be partial.
@@ -285,30 +294,57 @@ def meter_first_step(
 
 
 class EpochTally:
-    """An epoch's summed loss and correct images on the device, the steps the GradScaler
-    skipped left out (they trained nothing); nothing is read back until `means`."""
+    """An epoch's images, steps, summed loss and correct images, the loss and the correct
+    ones on the device with the steps the GradScaler skipped left out (they trained
+    nothing); nothing is read back until `result`."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, skipped: SkippedSteps) -> None:
         self.loss_sum = torch.zeros((), device=device)
         self.correct = torch.zeros((), device=device, dtype=torch.long)
         self.skipped_images: torch.Tensor | int = 0
+        self.skipped = skipped
+        self.images = 0
+        self.steps = 0
 
-    def add(self, outcome: StepOutcome) -> None:
+    def add(self, outcome: StepOutcome, step: int) -> bool:
+        """Counts step number `step`; True when the trial diverged, which is read (a wait
+        for the device) only every `READ_SKIPPED_EVERY` steps of fp16's GradScaler."""
+        self.images += outcome.images
+        self.steps += 1
+        self.skipped.after(outcome.skipped)
         if outcome.skipped is None:
             self.loss_sum += outcome.loss_sum
             self.correct += outcome.correct
-            return
+            return False
         applied = ~outcome.skipped
         self.loss_sum += torch.where(applied, outcome.loss_sum, 0.0)
         self.correct += torch.where(applied, outcome.correct, 0)
         self.skipped_images = self.skipped_images + outcome.skipped.long() * outcome.images
+        return step % READ_SKIPPED_EVERY == 0 and self.skipped.diverged
 
-    def means(self, images: int) -> tuple[float, float]:
+    def means(self) -> tuple[float, float]:
         """(loss, accuracy) over the images of the applied steps; NaN where none was."""
-        scored = images - int(self.skipped_images)
+        scored = self.images - int(self.skipped_images)
         if not scored:
             return math.nan, math.nan
         return float(self.loss_sum) / scored, float(self.correct) / scored
+
+    def result(self, seconds: float, peak: StepPeak, noise: NoiseMeter | None) -> EpochResult:
+        """The epoch's result; call it past the epoch's last synchronize (no read waits)."""
+        train_loss, train_acc = self.means()
+        return EpochResult(
+            train_loss=train_loss,
+            train_acc=train_acc,
+            images=self.images,
+            optimizer_steps=self.steps,
+            seconds=seconds,
+            peak_mem_bytes=peak.allocated_bytes,
+            peak_reserved_bytes=peak.reserved_bytes,
+            skipped_steps=self.skipped.count,
+            skipped_streak=self.skipped.streak,
+            longest_skipped_run=self.skipped.longest,
+            noise=noise.result() if noise else NoiseScale(),
+        )
 
 
 def train_epoch(
@@ -344,7 +380,6 @@ def train_epoch(
     """
     device = next(model.parameters()).device
     budget = budget or MemoryBudget(device)
-    skipped = skipped or SkippedSteps()
     model.train()
     stream = device_batches(split, (batch for group in steps.batches for batch in group), device)
 
@@ -354,8 +389,7 @@ def train_epoch(
                 pixels = random_crop_flip(pixels, generator)
             yield normalise(pixels), targets
 
-    tally = EpochTally(device)
-    images = trained = 0
+    tally = EpochTally(device, skipped or SkippedSteps())
     first_step_peak = None
     budget.reset_peak()
     synchronize(device)
@@ -380,32 +414,12 @@ def train_epoch(
                 )
             if window is not None:
                 window.after(outcome.images)
-            images += outcome.images
-            trained += 1
             first_step_peak = first_step_peak or budget.peak(metered)
-            skipped.after(outcome.skipped)
-            tally.add(outcome)
-            # read (a wait for the device) only every READ_SKIPPED_EVERY steps
-            stepped_under_scaler = outcome.skipped is not None
-            if stepped_under_scaler and step % READ_SKIPPED_EVERY == 0 and skipped.diverged:
+            if tally.add(outcome, step):
                 break
     synchronize(device)
     seconds = time.perf_counter() - started
-    peak = first_step_peak or budget.peak(metered)
-    train_loss, train_acc = tally.means(images)  # past the synchronize: no read waits
-    return EpochResult(
-        train_loss=train_loss,
-        train_acc=train_acc,
-        images=images,
-        optimizer_steps=trained,
-        seconds=seconds,
-        peak_mem_bytes=peak.allocated_bytes,
-        peak_reserved_bytes=peak.reserved_bytes,
-        skipped_steps=skipped.count,
-        skipped_streak=skipped.streak,
-        longest_skipped_run=skipped.longest,
-        noise=noise.result() if noise else NoiseScale(),
-    )
+    return tally.result(seconds, first_step_peak or budget.peak(metered), noise)
 
 
 @torch.inference_mode()
