@@ -14,14 +14,18 @@ epochs that only the trials going on reach, so the seconds kept read a little lo
 saving a little larger, than in a search that scores only its rungs. What the replay
 cannot show: the sampler's answer to the trials stopped (Optuna is told PRUNED and
 suggests from the rest). Columns, per rule and the mean over the searches: trials
-stopped, trial seconds kept (of the whole search's trial seconds), hypervolume kept,
-trials of the whole front stopped, and of its three most accurate trials (issue 37's aim:
-none).
+stopped, and at which epochs (epoch: trials), trial seconds kept (of the whole search's
+trial seconds), hypervolume kept, trials of the whole front stopped, and of its three most
+accurate trials (issue 37's aim: none). `--detail` adds a line for each front trial a rule
+stops: its accuracy when stopped, where it ended (best_val_acc, gen_gap) and the share of
+the search's hypervolume it holds alone. `--judge-warmup` replays as the replay did before
+2026-11-27 (`597cdd1`): every trial judged at every rung, inside its lr warmup too.
 
     python bench/early_stopping_replay.py [--config configs/cats_dogs.yaml]
         [--num-samples 48] [--seeds 0 1]
         [--rules 2,4:0.5 1,2,4:0.5:3:blind 1,2,4:0.5:3::throughput,best_val_acc ...]
-        [--from RESULTS_DIR ...] [--workdir DIR] [--classes 2] [key.path=value ...]
+        [--from RESULTS_DIR ...] [--workdir DIR] [--classes 2] [--detail]
+        [--judge-warmup] [key.path=value ...]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,12 +170,26 @@ def split_sizes_of(config: SearchConfig, classes: int) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
+class FrontTrialStopped:
+    """A trial of the whole search's front that a rule stops."""
+
+    trial_id: str
+    epoch: int  # the epoch it is stopped at
+    accuracy_then: float  # its best_val_acc at that epoch
+    best_val_acc: float  # where it ended, run whole
+    gen_gap: float
+    hypervolume_alone: float  # the share of the search's hypervolume only it holds
+
+
+@dataclass(frozen=True)
 class Replayed:
     stopped: int
+    stopped_at: dict[int, int]  # epoch -> trials stopped there
     seconds_kept: float  # share of the search's trial seconds
     hypervolume_kept: float  # share of the search's hypervolume
     front_stopped: int
     most_accurate_stopped: int
+    front_trials_stopped: list[FrontTrialStopped]
 
 
 def unscored_rungs(search: Search, rules: list[Rule], objectives: list[str]) -> list[int]:
@@ -187,14 +206,17 @@ def unscored_rungs(search: Search, rules: list[Rule], objectives: list[str]) -> 
     ]
 
 
-def replay_rule(search: Search, rule: Rule, config: SearchConfig) -> Replayed:
+def replay_rule(
+    search: Search, rule: Rule, config: SearchConfig, judge_warmup: bool = False
+) -> Replayed:
     objectives = dict(config.objectives)
     min_accuracy = search.min_accuracy if rule.sees_min_accuracy else None
     scheduler = ParetoEarlyStopping(
         rule.objectives(objectives), rule.rungs, rule.keep, rule.min_peers, min_accuracy,
         split_sizes=search.split_sizes if rule.on_evidence else None,
     )  # fmt: skip
-    stops = replay(scheduler, search.histories, search.last_epochs(), search.warmup_epochs())
+    warmups = None if judge_warmup else search.warmup_epochs()
+    stops = replay(scheduler, search.histories, search.last_epochs(), warmups)
     at_stop = search.histories.set_index(["trial_id", "epoch"])["time_total_s"]
     kept = {
         trial: float(at_stop[(trial, stops[trial])]) if trial in stops else seconds
@@ -205,12 +227,25 @@ def replay_rule(search: Search, rule: Rule, config: SearchConfig) -> Replayed:
     bounds = declared_bounds(search.frame, objectives, dict(config.search.hypervolume_bounds))
     whole = hypervolume(search.frame, objectives, bounds, search.min_accuracy)
     left = hypervolume(after, objectives, bounds, search.min_accuracy)
+    accuracy = search.histories.set_index(["trial_id", "epoch"])["best_val_acc"]
+    front_trials = []
+    for trial in sorted(search.front & set(stops), key=stops.__getitem__):
+        without = search.frame[search.frame["trial_id"] != trial]
+        alone = whole - hypervolume(without, objectives, bounds, search.min_accuracy)
+        row = search.frame[search.frame["trial_id"] == trial].iloc[0]
+        front_trials.append(FrontTrialStopped(
+            trial, stops[trial], float(accuracy[(trial, stops[trial])]),
+            float(row["best_val_acc"]), float(row.get("gen_gap", float("nan"))),
+            alone / whole if whole else 0.0,
+        ))  # fmt: skip
     return Replayed(
         stopped=len(stops),
+        stopped_at=dict(sorted(Counter(stops.values()).items())),
         seconds_kept=sum(kept.values()) / sum(search.seconds.values()),
         hypervolume_kept=left / whole if whole else 1.0,
         front_stopped=len(search.front & set(stops)),
         most_accurate_stopped=len(search.most_accurate & set(stops)),
+        front_trials_stopped=front_trials,
     )
 
 
@@ -253,6 +288,11 @@ def main() -> None:
     parser.add_argument("--from", dest="replayed", type=Path, nargs="+", default=[],
                         help="replay these finished searches' Tune folders instead of "
                         "running new ones (run with gen_gap scored at the rungs)")  # fmt: skip
+    parser.add_argument("--detail", action="store_true",
+                        help="a line for each front trial a rule stops")  # fmt: skip
+    parser.add_argument("--judge-warmup", action="store_true",
+                        help="judge trials inside their lr warmup too (the replay before "
+                        "2026-11-27; the live rule does not)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", metavar="key.path=value",
                         help="config overrides for the searches run")  # fmt: skip
     args = parser.parse_args()
@@ -289,23 +329,36 @@ def main() -> None:
         if (search.frame.get("status") == STATUS_STOPPED_EARLY).any():
             print(f"  {search.name} ran with early stopping: its stopped trials cannot go "
                   "further here, so a rule that stops fewer looks like its own")  # fmt: skip
-    header = ["rule", "search", "stopped", "seconds kept", "hypervolume kept", "front stopped",
+    header = ["rule", "search", "stopped", "at epoch (epoch: trials)", "seconds kept",
+              "hypervolume kept", "front stopped",
               f"{MOST_ACCURATE} most accurate stopped"]  # fmt: skip
     rows: list[list[str]] = []
+    details: list[str] = []
     for rule in rules:
-        outcomes = [replay_rule(search, rule, config) for search in searches]
+        outcomes = [replay_rule(search, rule, config, args.judge_warmup) for search in searches]
         for search, outcome in zip(searches, outcomes, strict=True):
             rows.append([str(rule), search.name, f"{outcome.stopped}",
+                         str(outcome.stopped_at or "-"),
                          f"{outcome.seconds_kept:.2f}", f"{outcome.hypervolume_kept:.3f}",
                          f"{outcome.front_stopped} of {len(search.front)}",
                          f"{outcome.most_accurate_stopped}"])  # fmt: skip
+            details += [f"{rule}, {search.name}: {stopped.trial_id} stopped at epoch "
+                        f"{stopped.epoch} at best_val_acc {stopped.accuracy_then:.4g}; run "
+                        f"whole it ended at {stopped.best_val_acc:.4g}, gen_gap "
+                        f"{stopped.gen_gap:.3g}, and held {stopped.hypervolume_alone:.1%} of "
+                        "the hypervolume alone"
+                        for stopped in outcome.front_trials_stopped]  # fmt: skip
         if len(outcomes) > 1:
-            rows.append([str(rule), "mean", "",
+            rows.append([str(rule), "mean", "", "",
                          f"{statistics.mean(o.seconds_kept for o in outcomes):.2f}",
                          f"{statistics.mean(o.hypervolume_kept for o in outcomes):.3f}",
                          "", f"{sum(o.most_accurate_stopped for o in outcomes)}"])  # fmt: skip
     print()
     print(pd.DataFrame(rows, columns=header).to_string(index=False))
+    if args.detail:
+        print("\nFront trials stopped:" if details else "\nNo front trial stopped.")
+        for line in details:
+            print(f"  {line}")
 
 
 if __name__ == "__main__":

@@ -9,10 +9,14 @@ trials below the config's min accuracy off the front, as the report does). With
 `--against OTHER` (a search of the same config without early stopping, say), each
 search's hypervolume against OTHER's at equal trial time: the hypervolume of the trials
 OTHER had finished when as many seconds had passed since its first trial started as the
-search's span.
+search's span. Each search's "at chance" column counts its trials that ran all their
+epochs and ended below the min accuracy. With `--by SETTING` (a sampled setting, e.g.
+`augment`), the trials of all the searches that ran all their epochs, grouped by that
+setting's value: how many, their median best_val_acc and gen_gap, how many ended at chance
+and how many are on their search's front.
 
     python bench/search_folders.py ray_results/on-s0 [ray_results/on-s1 ...]
-        [--against ray_results/off-s0] [--config configs/cats_dogs.yaml]
+        [--against ray_results/off-s0] [--by augment] [--config configs/cats_dogs.yaml]
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.load import frame_from_tune, trial_spans
-from analysis.pareto import Bounds, declared_bounds, hypervolume
+from analysis.pareto import Bounds, declared_bounds, hypervolume, mark_front
 from search.config import load_config
 from trainables.metrics import METRICS, min_accuracy_for
 
@@ -63,6 +67,11 @@ class Search:
         stopped = self.trials[self.trials["status"] == "stopped_early"]
         return {int(e): int(n) for e, n in stopped["epoch"].value_counts().sort_index().items()}
 
+    def ran_whole(self) -> pd.DataFrame:
+        """The trials that ran all their epochs (none stopped, none pruned)."""
+        epochs = self.trials.get("config.epochs", self.trials["epoch"].max())
+        return self.trials[(self.trials["status"] == "ok") & (self.trials["epoch"] >= epochs)]
+
     def ended_within(self, seconds: float) -> pd.DataFrame:
         """The trials that had ended `seconds` after the first trial started."""
         ended = (
@@ -79,6 +88,28 @@ def common_bounds(frames: list[pd.DataFrame], objectives: dict[str, str], given:
     return declared_bounds(pd.concat(frames, ignore_index=True), objectives, given or None)
 
 
+def by_setting(
+    searches: list[Search], setting: str, objectives: dict[str, str], min_accuracy: float
+) -> pd.DataFrame:
+    """The trials of `searches` that ran whole, grouped by `config.<setting>`."""
+    column = f"config.{setting}"
+    whole = []
+    for search in searches:
+        if column not in search.trials:
+            raise SystemExit(f"{search.folder}: its trials have no setting {setting!r}")
+        front = mark_front(search.trials, objectives, min_accuracy)
+        on_front = set(front.loc[front["is_pareto"], "trial_id"].astype(str))
+        trials = search.ran_whole()
+        whole.append(trials.assign(on_front=trials["trial_id"].astype(str).isin(on_front)))
+    trials = pd.concat(whole, ignore_index=True)
+    trials["at_chance"] = trials["best_val_acc"] < min_accuracy
+    return trials.groupby(trials[column].astype(str)).agg(
+        trials=("trial_id", "size"), best_val_acc=("best_val_acc", "median"),
+        gen_gap=("gen_gap", "median"), at_chance=("at_chance", "sum"),
+        on_the_front=("on_front", "sum"),
+    ).rename_axis(setting)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("searches", nargs="+", type=Path, help="search folders")
@@ -86,6 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"),
                         help="the searches' config: objectives, bounds")  # fmt: skip
     parser.add_argument("--classes", type=int, default=2, help="for the min accuracy")
+    parser.add_argument("--by", metavar="SETTING",
+                        help="group the trials that ran whole by this sampled setting")  # fmt: skip
     args = parser.parse_args(argv)
     config = load_config(args.config)
     objectives = dict(config.objectives)
@@ -106,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
             "span s": round(search.span_s, 1),
             "trial s": round(search.trial_seconds, 1),
             "stopped early (epoch: trials)": search.stopped_by_epoch() or "-",
+            "at chance": int((search.ran_whole()["best_val_acc"] < min_accuracy).sum()),
             "hypervolume": round(hypervolume(search.trials, objectives, bounds, min_accuracy), 4),
         }
         if against is not None and search is not against:
@@ -117,6 +151,10 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
     print(f"bounds: {bounds}")
     print(pd.DataFrame(rows).to_string(index=False, na_rep="-"))
+    if args.by:
+        print(f"\nTrials that ran all their epochs, by {args.by} (medians; at chance: below "
+              f"{min_accuracy:g}):")  # fmt: skip
+        print(by_setting(searches, args.by, objectives, min_accuracy).round(4).to_string())
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ aims: the medians agree within 5% (a ratio of 0.95-1.05) and each set spreads at
 With `train.speed_baseline={...}` each trial also times itself against that baseline in
 alternation after its last epoch (`speed_vs_baseline`): its median and spread are printed
 beside the throughput's, which tells whether a ratio to a reference config would take the
-drift out of the figures (`--timed-only` skips the untimed searches).
+drift out of the figures, and the half width of the trials' 95% intervals in points of
+speed (`--timed-only` skips the untimed searches).
 
     python bench/speed_consistency.py [--config configs/cats_dogs.yaml] [--trials 6]
         [--timed-only] [--cases "one at a time" "two to two cores" ...] [--rounds 2]
@@ -109,9 +110,15 @@ def main(argv: list[str] | None = None) -> int:
             if ratios.notna().any():
                 rows[-1]["vs baseline (median)"] = ratios.median()
                 rows[-1]["vs baseline spread"] = ratios.max() / ratios.min()
+                # each trial's 95% interval, as +-points of speed (issue 36's aim: +-5)
+                half = (trials["speed_vs_baseline_high"].astype(float)
+                        - trials["speed_vs_baseline_low"].astype(float)) * 50  # fmt: skip
+                rows[-1]["interval +-points (median)"] = half.median()
+                rows[-1]["interval +-points (widest)"] = half.max()
                 print(f"  against the baseline: median {ratios.median():.3f}, "
                       f"{ratios.min():.3f}-{ratios.max():.3f}, spread "
-                      f"{ratios.max() / ratios.min():.2f}x", flush=True)  # fmt: skip
+                      f"{ratios.max() / ratios.min():.2f}x; intervals +-{half.median():.1f} "
+                      f"points (median), +-{half.max():.1f} (widest)", flush=True)  # fmt: skip
         if {"three to two cores", "one at a time"} <= medians.keys():
             ratio = statistics.median(medians["three to two cores"]) / statistics.median(
                 medians["one at a time"]

@@ -71,3 +71,31 @@ def test_the_replay_counts_how_many_of_the_three_most_accurate_trials_a_rule_sto
     outcome = replay_bench.replay_rule(replayed_search(at_rung, final), Rule.parse("1:0.5"),
                                        config)  # fmt: skip
     assert outcome.stopped >= 1 and outcome.most_accurate_stopped == 1  # f, slow to start
+
+
+def test_the_replay_says_when_it_stopped_a_front_trial_how_it_stood_then_and_what_it_held():
+    from search.config import load_config
+
+    config = load_config(REPO / "configs" / "cats_dogs.yaml", ["search.ablation=null"])
+    at_rung = {"a": 0.8, "b": 0.8, "c": 0.8, "d": 0.5, "e": 0.5, "f": 0.5}
+    final = {"a": 0.81, "b": 0.80, "c": 0.70, "d": 0.60, "e": 0.60, "f": 0.90}
+    search = replayed_search(at_rung, final)
+    outcome = replay_bench.replay_rule(search, Rule.parse("1:0.5"), config)
+    assert outcome.stopped_at == {1: outcome.stopped}
+    f = next(stopped for stopped in outcome.front_trials_stopped if stopped.trial_id == "f")
+    assert (f.epoch, f.accuracy_then, f.best_val_acc) == (1, 0.5, 0.9)
+    # same speed and gap, the most accurate: the whole front's volume above a's 0.81 is f's
+    assert 0 < f.hypervolume_alone < 1
+
+
+def test_the_replay_leaves_a_warming_up_trial_alone_unless_told_to_judge_it():
+    from search.config import load_config
+
+    config = load_config(REPO / "configs" / "cats_dogs.yaml", ["search.ablation=null"])
+    at_rung = {"a": 0.8, "b": 0.8, "c": 0.8, "d": 0.5, "e": 0.5, "f": 0.5}
+    final = {"a": 0.81, "b": 0.80, "c": 0.70, "d": 0.60, "e": 0.60, "f": 0.90}
+    search = replayed_search(at_rung, final)
+    search.frame["config.warmup_epochs"] = 2  # every trial still warming up at epoch 1
+    assert replay_bench.replay_rule(search, Rule.parse("1:0.5"), config).stopped == 0
+    judged = replay_bench.replay_rule(search, Rule.parse("1:0.5"), config, judge_warmup=True)
+    assert judged.stopped >= 1

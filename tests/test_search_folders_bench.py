@@ -45,3 +45,26 @@ def test_it_reads_span_stops_and_hypervolume_at_equal_trial_time(tmp_path):
     # At 10 s the search without stopping had x alone, which trial a equals and c beats:
     # the ratio is above 1.
     assert float(with_stopping[-1]) > 1.0
+
+
+def test_it_groups_the_trials_that_ran_whole_by_a_setting(tmp_path):
+    write_search(tmp_path / "search", [
+        ("a", 100, 108, 8, "ok", 0.80, 2000.0),
+        ("b", 100, 101, 1, "stopped_early", 0.50, 2500.0),  # not whole: left out
+        ("c", 101, 110, 8, "ok", 0.52, 3000.0),  # at chance (below 0.55)
+    ])  # fmt: skip
+    for trial, augment in (("a", False), ("b", True), ("c", True)):
+        params = tmp_path / "search" / f"trial_{trial}" / "params.json"
+        params.write_text(json.dumps({"batch_size": 32, "augment": augment, "epochs": 8}))
+    finished = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "search_folders.py"), str(tmp_path / "search"),
+         "--by", "augment"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    lines = finished.stdout.splitlines()
+    assert lines[2].split()[-2] == "1"  # the search's trials at chance: c
+    groups = {line.split()[0]: [float(cell) for cell in line.split()[1:]] for line in lines[-2:]}
+    # trials, median accuracy, gap, at chance, on the front
+    assert groups["False"] == [1, 0.8, 0.1, 0, 1]
+    assert groups["True"] == [1, 0.52, 0.1, 1, 0]
