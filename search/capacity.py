@@ -40,6 +40,7 @@ import torch
 from search.config import ConfigError, SearchConfig, load_config, renamed_notes
 from search.errors import Problem
 from trainables.cuda import TorchCudaCard, available, resolve_device, synchronize
+from trainables.host_memory import hold_host_allocator
 from trainables.memory import (
     CARD_PROBE_BATCHES,
     MAX_BATCH,
@@ -496,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         print(error.render(), file=sys.stderr)
         return EXIT_USAGE
     torch.set_num_threads(max(1, min(int(config.resources.cpu), os.cpu_count() or 1)))
+    hold_host_allocator()  # its timed steps run as a trial's do (trainables.host_memory)
     device = "CPU (memory meter)" if card is None else card.describe()["device_name"]
     print(
         f"Capacity of {config.train.get('model', 'small_cnn')} at {config.data.image_size} px "

@@ -27,6 +27,7 @@ from trainables.cuda import describe_device, resolve_device
 from trainables.data import PreparedData, prepare_data
 from trainables.data.errors import first_line
 from trainables.evaluation import evaluate_epoch
+from trainables.host_memory import hold_host_allocator
 from trainables.memory import MemoryBudget, in_mib
 from trainables.metrics import (
     OOM_CAUSE_CARD,
@@ -128,7 +129,9 @@ def fit_classifier(
     and returns. Other errors propagate. Every report names the device it ran on and the
     versions of what drove it (`trainables.metrics.DEVICE_RECORD`). With `num_threads`,
     torch computes on that many threads while it trains, as its count was before after.
+    The process's host allocator is held to fixed thresholds (`trainables.host_memory`).
     """
+    hold_host_allocator()  # a step's speed, not the process's history (host_memory)
     with torch_threads(settings.num_threads):
         return _fit(settings, data, report, resume_state, gpu_share)
 

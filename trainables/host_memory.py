@@ -1,0 +1,40 @@
+"""The host's allocator in a trial's process, held to fixed thresholds, so that a trial's
+speed does not depend on what its process allocated before.
+
+glibc's malloc serves a block above its mmap threshold (128 KiB at first) with a fresh
+mapping, and gives the top of its heap back to the system past its trim threshold; both
+thresholds then move on their own as the process frees large blocks. A step of the small
+CNN allocates and frees activations of a few MiB: in a fresh process it faulted in about
+4,000-8,000 new pages a step, and in a process that had once held larger blocks (a trial
+of a larger batch before it, as Tune reuses a worker) it faulted in none, and the same
+config trained 15-20% faster there (docs/RESULTS.md, section 23). With the thresholds
+fixed (`mallopt`), which also stops glibc moving them, every trial's process keeps its heap
+from step to step, as the warm one did.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+
+# glibc's malloc.h
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+# The largest mmap threshold glibc takes on 64-bit (half its heap's largest size): blocks
+# up to 32 MiB come from the heap. Past the trim threshold the heap's free top goes back.
+MMAP_THRESHOLD_BYTES = 32 << 20
+TRIM_THRESHOLD_BYTES = 256 << 20
+
+
+@functools.cache
+def hold_host_allocator() -> bool:
+    """Fix glibc's thresholds in this process (once: they are the process's); False where
+    the C library is not glibc (macOS, musl: nothing is done, nothing fails)."""
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    mmap_set = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+    trim_set = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
+    return mmap_set and trim_set
