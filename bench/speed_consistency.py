@@ -13,7 +13,8 @@ With `train.speed_baseline={...}` each trial also times itself against that base
 alternation after its last epoch (`speed_vs_baseline`): its median and spread are printed
 beside the throughput's, which tells whether a ratio to a reference config would take the
 drift out of the figures, and the half width of the trials' 95% intervals in points of
-speed (`--timed-only` skips the untimed searches).
+speed (`--timed-only` skips the untimed searches). `--show-trials` prints each trial's start
+and throughput.
 
     python bench/speed_consistency.py [--config configs/cats_dogs.yaml] [--trials 6]
         [--timed-only] [--cases "one at a time" "two to two cores" ...] [--rounds 2]
@@ -33,7 +34,7 @@ import pandas as pd
 import yaml
 from ablation_cost import one_search  # bench/, first on a script's path
 
-from analysis.load import frame_from_tune
+from analysis.load import frame_from_tune, trial_spans
 from trainables.metrics import METRICS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,6 +71,16 @@ def trials_of(config: Path, trials: int, overrides: list[str], folder: Path) -> 
     return frame_from_tune(folder / "ray_results" / "bench", tuple(METRICS))
 
 
+def show_trials(trials: pd.DataFrame, folder: Path) -> None:
+    """Each trial's start (seconds since the search's first) and speed, in start order:
+    trials that ran at once agree with each other when the machine's moment moves them."""
+    spans = trial_spans(folder)
+    first = min(start for start, _ in spans.values())
+    starts = trials["trial_id"].astype(str).map(lambda trial: spans[trial][0] - first)
+    for start, speed in sorted(zip(starts, trials["throughput"].astype(float), strict=True)):
+        print(f"    started at {start:5.1f} s: {speed:6.0f} images/s", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
@@ -79,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="how the trials share the node, in this order")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1,
                         help="the cases in turn this many times (A B A B ...)")  # fmt: skip
+    parser.add_argument("--show-trials", action="store_true",
+                        help="each trial's start (s since the first) and throughput")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="key.path=value for every search")
     args = parser.parse_args(argv)
     rows = []
@@ -94,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                                     [*case_overrides, *timing_overrides, *args.overrides],
                                     folder)  # fmt: skip
                 seconds = time.perf_counter() - started
+                if args.show_trials:
+                    show_trials(trials, folder / "ray_results" / "bench")
             speeds = trials["throughput"].astype(float)
             medians.setdefault(case, []).append(statistics.median(speeds))
             spread = speeds.max() / speeds.min()
