@@ -22,6 +22,7 @@ from search.config import ConfigError, SearchConfig
 from search.console import plan, say
 from search.devices import resolve_gpu
 from search.errors import Problem
+from trainables.host_memory import WORKER_ENV
 
 if TYPE_CHECKING:
     from trainables import PreparedData
@@ -102,9 +103,10 @@ HIDE_CARDS_FROM_CPU_TRIALS = {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "1"}
 
 
 def start_ray(address: str | None) -> None:
-    # Every worker of this search's job gets it; `trainables.classifier.settings_for_trial`
-    # also keeps such a trial on the CPU where Ray was started without it.
-    runtime_env = {"env_vars": HIDE_CARDS_FROM_CPU_TRIALS}
+    # Every worker of this search's job starts with these: the cards hidden from CPU trials
+    # (`trainables.classifier.settings_for_trial` also keeps such a trial on the CPU where
+    # Ray was started without it) and glibc's one arena (`trainables.host_memory`).
+    runtime_env = {"env_vars": {**HIDE_CARDS_FROM_CPU_TRIALS, **WORKER_ENV}}
     if address is None:
         # Ray's own services listen on the machine's address (Ray turns a loopback node
         # address into a reachable one); its token authentication, on by default since

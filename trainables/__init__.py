@@ -24,9 +24,11 @@ _EXPORTS = {
     "fit_classifier": "trainables.classifier",
     "prepare_data": "trainables.data.preparation",
     "train_classifier": "trainables.classifier",
+    "WORKER_ENV": "trainables.host_memory",
 }
 __all__ = [
     "METRICS",
+    "WORKER_ENV",
     "DataSettings",
     "DataUnavailable",
     "PreparedData",
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from trainables.data.preparation import prepare_data
     from trainables.data.prepared import PreparedData
     from trainables.data.settings import DataSettings
+    from trainables.host_memory import WORKER_ENV
     from trainables.metrics import METRICS
     from trainables.models import build_model, register_model
     from trainables.settings import TrainSettings

@@ -10,6 +10,14 @@ of a larger batch before it, as Tune reuses a worker) it faulted in none, and th
 config trained 15-20% faster there (docs/RESULTS.md, section 23). With the thresholds
 fixed (`mallopt`), which also stops glibc moving them, every trial's process keeps its heap
 from step to step, as the warm one did.
+
+Tune trains a function trainable on a thread of its worker, and glibc gives a new thread an
+arena of its own, whose extra heaps it unmaps as soon as they are empty, whatever the
+thresholds: the first trial of a fresh worker, on a fresh arena, mapped and faulted its
+large blocks in again step after step and trained about 9% slower than the trials after it
+(whose threads reuse the grown arena). One arena for the process (`WORKER_ENV`, read by
+glibc as the process starts, so it is set in the environment Ray starts its workers with)
+takes that away too.
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ _M_MMAP_THRESHOLD = -3
 # up to 32 MiB come from the heap. Past the trim threshold the heap's free top goes back.
 MMAP_THRESHOLD_BYTES = 32 << 20
 TRIM_THRESHOLD_BYTES = 256 << 20
+# For the environment of the processes trials run in (a search passes it in Ray's runtime
+# environment): every thread allocates from the main arena.
+WORKER_ENV = {"MALLOC_ARENA_MAX": "1"}
 
 
 @functools.cache

@@ -128,14 +128,22 @@ start_ray(None)
 def visible_cards():
     return os.environ.get("CUDA_VISIBLE_DEVICES")
 
+@ray.remote(num_cpus=1)
+def started_with():
+    # the environment the process was started with, as glibc read it
+    with open("/proc/self/environ", "rb") as environ:
+        return [item.decode() for item in environ.read().split(b"\\0")]
+
 print("VISIBLE", repr(ray.get(visible_cards.remote())))
+print("ARENAS", [item for item in ray.get(started_with.remote()) if "MALLOC_ARENA_MAX" in item])
 ray.shutdown()
 """
 
 
 @pytest.mark.slow
-def test_a_task_that_asks_for_no_gpu_sees_no_card_in_a_ray_the_search_starts(tmp_path):
-    """As on a machine with a card: CUDA_VISIBLE_DEVICES=0 where Ray starts."""
+def test_a_task_in_a_ray_the_search_starts_sees_no_card_and_starts_with_one_malloc_arena(tmp_path):
+    """As on a machine with a card: CUDA_VISIBLE_DEVICES=0 where Ray starts. glibc reads
+    MALLOC_ARENA_MAX when the worker process starts (trainables.host_memory)."""
     from tests.processes import cli_env, ray_temp_dir
 
     with ray_temp_dir() as ray_tmp:
@@ -145,3 +153,4 @@ def test_a_task_that_asks_for_no_gpu_sees_no_card_in_a_ray_the_search_starts(tmp
                                   check=False)  # fmt: skip
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert "VISIBLE ''" in finished.stdout
+    assert "ARENAS ['MALLOC_ARENA_MAX=1']" in finished.stdout
