@@ -5,9 +5,9 @@ glibc's malloc serves a block above its mmap threshold (128 KiB at first) with a
 mapping, and gives the top of its heap back to the system past its trim threshold; both
 thresholds then move on their own as the process frees large blocks. A step of the small
 CNN allocates and frees activations of a few MiB: in a fresh process it faulted in about
-4,000-8,000 new pages a step, and in a process that had once held larger blocks (a trial
+4,000-11,000 new pages a step, and in a process that had once held larger blocks (a trial
 of a larger batch before it, as Tune reuses a worker) it faulted in none, and the same
-config trained 15-20% faster there (docs/RESULTS.md, section 23). With the thresholds
+config trained up to a quarter faster there (docs/RESULTS.md, section 23). With the thresholds
 fixed (`mallopt`), which also stops glibc moving them, every trial's process keeps its heap
 from step to step, as the warm one did.
 
@@ -17,7 +17,7 @@ thresholds: the first trial of a fresh worker, on a fresh arena, mapped and faul
 large blocks in again step after step and trained about 9% slower than the trials after it
 (whose threads reuse the grown arena). One arena for the process (`WORKER_ENV`, read by
 glibc as the process starts, so it is set in the environment Ray starts its workers with)
-takes that away too.
+takes that away too (section 24).
 """
 
 from __future__ import annotations
