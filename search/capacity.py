@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import ctypes
 import math
 import os
 import statistics
@@ -40,7 +39,7 @@ import torch
 from search.config import ConfigError, SearchConfig, load_config, renamed_notes
 from search.errors import Problem
 from trainables.cuda import TorchCudaCard, available, resolve_device, synchronize
-from trainables.host_memory import hold_host_allocator
+from trainables.host_memory import give_back_freed_memory, hold_host_allocator
 from trainables.memory import (
     CARD_PROBE_BATCHES,
     MAX_BATCH,
@@ -336,13 +335,6 @@ def memory_when_refused(prober: Prober) -> str:
         f"tensors peaked at {card.peak_bytes() / MIB:.0f} MiB, "
         f"{card.reserved_bytes() / MIB:.0f}{of} MiB reserved"
     )
-
-
-def give_back_freed_memory() -> None:
-    """Return freed heap to the system between rows: glibc keeps it otherwise, and the
-    next technique's model and batches would pile up on top (Linux; elsewhere a no-op)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def capacity_table(

@@ -17,7 +17,8 @@ thresholds: the first trial of a fresh worker, on a fresh arena, mapped and faul
 large blocks in again step after step and trained about 9% slower than the trials after it
 (whose threads reuse the grown arena). One arena for the process (`WORKER_ENV`, read by
 glibc as the process starts, so it is set in the environment Ray starts its workers with)
-takes that away too (section 24).
+takes that away too (section 24). `give_back_freed_memory` returns the heap's free memory
+at once, where a long process moves on to other work (the capacity table's next row).
 """
 
 from __future__ import annotations
@@ -39,13 +40,29 @@ WORKER_ENV = {"MALLOC_ARENA_MAX": "1"}
 
 
 @functools.cache
+def _c_library() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+@functools.cache
 def hold_host_allocator() -> bool:
     """Fix glibc's thresholds in this process (once: they are the process's); False where
     the C library is not glibc (macOS, musl: nothing is done, nothing fails)."""
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
+    mallopt = getattr(_c_library(), "mallopt", None)
+    if mallopt is None:
         return False
     mmap_set = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
     trim_set = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
     return mmap_set and trim_set
+
+
+def give_back_freed_memory() -> None:
+    """Return the heap's free memory to the system now (glibc's `malloc_trim`), whatever the
+    trim threshold: between the capacity table's rows, so that the next technique's model
+    and batches do not pile up on top of the last one's. Elsewhere than glibc, nothing."""
+    malloc_trim = getattr(_c_library(), "malloc_trim", None)
+    if malloc_trim is not None:
+        malloc_trim(0)
