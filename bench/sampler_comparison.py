@@ -8,11 +8,12 @@ config's fixed bounds). Printed last, per case: the median and the range over th
 the best accuracy and of the hypervolume, the median wall time and its ratio to the first
 case's (issue 37's aims: a best accuracy of 0.80 or more in every run, within 0.03 of each
 other). `tpe-16-trials` and `tpe-keep-0.4` are the main config with 16 trials (its count
-before 2026-11-27) and with early stopping's keep at 0.4.
+before 2026-11-27) and with early stopping's keep at 0.4; `tpe-augment` samples
+augmentation, as it did until docs/RESULTS.md section 25.
 
     python bench/sampler_comparison.py [--config configs/cats_dogs.yaml] [--seeds 0 1 2]
         [--cases tpe random nsga2 tpe-no-stopping tpe-lr-per-32-images tpe-16-trials
-         tpe-keep-0.4] [key.path=value ...]
+         tpe-keep-0.4 tpe-augment] [key.path=value ...]
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ CASES: dict[str, list[str]] = {
     # the main config's trial count before 2026-11-27, and a harder stopping rule
     "tpe-16-trials": ["search.sampler=tpe", "search.num_samples=16"],
     "tpe-keep-0.4": ["search.sampler=tpe", "search.early_stopping.keep=0.4"],
+    # augmentation sampled, as the main config did before 2026-11-27's section 25
+    "tpe-augment": ["search.sampler=tpe", "space.augment={choice: [false, true]}"],
 }
 DEFAULT_CASES = ["tpe", "random", "nsga2", "tpe-no-stopping", "tpe-lr-per-32-images"]
 
