@@ -24,8 +24,9 @@ the two splits', the throughput by its timed interval), and a peer dominates a t
 where it is no worse on any objective by more than 1.96 standard errors of the difference
 and better on one by more than that; across the min accuracy only where it is more
 accurate by more than that. At a rung where the trials are within the noise of chance
-and of each other, nobody is stopped. A trial whose learning rate is still warming up is
-not judged at a rung (it is a peer there). The detail says by how much, in standard
+and of each other, nobody is stopped. A rung counts epochs at a trial's full learning
+rate (`rung_epoch`): a trial that warms up over 2 epochs meets rung 1 at epoch 3, among
+the trials at their first epoch at full rate. The detail says by how much, in standard
 errors, the trial trails the peer it trails most clearly.
 """
 
@@ -139,10 +140,14 @@ class ParetoEarlyStopping(FIFOScheduler):
         """Whether the trial `trial_id` stops at `result`, of a run of `last_epoch` epochs
         whose learning rate warms up over `warmup_epochs`; a stop is recorded in `stopped`
         with why. Every result of every trial passes here, in the order the results
-        arrive: a trial is compared with those before it. A trial still warming up is
-        not judged at a rung (its rate is not yet its own), but is a peer there."""
+        arrive: a trial is compared with those before it. A rung counts a trial's epochs
+        at its full rate (`rung_epoch`): one that warms up over 2 epochs meets rung 1 at
+        epoch 3, among the trials at their first epoch at full rate."""
         epoch = result.get("epoch")
-        if epoch not in self.rungs or result.get("status", STATUS_OK) != STATUS_OK:
+        if epoch is None or result.get("status", STATUS_OK) != STATUS_OK:
+            return False
+        rung_at = {rung_epoch(rung, warmup_epochs): rung for rung in self.rungs}
+        if epoch not in rung_at:
             return False
         values = tuple(minimised(result, self.objectives))
         if any(math.isnan(value) for value in values):
@@ -154,16 +159,15 @@ class ParetoEarlyStopping(FIFOScheduler):
             errors = tuple(standard_error(name, result, self.split_sizes)
                            for name in self.objectives)  # fmt: skip
         record = RungRecord(values, self.above_min_accuracy(result), errors)
-        peers = self.seen.setdefault(int(epoch), {})
-        judged = epoch > warmup_epochs
-        dominating = (
-            rung_verdict(record, peers, self.keep, self.min_peers, self.accuracy_column)
-            if judged else None
-        )  # fmt: skip
+        rung = rung_at[epoch]
+        peers = self.seen.setdefault(rung, {})
+        dominating = rung_verdict(record, peers, self.keep, self.min_peers, self.accuracy_column)
         peers[trial_id] = record
         if dominating is None or epoch == last_epoch:  # nothing left to save
             return False
-        rung = self.rungs.index(epoch) + 1
+        where = f"rung {self.rungs.index(rung) + 1} of {len(self.rungs)}"
+        if warmup_epochs:
+            where += f", its epoch {rung} at full rate after {warmup_epochs} of warmup"
         how = f"dominated on {', '.join(self.objectives)} by"
         if not record.above_min_accuracy:
             how = (
@@ -171,7 +175,7 @@ class ParetoEarlyStopping(FIFOScheduler):
                 f"{self.min_accuracy:.3f} (so behind every trial above it), dominated by"
             )
         self.stopped[trial_id] = (
-            f"stopped at epoch {epoch} (rung {rung} of {len(self.rungs)}): {how} "
+            f"stopped at epoch {epoch} ({where}): {how} "
             f"{len(dominating)} of the {len(peers) - 1} trials that reached it before "
             f"({', '.join(sorted(dominating))}){self.trailing(record, dominating, peers)}"
         )
@@ -214,6 +218,13 @@ class ParetoEarlyStopping(FIFOScheduler):
         if self.min_accuracy is None or "best_val_acc" not in result:
             return True
         return float(result["best_val_acc"]) >= self.min_accuracy
+
+
+def rung_epoch(rung: int, warmup_epochs: int = 0) -> int:
+    """The epoch at which a trial whose learning rate warms up over `warmup_epochs` meets
+    `rung`: its `rung`-th epoch at full rate, so that a rung compares trials that trained
+    as long at their own rate (a trial inside its warmup is not yet at it)."""
+    return rung + warmup_epochs
 
 
 def furthest_behind(

@@ -9,6 +9,7 @@ from typing import Any
 
 from ray import tune
 
+from search.early_stopping import rung_epoch
 from trainables import PreparedData, train_classifier
 from trainables.metrics import (
     PREDICTED_FROM,
@@ -28,7 +29,8 @@ def classifier_trial(
     config: dict[str, Any], data: PreparedData | None = None, rungs: tuple[int, ...] = ()
 ) -> None:
     """`rungs`: the early-stopping rungs, where the trial must report `gen_gap` (its
-    `gap_epochs`, besides any the config asks for)."""
+    `gap_epochs`, besides any the config asks for), counted from the end of its learning
+    rate's warmup as the rule counts them (`search.early_stopping.rung_epoch`)."""
     reason = config.get(PREDICTED_FROM)
     if reason:  # the searcher ran out of other suggestions to give
         tune.report(pruned_metrics(STATUS_OOM_PREDICTED, f"not trained: {reason}", epoch=0))
@@ -37,5 +39,7 @@ def classifier_trial(
     if config.get(TIMED_AGAINST_NOTE):  # an ablation timed against its base
         settings["speed_baseline"] = json.loads(config[TIMED_AGAINST_NOTE])
     if rungs:
-        settings["gap_epochs"] = sorted({*settings.get("gap_epochs", ()), *rungs})
+        warmup = int(settings.get("warmup_epochs") or 0)
+        at_rungs = {rung_epoch(rung, warmup) for rung in rungs}
+        settings["gap_epochs"] = sorted({*settings.get("gap_epochs", ()), *at_rungs})
     train_classifier(settings, data)

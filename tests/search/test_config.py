@@ -253,6 +253,9 @@ def test_a_search_trial_scores_its_gaps_at_the_rungs_and_at_the_epochs_its_confi
     trained.clear()
     trainable.classifier_trial({"lr": 0.1}, None)  # early stopping off: nothing added
     assert trained == {"lr": 0.1}
+    trained.clear()  # warming up over 2 epochs: the rungs at its epochs at full rate
+    trainable.classifier_trial({"warmup_epochs": 2}, None, rungs=(1, 2, 4))
+    assert trained == {"warmup_epochs": 2, "gap_epochs": [3, 4, 6]}
     trained.clear()
     trainable.classifier_trial({"amp": True, "speed_baseline_json": '{"amp": false}'}, None)
     assert trained == {"amp": True, "speed_baseline": {"amp": False}}  # an ablation's note

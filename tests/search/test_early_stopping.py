@@ -247,11 +247,16 @@ def test_a_replay_stops_the_trials_the_scheduler_would_have_stopped_where_it_wou
     assert scheduler.stopped["slow"].startswith("stopped at epoch 2 (rung 1 of 1)")
 
 
-def test_a_replay_judges_a_warming_up_trial_after_its_warmup_as_the_live_search_does():
+def test_a_replay_counts_a_warming_up_trials_rungs_from_the_end_of_its_warmup_as_live():
     epochs = two_fast_trials_and_a_slow_one()
     last = {"a": 4, "b": 4, "slow": 4}
-    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2, 3], keep=0.5, min_peers=3)
-    assert replay(scheduler, epochs, last, {"slow": 2}) == {"slow": 3}  # not at 2: warming up
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], keep=0.5, min_peers=3)
+    # one epoch of warmup: its second epoch at full rate is epoch 3, against a's and b's 2
+    assert replay(scheduler, epochs, last, {"slow": 1}) == {"slow": 3}
+    assert list(scheduler.seen[2]) == ["a", "b", "slow"]
+    assert "stopped at epoch 3 (rung 1 of 1, its epoch 2 at full rate after 1 of warmup)" in (
+        scheduler.stopped["slow"]
+    )
 
 
 def test_a_replay_takes_the_results_in_the_order_they_were_reported_not_as_listed():
@@ -448,10 +453,25 @@ def test_a_faster_trial_is_not_stopped_for_speed_its_intervals_cannot_tell_apart
     assert slow == TrialScheduler.STOP
 
 
-def test_a_trial_still_warming_up_is_not_judged_at_a_rung_but_is_a_peer_there():
+def test_a_trial_warming_up_meets_each_rung_at_its_epochs_at_full_rate_among_peers_at_theirs():
     scheduler = evidence_scheduler(rungs=[1, 2])
     scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.80))
     scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.75))
     warming = SimpleNamespace(trial_id="warming", config={"epochs": 8, "warmup_epochs": 2})
-    assert scheduler.on_trial_result(None, warming, timed(1, 1280, 0.51)) == "CONTINUE"
+    for epoch in (1, 2):  # inside its warmup: at no rung, judged by none, a peer to none
+        assert scheduler.on_trial_result(None, warming, timed(epoch, 1280, 0.51)) == "CONTINUE"
+    assert "warming" not in scheduler.seen[1] and 2 not in scheduler.seen
+    # epoch 3, its first at full rate: rung 1, where a's and b's first epochs are
+    assert scheduler.on_trial_result(None, warming, timed(3, 1280, 0.51)) == "STOP"
+    assert "(rung 1 of 2, its epoch 1 at full rate after 2 of warmup)" in (
+        scheduler.stopped["warming"]
+    )
+
+
+def test_a_trial_that_learns_after_its_warmup_goes_on_where_its_peers_were_at_full_rate_as_long():
+    scheduler = evidence_scheduler(rungs=[1, 2])
+    for trial_id, accuracy in (("a", 0.80), ("b", 0.75)):
+        scheduler.on_trial_result(None, fake_trial(trial_id), timed(1, 1300, accuracy))
+    warming = SimpleNamespace(trial_id="warming", config={"epochs": 8, "warmup_epochs": 2})
+    assert scheduler.on_trial_result(None, warming, timed(3, 1300, 0.78)) == "CONTINUE"
     assert "warming" in scheduler.seen[1]
