@@ -254,9 +254,8 @@ def test_a_replay_counts_a_warming_up_trials_rungs_from_the_end_of_its_warmup_as
     # one epoch of warmup: its second epoch at full rate is epoch 3, against a's and b's 2
     assert replay(scheduler, epochs, last, {"slow": 1}) == {"slow": 3}
     assert list(scheduler.seen[2]) == ["a", "b", "slow"]
-    assert "stopped at epoch 3 (rung 1 of 1, its epoch 2 at full rate after 1 of warmup)" in (
-        scheduler.stopped["slow"]
-    )
+    detail = scheduler.stopped["slow"]
+    assert "stopped at epoch 3 (rung 1 of 1, its epoch 2 at full rate after 1 of warmup)" in detail
 
 
 def test_a_replay_takes_the_results_in_the_order_they_were_reported_not_as_listed():
@@ -463,9 +462,8 @@ def test_a_trial_warming_up_meets_each_rung_at_its_epochs_at_full_rate_among_pee
     assert "warming" not in scheduler.seen[1] and 2 not in scheduler.seen
     # epoch 3, its first at full rate: rung 1, where a's and b's first epochs are
     assert scheduler.on_trial_result(None, warming, timed(3, 1280, 0.51)) == "STOP"
-    assert "(rung 1 of 2, its epoch 1 at full rate after 2 of warmup)" in (
-        scheduler.stopped["warming"]
-    )
+    detail = scheduler.stopped["warming"]
+    assert "(rung 1 of 2, its epoch 1 at full rate after 2 of warmup)" in detail
 
 
 def test_a_trial_that_learns_after_its_warmup_goes_on_where_its_peers_were_at_full_rate_as_long():
