@@ -39,9 +39,9 @@ from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.data.decode import decode_image
 from trainables.data.example_folders import write_pet_folder
 from trainables.data.folder import list_image_folder
-from trainables.run import TrialData
 from trainables.settings import TrainSettings
 from trainables.training import batch_slices, device_batches
+from trainables.trial import TrialData
 
 
 def timed(function, *args: Any) -> tuple[float, Any]:

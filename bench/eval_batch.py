@@ -18,9 +18,9 @@ import torch
 
 from trainables.data import DataSettings, prepare_data
 from trainables.models import build_model
-from trainables.run import TrialData
 from trainables.settings import TrainSettings
 from trainables.training import evaluate
+from trainables.trial import TrialData
 
 MODELS = (("small_cnn", 32), ("small_cnn", 64), ("resnet18", 64), ("shufflenet_v2_x0_5", 64))
 BATCHES = (16, 32, 64, 128, 256)

@@ -67,8 +67,8 @@ from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.memory import CARD_PROBE_BATCHES, StepLine
 from trainables.metrics import STATUS_OOM, STATUS_ORDER
 from trainables.models import build_model
-from trainables.run import build_optimizer
 from trainables.settings import TrainSettings
+from trainables.trial import build_optimizer
 
 REPO = Path(__file__).resolve().parents[1]
 PARTS = ("loop", "memory", "capacity", "packing", "by_memory", "oom", "card")

@@ -25,10 +25,10 @@ from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.models import build_model
 from trainables.noise_scale import NoiseMeter
 from trainables.precision import Precision
-from trainables.run import build_optimizer
-from trainables.schedules import EpochPlan
+from trainables.schedules import EpochSchedule
 from trainables.settings import DEFAULT_NOISE_SPLITS, TrainSettings
 from trainables.training import EpochSteps, HostSplit, Normaliser, train_epoch
+from trainables.trial import build_optimizer
 
 
 def epoch_seconds(
@@ -39,11 +39,11 @@ def epoch_seconds(
     model = build_model(settings.model, data.num_classes, data.image_size)
     optimizer = build_optimizer(settings, model.parameters())
     split = HostSplit(torch.from_numpy(data.train.images), torch.from_numpy(data.train.labels))
-    plan = EpochPlan(batch_size=args.batch_size, accumulation_steps=accumulation, lr=0.01,
+    schedule = EpochSchedule(batch_size=args.batch_size, accumulation_steps=accumulation, lr=0.01,
                      growths=0)  # fmt: skip
     normalise = Normaliser.from_stats(data.mean, data.std, torch.device("cpu"))
     generator = torch.Generator().manual_seed(0)
-    steps = EpochSteps.drawn(len(split), plan, generator, splits if measure else 0)
+    steps = EpochSteps.drawn(len(split), schedule, generator, splits if measure else 0)
     if not measure:  # every step trained as planned and none measured, accumulated ones too
         steps = EpochSteps(steps.batches)
     noise = NoiseMeter(model) if steps.measured else None

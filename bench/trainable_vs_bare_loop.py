@@ -36,8 +36,8 @@ from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.data.prepared import Split
 from trainables.host_memory import hold_host_allocator
 from trainables.models import build_model
-from trainables.run import build_optimizer
 from trainables.settings import TrainSettings
+from trainables.trial import build_optimizer
 
 
 def bare_epoch(

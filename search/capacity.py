@@ -52,10 +52,10 @@ from trainables.memory import (
     step_peak_bytes,
 )
 from trainables.oom import is_out_of_memory, release_memory
-from trainables.run import choose_kernels, layout_of, start_run
 from trainables.settings import TrainSettings
 from trainables.step import train_step
 from trainables.techniques import capacity_rows
+from trainables.trial import choose_kernels, layout_of, start_trial
 
 EXIT_USAGE = 2
 NUM_CLASSES = 2  # cats and dogs; the memory of the head hardly depends on it
@@ -141,45 +141,47 @@ class Prober:
         # On CUDA the budget is the share of the card; on CPU what the meter is held to.
         choose_kernels(settings)
         budget = MemoryBudget(self.device, budget_mb, card=card)
-        self.run = start_run(settings, NUM_CLASSES, image_size, budget, None)
+        self.trial = start_trial(settings, NUM_CLASSES, image_size, budget, None)
         self._metered: MeteredStep | None = None
         if self.on_card:
             self.time_steps(1, 0)  # the first step allocates the optimizer's state
 
     @property
     def on_card(self) -> bool:
-        return self.run.budget.card is not None
+        return self.trial.budget.card is not None
 
     def batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Random images in the row's layout, as its trials would feed them."""
         inputs = torch.randn(size, 3, self.image_size, self.image_size, device=self.device)
-        return inputs.contiguous(memory_format=layout_of(self.run.settings)), torch.randint(
+        return inputs.contiguous(memory_format=layout_of(self.trial.settings)), torch.randint(
             0, 2, (size,), device=self.device
         )
 
     def peak_bytes(self, size: int) -> float:
         """The CPU meter's peak for a step of `size` images, from two tiny batches."""
-        run = self.run
+        trial = self.trial
         if self._metered is None:
-            self._metered = metered_step(run.model, run.optimizer, *self.batch(4), run.precision)
+            self._metered = metered_step(
+                trial.model, trial.optimizer, *self.batch(4), trial.precision
+            )
         return self._metered.peak_bytes(size)
 
     def peak(self, size: int, fresh: bool = False) -> StepPeak | None:
         """A step of `size` images: its peak, or None where it does not fit the budget.
         `fresh`: from an empty allocator cache, as a trial's first step (see
         `MemoryBudget.step_peak`)."""
-        run = self.run
+        trial = self.trial
         self.probes += 1
         started = time.perf_counter()
         steps = self.on_card or self._metered is None  # the meter steps once, then predicts
         if self.on_card:
-            peak = run.budget.step_peak(
-                run.model, run.optimizer, lambda: self.batch(size), run.precision,
+            peak = trial.budget.step_peak(
+                trial.model, trial.optimizer, lambda: self.batch(size), trial.precision,
                 fresh=fresh,
             )  # fmt: skip
         else:
             metered = int(self.peak_bytes(size))
-            peak = StepPeak(metered, metered) if run.budget.allows(metered) else None
+            peak = StepPeak(metered, metered) if trial.budget.allows(metered) else None
         if self.say is not None:
             seconds = time.perf_counter() - started
             verdict = "does not fit" if peak is None else (
@@ -201,26 +203,28 @@ class Prober:
         if at_small is None or at_large is None:
             return small if at_small is not None else 1
         line = StepLine(small, large, at_small.reserved_bytes, at_large.reserved_bytes)
-        limit = self.run.budget.limit_bytes
+        limit = self.trial.budget.limit_bytes
         return MAX_BATCH if limit is None else line.largest_within(limit)
 
     def time_steps(self, size: int, steps: int) -> tuple[float, float]:
         """(median seconds per training step, peak MiB) at `size` images."""
-        run = self.run
+        trial = self.trial
         inputs, targets = self.batch(size)
-        run.budget.reset_peak()
-        run.model.train()
+        trial.budget.reset_peak()
+        trial.model.train()
         durations = []
         for _ in range(steps + 1):  # the first step warms up kernels and optimizer state
             started = time.perf_counter()
-            train_step(run.model, run.optimizer, [(inputs, targets)], run.precision,
+            train_step(trial.model, trial.optimizer, [(inputs, targets)], trial.precision,
                        images=size)  # fmt: skip
             synchronize(self.device)
             durations.append(time.perf_counter() - started)
         metered = 0
         if not self.on_card:
-            metered = step_peak_bytes(run.model, run.optimizer, inputs, targets, run.precision)
-        peak = run.budget.peak(metered).allocated_bytes
+            metered = step_peak_bytes(
+                trial.model, trial.optimizer, inputs, targets, trial.precision
+            )
+        peak = trial.budget.peak(metered).allocated_bytes
         return statistics.median(durations[1:] or durations), peak / MIB
 
 
@@ -306,7 +310,7 @@ def timed_where_it_trains(
         try:
             return largest, *prober.time_steps(largest, steps)
         except Exception as error:  # only the card's out-of-memory error steps down
-            if not is_out_of_memory(error, prober.run.budget.allocator_refused):
+            if not is_out_of_memory(error, prober.trial.budget.allocator_refused):
                 raise
             held = memory_when_refused(prober)  # numbers only leave this block
         prober.probes += 1
@@ -327,7 +331,7 @@ def memory_when_refused(prober: Prober) -> str:
     what it had reserved and its limit. A peak well under the reserved memory means the
     cache was cut into blocks the next tensor did not fit (fragmentation), not a batch too
     large for the share (the H200's checkpointing row, 2026-11-27, asks which)."""
-    card, limit = prober.run.budget.card, prober.run.budget.limit_bytes
+    card, limit = prober.trial.budget.card, prober.trial.budget.limit_bytes
     if card is None:
         return "the meter's budget"
     of = "" if limit is None else f" of {limit / MIB:.0f}"

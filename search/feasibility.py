@@ -25,7 +25,7 @@ from typing import NamedTuple
 from search.packing import LIVE_MODELS, MEMORY_MARGIN, share_of_card
 from trainables.memory import MIB
 from trainables.optimizers import OPTIMIZERS
-from trainables.schedules import epoch_plan
+from trainables.schedules import epoch_schedule
 from trainables.settings import TrainSettings
 from trainables.techniques import techniques_on
 
@@ -49,7 +49,7 @@ class MemoryFootprint:
     @classmethod
     def of(cls, settings: TrainSettings, batch_size: int | None = None) -> MemoryFootprint:
         """`batch_size`: the physical batch a trial actually ran out of memory with."""
-        first = epoch_plan(
+        first = epoch_schedule(
             1,
             batch_size=settings.batch_size,
             accumulation_steps=settings.accumulation_steps,
@@ -286,14 +286,14 @@ class CpuMeterProbe:
         import torch  # here: checking a config must not wait for torch
 
         from trainables.memory import MemoryBudget, metered_step
-        from trainables.run import start_run
+        from trainables.trial import start_trial
 
         cpu = torch.device("cpu")
         size = settings.data.image_size
-        run = start_run(settings, self.num_classes, size, MemoryBudget(cpu), None)
+        trial = start_trial(settings, self.num_classes, size, MemoryBudget(cpu), None)
         inputs = torch.randn(4, 3, size, size)
         targets = torch.arange(4) % self.num_classes
-        step = metered_step(run.model.train(), run.optimizer, inputs, targets, run.precision)
+        step = metered_step(trial.model.train(), trial.optimizer, inputs, targets, trial.precision)
         return _InMiB(step.peak_bytes)
 
 

@@ -11,7 +11,7 @@ from search.config import load_config
 from search.errors import ConfigError
 from tests.conftest import REPO
 from tests.processes import importable
-from trainables.run_state import STATE_FILE, load_run_state
+from trainables.trial_state import STATE_FILE, load_trial_state
 
 
 class RunsCodeWhenUnpickled:
@@ -35,7 +35,7 @@ def test_a_checkpoint_loads_weights_only_so_a_pickled_object_runs_nothing(tmp_pa
     marker = tmp_path / "pwned"
     torch.save({"model": RunsCodeWhenUnpickled(str(marker))}, tmp_path / STATE_FILE)
     with pytest.raises(pickle.UnpicklingError):
-        load_run_state(tmp_path)
+        load_trial_state(tmp_path)
     assert not marker.exists()
 
 

@@ -3,7 +3,7 @@
 `fit_classifier` knows nothing about Ray: it takes validated settings, prepared data and a
 `report` callable, so it is tested directly. `train_classifier` only adapts it to Tune:
 config dict in, `tune.report` per epoch, `tune.get_checkpoint` to continue. The loop puts
-together the trial in progress (`trainables.run`: where each technique is applied), its
+together the trial in progress (`trainables.trial`: where each technique is applied), its
 epochs (`trainables.training`), their scoring and report (`trainables.evaluation`) and its
 speed (`trainables.timing`); here are what ends a trial early (out of memory, divergence, a
 failed compile) and its saved state.
@@ -39,17 +39,7 @@ from trainables.metrics import (
 )
 from trainables.noise_scale import NoiseMeter
 from trainables.oom import is_out_of_memory, release_memory
-from trainables.run import (
-    CompileFailed,
-    TrainingRun,
-    TrialData,
-    choose_kernels,
-    compile_new_shapes,
-    describe_run,
-    start_run,
-)
-from trainables.run_state import RunState, load_run_state, save_run_state
-from trainables.schedules import EpochPlan
+from trainables.schedules import EpochSchedule
 from trainables.settings import TrainSettings
 from trainables.speed import ConfigSpeed
 from trainables.timing import speed_against_baseline, speed_window, trial_gate
@@ -60,6 +50,16 @@ from trainables.training import (
     meter_first_step,
     train_epoch,
 )
+from trainables.trial import (
+    CompileFailed,
+    TrialData,
+    TrialInProgress,
+    choose_kernels,
+    compile_new_shapes,
+    describe_trial,
+    start_trial,
+)
+from trainables.trial_state import TrialRecord, load_trial_state, save_trial_state
 
 # (metrics, checkpoint directory); no checkpoint for the report that ends a pruned trial
 Reporter = Callable[[dict[str, Any], Path | None], None]
@@ -78,7 +78,7 @@ def train_classifier(config: dict[str, Any], data: PreparedData | None = None) -
     prepared = data if data is not None else prepare_data(settings.data)
     checkpoint = tune.get_checkpoint()
     with checkpoint.as_directory() if checkpoint else nullcontext() as resume_dir:
-        state = load_run_state(Path(resume_dir)) if resume_dir else None
+        state = load_trial_state(Path(resume_dir)) if resume_dir else None
     fit_classifier(settings, prepared, _report_to_tune, resume_state=state, gpu_share=gpu_share)
 
 
@@ -157,55 +157,57 @@ def _fit(
 ) -> dict[str, Any]:
     device = resolve_device(settings.device)
     record = describe_device(device)
-    state = RunState.from_dict(resume_state["state"]) if resume_state else RunState()
-    phase, epoch, plan = "placement on the device", state.epoch + 1, None
+    state = TrialRecord.from_dict(resume_state["state"]) if resume_state else TrialRecord()
+    phase, epoch, schedule = "placement on the device", state.epoch + 1, None
     budget: MemoryBudget | None = None
-    run: TrainingRun | None = None
+    trial: TrialInProgress | None = None
     try:
         choose_kernels(settings)  # before the budget's warm-up starts cuBLAS
         budget = MemoryBudget(device, settings.memory_budget_mb, gpu_share)
         record |= budget.card_figures()  # an out-of-memory report too tells what the card is
-        run = start_run(settings, data.num_classes, data.image_size, budget, resume_state)
-        run.gate = trial_gate(budget.memory_device)
-        record |= describe_device(budget.memory_device) | describe_run(run)
-        run.record = record
+        trial = start_trial(settings, data.num_classes, data.image_size, budget, resume_state)
+        trial.gate = trial_gate(budget.memory_device)
+        record |= describe_device(budget.memory_device) | describe_trial(trial)
+        trial.record = record
         splits = TrialData.of(data, device, settings)
-        gated = run.gate.step  # every use of the device, so that a neighbour's timing is clean
-        for epoch in range(run.state.epoch + 1, settings.epochs + 1):
-            phase, plan = "memory probe", None
+        gated = trial.gate.step  # every use of the device, so that a neighbour's timing is clean
+        for epoch in range(trial.state.epoch + 1, settings.epochs + 1):
+            phase, schedule = "memory probe", None
             with gated():
-                plan = run.plan_that_fits(epoch, splits)
+                schedule = trial.schedule_that_fits(epoch, splits)
             phase = "training"
-            result = train_one_epoch(run, epoch, plan, splits)
+            result = train_one_epoch(trial, epoch, schedule, splits)
             if result.diverged:
                 detail = result.why_diverged(epoch)
                 return _report_pruned(
-                    run.state, report, epoch, STATUS_DIVERGED, detail, plan, **record
+                    trial.state, report, epoch, STATUS_DIVERGED, detail, schedule, **record
                 )
             phase = "evaluation"
             with gated():
-                metrics, progress = evaluate_epoch(run, epoch, plan, result, splits)
+                metrics, progress = evaluate_epoch(trial, epoch, schedule, result, splits)
             if epoch == settings.epochs and settings.speed_baseline and settings.speed_precision:
                 phase = "timing against the baseline"
-                metrics |= speed_against_baseline(run, data, progress.images_by_config)
+                metrics |= speed_against_baseline(trial, data, progress.images_by_config)
             phase = "saving the trial state"
-            run.state = replace(
-                run.state,
+            trial.state = replace(
+                trial.state,
                 epoch=epoch,
                 progress=progress,
                 last_metrics=metrics,
                 skipped_streak=result.skipped_streak,
-                growths=run.growths_after(plan, result, len(splits.train)),
-                eval_seconds_per_image=dict(run.eval_batch.seconds_per_image),
+                growths=trial.growths_after(schedule, result, len(splits.train)),
+                eval_seconds_per_image=dict(trial.eval_batch.seconds_per_image),
                 compile_seconds=metrics["compile_s"],  # the trial's, this epoch's included
-                speeds=run.speeds.to_dict(),
+                speeds=trial.speeds.to_dict(),
             )
-            _save_and_report(run, report)
-        return run.state.last_metrics
+            _save_and_report(trial, report)
+        return trial.state.last_metrics
     except CompileFailed as error:
         detail = f"torch.compile failed in epoch {epoch}: {error}"
-        state = run.state if run else state
-        return _report_pruned(state, report, epoch, STATUS_COMPILE_FAILED, detail, plan, **record)
+        state = trial.state if trial else state
+        return _report_pruned(
+            state, report, epoch, STATUS_COMPILE_FAILED, detail, schedule, **record
+        )
     except Exception as error:
         if not is_out_of_memory(error, budget.allocator_refused if budget else None):
             raise
@@ -216,89 +218,89 @@ def _fit(
     note, card_full = budget.explain_oom(message) if budget else ("", False)
     limit = budget.limit_bytes if budget else None
     memory_device = budget.memory_device if budget else device
-    state = run.state if run else state
-    run = splits = budget = None  # the trial's tensors go before the cache is emptied
+    state = trial.state if trial else state
+    trial = splits = budget = None  # the trial's tensors go before the cache is emptied
     release_memory(memory_device)
     cause = OOM_CAUSE_CARD if card_full else OOM_CAUSE_SHARE
     return _report_pruned(
-        state, report, epoch, STATUS_OOM, detail + note, plan, peak_mem_mb=needed_mb,
+        state, report, epoch, STATUS_OOM, detail + note, schedule, peak_mem_mb=needed_mb,
         peak_reserved_mb=needed_mb, memory_limit_mb=in_mib(limit), oom_cause=cause, **record,
     )  # fmt: skip
 
 
 def train_one_epoch(
-    run: TrainingRun, epoch: int, plan: EpochPlan, splits: TrialData
+    trial: TrialInProgress, epoch: int, schedule: EpochSchedule, splits: TrialData
 ) -> EpochResult:
     """The epoch's steps drawn (the order and the augmentation depend on seed and epoch
     only), the CPU meter's check of the first, its new batch shapes compiled (with
     `compile`, off the clock), then the training itself."""
-    settings = run.settings
+    settings = trial.settings
     generator = torch.Generator().manual_seed(_epoch_seed(settings.seed, epoch))
-    steps = EpochSteps.drawn(len(splits.train), plan, generator, settings.noise_splits)
-    with run.gate.step() if run.gate else nullcontext():  # metering and compiling use it too
-        metered = meter_first_step(run.budget, run.model, run.optimizer, splits.train,
-                                   splits.normalise, steps, run.precision)  # fmt: skip
-        compile_seconds = compile_new_shapes(run, steps, splits)
+    steps = EpochSteps.drawn(len(splits.train), schedule, generator, settings.noise_splits)
+    with trial.gate.step() if trial.gate else nullcontext():  # metering and compiling use it too
+        metered = meter_first_step(trial.budget, trial.model, trial.optimizer, splits.train,
+                                   splits.normalise, steps, trial.precision)  # fmt: skip
+        compile_seconds = compile_new_shapes(trial, steps, splits)
     result = train_epoch(
-        run.stepper,
-        run.optimizer,
+        trial.stepper,
+        trial.optimizer,
         splits.train,
         splits.normalise,
         steps,
-        precision=run.precision,
+        precision=trial.precision,
         generator=generator,
-        budget=run.budget,
+        budget=trial.budget,
         metered=metered,
         augment=settings.augment,
-        lr_at=run.lr_schedule(epoch, plan),
-        skipped=SkippedSteps(streak=run.state.skipped_streak),
-        noise=NoiseMeter(run.model) if steps.measured else None,
-        window=speed_window(run, plan),
+        lr_at=trial.lr_schedule(epoch, schedule),
+        skipped=SkippedSteps(streak=trial.state.skipped_streak),
+        noise=NoiseMeter(trial.model) if steps.measured else None,
+        window=speed_window(trial, schedule),
     )
-    run.warm_configurations.add(ConfigSpeed.key(plan.batch_size, plan.accumulation_steps))
+    trial.warm_configurations.add(ConfigSpeed.key(schedule.batch_size, schedule.accumulation_steps))
     return replace(result, compile_seconds=compile_seconds)
 
 
 def _report_pruned(
-    state: RunState,
+    state: TrialRecord,
     report: Reporter,
     epoch: int,
     status: str,
     detail: str,
-    plan: EpochPlan | None,
+    schedule: EpochSchedule | None,
     **values: Any,
 ) -> dict[str, Any]:
     """Report the end of a pruned trial; the status says its values must not be trusted."""
     batch: dict[str, Any] = {}
-    if plan is not None:
+    if schedule is not None:
         batch = {
-            "physical_batch_size": plan.batch_size,
-            "accumulation_steps": plan.accumulation_steps,
-            "effective_batch_size": plan.effective_batch_size,
-            "scheduled_batch_size": plan.scheduled_batch_size,
+            "physical_batch_size": schedule.batch_size,
+            "accumulation_steps": schedule.accumulation_steps,
+            "effective_batch_size": schedule.effective_batch_size,
+            "scheduled_batch_size": schedule.scheduled_batch_size,
         }
     metrics = pruned_metrics(status, detail, state.last_metrics, epoch=epoch, **batch, **values)
     report(metrics, None)
     return metrics
 
 
-def _save_and_report(run: TrainingRun, report: Reporter) -> None:
+def _save_and_report(trial: TrialInProgress, report: Reporter) -> None:
     """The epoch's report, with the trial's state saved every `checkpoint_every` epochs and
     at the last: a retried or resumed trial continues from the last save, exactly."""
-    epoch, settings = run.state.epoch, run.settings
+    epoch, settings = trial.state.epoch, trial.settings
     if epoch % settings.checkpoint_every and epoch != settings.epochs:
-        report(run.state.last_metrics, None)
+        report(trial.state.last_metrics, None)
         return
     with tempfile.TemporaryDirectory(prefix="trial-state-") as directory:
-        save_run_state(
+        save_trial_state(
             Path(directory),
-            model=run.model,
-            optimizer=run.optimizer,
-            precision=run.precision,
-            state=run.state,
-            best_weights=run.best_weights,
+            model=trial.model,
+            optimizer=trial.optimizer,
+            precision=trial.precision,
+            state=trial.state,
+            best_weights=trial.best_weights,
         )
-        report(run.state.last_metrics, Path(directory))
+        report(trial.state.last_metrics, Path(directory))
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:

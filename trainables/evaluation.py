@@ -19,8 +19,7 @@ from trainables.metrics import (
     Progress,
     throughput,
 )
-from trainables.run import TrainingRun, TrialData
-from trainables.schedules import EpochPlan
+from trainables.schedules import EpochSchedule
 from trainables.speed import (
     ConfigSpeed,
     own_speed,
@@ -31,10 +30,15 @@ from trainables.training import (
     HostSplit,
     evaluate,
 )
+from trainables.trial import TrialData, TrialInProgress
 
 
 def evaluate_epoch(
-    run: TrainingRun, epoch: int, plan: EpochPlan, result: EpochResult, splits: TrialData
+    trial: TrialInProgress,
+    epoch: int,
+    schedule: EpochSchedule,
+    result: EpochResult,
+    splits: TrialData,
 ) -> tuple[dict[str, Any], Progress]:
     """The epoch's metrics after scoring the model on the eval splits.
 
@@ -45,15 +49,15 @@ def evaluate_epoch(
     (`settings.gap_epochs`, the early-stopping rungs). A best-val epoch between them keeps a
     copy of its weights in host memory, scored at the next gap epoch or the last, unless a
     better epoch replaces it first; its own `train_eval_acc` and `test_acc` stay NaN."""
-    settings = run.settings
+    settings = trial.settings
 
     def score(split: HostSplit) -> tuple[float, float]:
-        return run.eval_batch.score(
-            plan.batch_size,
+        return trial.eval_batch.score(
+            schedule.batch_size,
             len(split),
             lambda batch_size: evaluate(
-                run.model, split, splits.normalise, batch_size=batch_size,
-                precision=run.precision,
+                trial.model, split, splits.normalise, batch_size=batch_size,
+                precision=trial.precision,
             ),
         )  # fmt: skip
 
@@ -61,41 +65,41 @@ def evaluate_epoch(
         return score(splits.train_eval)[0], score(splits.test)[0]
 
     val_acc, val_loss = score(splits.val)
-    improved = run.state.progress.improved_by(val_acc)
+    improved = trial.state.progress.improved_by(val_acc)
     last = epoch == settings.epochs
     gaps_due = last or epoch in settings.gap_epochs
     train_eval_acc = test_acc = math.nan
     if last or (improved and gaps_due):
         train_eval_acc, test_acc = accuracies_beside_val()
     scores = EvalScores(train_eval_acc=train_eval_acc, val_acc=val_acc, test_acc=test_acc)
-    progress = run.state.progress.advance(
+    progress = trial.state.progress.advance(
         epoch, scores, result.seconds + result.compile_seconds, settings.target_acc,
-        steps=result.optimizer_steps, config=ConfigSpeed.key(plan.batch_size,
-        plan.accumulation_steps), images=result.images, train_seconds=result.seconds,
-        compile_seconds=run.state.compile_seconds + result.compile_seconds,
+        steps=result.optimizer_steps, config=ConfigSpeed.key(schedule.batch_size,
+        schedule.accumulation_steps), images=result.images, train_seconds=result.seconds,
+        compile_seconds=trial.state.compile_seconds + result.compile_seconds,
     )  # fmt: skip
     if improved:
-        run.best_weights = None if gaps_due else host_copy(run.model)
+        trial.best_weights = None if gaps_due else host_copy(trial.model)
     if gaps_due and progress.gap_pending:
-        if run.best_weights is None:
+        if trial.best_weights is None:
             raise RuntimeError(f"epoch {progress.best_epoch}'s weights were not kept to score")
-        with weights_of(run.model, run.best_weights):
+        with weights_of(trial.model, trial.best_weights):
             progress = progress.with_best_scored(*accuracies_beside_val())
-        run.best_weights = None
+        trial.best_weights = None
     metrics = epoch_metrics(
         epoch=epoch,
         result=result,
         scores=scores,
         val_loss=val_loss,
         progress=progress,
-        plan=plan,
-        lr=run.optimizer.param_groups[0]["lr"],
+        schedule=schedule,
+        lr=trial.optimizer.param_groups[0]["lr"],
         data_bytes=splits.nbytes,
-        memory_limit_bytes=run.budget.limit_bytes,
-        compile_seconds=run.state.compile_seconds + result.compile_seconds,
-        speeds=run.speeds,
+        memory_limit_bytes=trial.budget.limit_bytes,
+        compile_seconds=trial.state.compile_seconds + result.compile_seconds,
+        speeds=trial.speeds,
     )
-    return {**metrics, **run.record}, progress
+    return {**metrics, **trial.record}, progress
 
 
 def host_copy(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -122,7 +126,7 @@ def epoch_metrics(
     scores: EvalScores,
     val_loss: float,
     progress: Progress,
-    plan: EpochPlan,
+    schedule: EpochSchedule,
     lr: float,
     data_bytes: int,
     memory_limit_bytes: int | None = None,
@@ -165,10 +169,10 @@ def epoch_metrics(
         "train_steps": progress.train_steps,
         "steps_to_target": progress.steps_to_target,
         "noise_scale": result.noise.value,
-        "physical_batch_size": plan.batch_size,
-        "accumulation_steps": plan.accumulation_steps,
-        "effective_batch_size": plan.effective_batch_size,
-        "scheduled_batch_size": plan.scheduled_batch_size,
+        "physical_batch_size": schedule.batch_size,
+        "accumulation_steps": schedule.accumulation_steps,
+        "effective_batch_size": schedule.effective_batch_size,
+        "scheduled_batch_size": schedule.scheduled_batch_size,
         "lr": lr,
         "peak_mem_mb": result.peak_mem_bytes / MIB,
         "peak_reserved_mb": result.peak_reserved_bytes / MIB,

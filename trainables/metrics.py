@@ -173,7 +173,7 @@ METRICS: dict[str, MetricSpec] = {
 # What every report says of the device a trial ran on (trainables.cuda.describe_device).
 DEVICE_RECORD = ("device_name", "driver_version", "torch_version", "cuda_version",
                  "cudnn_version")  # fmt: skip
-# What every report says of the kernels it trained with (trainables.run.describe_run).
+# What every report says of the kernels it trained with (trainables.trial.describe_trial).
 RUN_RECORD = ("precision", "memory_format", "compile_mode", "matmul_precision")
 TEXT_METRICS = frozenset(
     {"status", "status_detail", "oom_cause", "node", *DEVICE_RECORD, *RUN_RECORD}

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class EpochPlan:
+class EpochSchedule:
     batch_size: int  # physical micro-batch on the device
     accumulation_steps: int  # micro-batches per optimizer step
     lr: float  # learning rate of the epoch, before warmup
@@ -55,7 +55,7 @@ def growths_by(epoch: int, growth: int, interval: int) -> int:
     return (epoch - 1) // interval if growth > 1 else 0
 
 
-def epoch_plan(
+def epoch_schedule(
     epoch: int,
     *,
     batch_size: int,
@@ -67,7 +67,7 @@ def epoch_plan(
     capacity: int | None = None,
     train_size: int | None = None,
     growths: int | None = None,
-) -> EpochPlan:
+) -> EpochSchedule:
     """Batch, accumulation and lr for `epoch` under AdaBatch growth.
 
     The physical batch grows with the effective one until it would exceed `capacity` (the
@@ -90,7 +90,7 @@ def epoch_plan(
         physical = min(physical, train_size)
         steps = train_size // physical
         lr_now *= physical * steps / asked
-    return EpochPlan(
+    return EpochSchedule(
         batch_size=physical,
         accumulation_steps=steps,
         lr=lr_now,

@@ -21,8 +21,7 @@ from trainables.cuda import (
 from trainables.data import PreparedData
 from trainables.device_gate import DeviceGate, gate_of
 from trainables.oom import is_out_of_memory, release_memory
-from trainables.run import TrainingRun, TrialData, choose_kernels, min_known, start_run
-from trainables.schedules import EpochPlan, epoch_plan
+from trainables.schedules import EpochSchedule, epoch_schedule
 from trainables.settings import TrainSettings
 from trainables.speed import (
     PAIRED_BLOCK_SECONDS,
@@ -35,6 +34,7 @@ from trainables.training import (
     EpochSteps,
     train_epoch,
 )
+from trainables.trial import TrialData, TrialInProgress, choose_kernels, min_known, start_trial
 
 
 def trial_gate(device: torch.device) -> DeviceGate:
@@ -55,29 +55,34 @@ def outsiders(card: TorchCudaCard, gate: DeviceGate) -> int | None:
     return None if processes is None else max(0, processes - gate.members())
 
 
-def speed_window(run: TrainingRun, plan: EpochPlan) -> SpeedWindow | None:
+def speed_window(trial: TrialInProgress, schedule: EpochSchedule) -> SpeedWindow | None:
     """The epoch's timing of its configuration (`trainables.speed`). A card is always
     crowded (its trials share its time); the CPU where the live trials' threads are more
     than the node's cores."""
-    if run.gate is None:
+    if trial.gate is None:
         return None
-    device, gate, cores, card = run.budget.device, run.gate, os.cpu_count() or 1, run.budget.card
-    key = ConfigSpeed.key(plan.batch_size, plan.accumulation_steps)
+    device, gate, cores, card = (
+        trial.budget.device,
+        trial.gate,
+        os.cpu_count() or 1,
+        trial.budget.card,
+    )
+    key = ConfigSpeed.key(schedule.batch_size, schedule.accumulation_steps)
     return SpeedWindow(
-        run.gate,
+        trial.gate,
         lambda: synchronize(device),
-        run.speeds,
+        trial.speeds,
         key,
-        precision=run.settings.speed_precision,
-        max_seconds=run.settings.speed_window_s,
+        precision=trial.settings.speed_precision,
+        max_seconds=trial.settings.speed_window_s,
         crowded=lambda: device.type == "cuda" or gate.crowded(cores),
         outsiders=(lambda: outsiders(card, gate)) if card is not None else None,
-        warm=key in run.warm_configurations,
+        warm=key in trial.warm_configurations,
     )
 
 
 def speed_against_baseline(
-    run: TrainingRun, data: PreparedData, images_by_config: dict[str, int]
+    trial: TrialInProgress, data: PreparedData, images_by_config: dict[str, int]
 ) -> dict[str, float]:
     """After the last epoch, the config's speed over its baseline's
     (`TrainSettings.speed_baseline`), timed in alternation
@@ -89,67 +94,67 @@ def speed_against_baseline(
     rounds hold it; elsewhere each block passes its gate as any step does. Out of memory:
     NaN."""
     ratio = SpeedRatio(math.nan, math.nan, math.nan, 0)
-    device = run.budget.device
+    device = trial.budget.device
     sides: dict[str, list[tuple[float, Callable[[], float]]]] = {}
     try:
-        baseline = run.settings.baseline()
+        baseline = trial.settings.baseline()
         configurations = {
-            "base": planned_configurations(baseline, run, len(data.train.labels)),
+            "base": scheduled_configurations(baseline, trial, len(data.train.labels)),
             "changed": {key: float(images) for key, images in images_by_config.items()},
         }
-        for name, settings in (("base", baseline), ("changed", run.settings)):
-            fresh = start_run(settings, data.num_classes, data.image_size, run.budget, None)
-            fresh.gate = run.gate  # its warm-up steps, too, keep out of a neighbour's window
+        for name, settings in (("base", baseline), ("changed", trial.settings)):
+            fresh = start_trial(settings, data.num_classes, data.image_size, trial.budget, None)
+            fresh.gate = trial.gate  # its warm-up steps, too, keep out of a neighbour's window
             splits = TrialData.of(data, device, settings)
             sides[name] = alternation_side(fresh, splits, configurations[name])
-        gate = run.gate or gate_of(device_key(device))
+        gate = trial.gate or gate_of(device_key(device))
         crowded = device.type == "cuda" or gate.crowded(os.cpu_count() or 1)
         with gate.exclusive() if crowded else nullcontext():
             ratio = time_in_alternation(
-                sides["base"], sides["changed"], precision=run.settings.speed_precision,
-                max_seconds=run.settings.speed_baseline_s,
+                sides["base"], sides["changed"], precision=trial.settings.speed_precision,
+                max_seconds=trial.settings.speed_baseline_s,
             )  # fmt: skip
     except Exception as error:
-        if not is_out_of_memory(error, run.budget.allocator_refused):
+        if not is_out_of_memory(error, trial.budget.allocator_refused):
             raise
     finally:
         sides.clear()  # the fresh models go before the cache is emptied
-        choose_kernels(run.settings)
+        choose_kernels(trial.settings)
         release_memory(device)
     return {"speed_vs_baseline": ratio.ratio, "speed_vs_baseline_low": ratio.low,
             "speed_vs_baseline_high": ratio.high}  # fmt: skip
 
 
-def planned_configurations(
-    settings: TrainSettings, run: TrainingRun, train_size: int
+def scheduled_configurations(
+    settings: TrainSettings, trial: TrialInProgress, train_size: int
 ) -> dict[str, float]:
     """Each configuration (`ConfigSpeed.key`) of `settings`' epochs as its schedule plans
     them, with the images it trains (an epoch is the whole training split), under the
     trial's known batch capacity."""
     images: dict[str, float] = {}
     for epoch in range(1, settings.epochs + 1):
-        plan = epoch_plan(
+        schedule = epoch_schedule(
             epoch, batch_size=settings.batch_size, accumulation_steps=settings.accumulation_steps,
             lr=settings.base_lr, growth=settings.adabatch_growth,
             interval=settings.adabatch_interval, lr_decay=settings.adabatch_lr_decay,
-            capacity=min_known(settings.max_batch_size, run.state.batch_capacity),
+            capacity=min_known(settings.max_batch_size, trial.state.batch_capacity),
             train_size=train_size,
         )  # fmt: skip
-        key = ConfigSpeed.key(plan.batch_size, plan.accumulation_steps)
+        key = ConfigSpeed.key(schedule.batch_size, schedule.accumulation_steps)
         images[key] = images.get(key, 0.0) + train_size
     return images
 
 
 def alternation_side(
-    run: TrainingRun, splits: TrialData, configurations: dict[str, float]
+    trial: TrialInProgress, splits: TrialData, configurations: dict[str, float]
 ) -> list[tuple[float, Callable[[], float]]]:
     """A side of an alternation: for each configuration (key -> images), its share and a
     block of its steps, sized to `PAIRED_BLOCK_SECONDS` by two warm-up blocks."""
     side = []
     for key, images in configurations.items():
         batch_size, accumulation_steps = ConfigSpeed.parts(key)
-        plan = EpochPlan(batch_size, accumulation_steps, lr=0.0, growths=0)
-        block = StepBlock(run, splits, plan)
+        schedule = EpochSchedule(batch_size, accumulation_steps, lr=0.0, growths=0)
+        block = StepBlock(trial, splits, schedule)
         block.train(2)  # allocations, the autotuner's search, compiling: off the clock
         per_step = block.train(2) * block.images_per_step
         block.steps = max(1, math.ceil(PAIRED_BLOCK_SECONDS / max(per_step, 1e-6)))
@@ -161,11 +166,11 @@ class StepBlock:
     """Steps of one configuration of a run, `steps` at a call, drawn from its epoch's full
     steps in turn: the seconds per image they took."""
 
-    def __init__(self, run: TrainingRun, splits: TrialData, plan: EpochPlan) -> None:
-        self.run, self.splits, self.steps = run, splits, 1
-        self.generator = torch.Generator().manual_seed(run.settings.seed)
-        drawn = EpochSteps.drawn(len(splits.train), plan, self.generator)
-        full = plan.batch_size * plan.accumulation_steps
+    def __init__(self, trial: TrialInProgress, splits: TrialData, schedule: EpochSchedule) -> None:
+        self.trial, self.splits, self.steps = trial, splits, 1
+        self.generator = torch.Generator().manual_seed(trial.settings.seed)
+        drawn = EpochSteps.drawn(len(splits.train), schedule, self.generator)
+        full = schedule.batch_size * schedule.accumulation_steps
         whole = [group for group in drawn.batches if sum(map(len, group)) == full]
         self.groups = whole or drawn.batches[:1]  # an epoch shorter than one step: its step
         self.images_per_step = sum(map(len, self.groups[0]))
@@ -174,13 +179,13 @@ class StepBlock:
     def train(self, steps: int) -> float:
         groups = [self.groups[(self.next + i) % len(self.groups)] for i in range(steps)]
         self.next = (self.next + steps) % len(self.groups)
-        run = self.run
-        choose_kernels(run.settings)
-        with run.gate.step() if run.gate else nullcontext():
+        trial = self.trial
+        choose_kernels(trial.settings)
+        with trial.gate.step() if trial.gate else nullcontext():
             result = train_epoch(
-                run.stepper, run.optimizer, self.splits.train, self.splits.normalise,
-                EpochSteps(groups), precision=run.precision, generator=self.generator,
-                budget=run.budget, augment=run.settings.augment, lr_at=lambda _: 0.0,
+                trial.stepper, trial.optimizer, self.splits.train, self.splits.normalise,
+                EpochSteps(groups), precision=trial.precision, generator=self.generator,
+                budget=trial.budget, augment=trial.settings.augment, lr_at=lambda _: 0.0,
             )  # fmt: skip
         return result.seconds / result.images
 

@@ -1,7 +1,7 @@
 """One training loop and one evaluation, over image splits held in host memory.
 
 Every technique is a switch of this one loop: the physical batch and accumulation steps
-come from the epoch's plan (AdaBatch), the learning rate per optimizer step from `lr_at`
+come from the epoch's schedule (AdaBatch), the learning rate per optimizer step from `lr_at`
 (warmup), precision from `Precision` (AMP), activation checkpointing lives in the model, and
 augmentation is one call on the batch. The step itself is `train_step`. No DataLoader: a
 batch is an index into the split, moved to the device on its own, and normalisation is
@@ -32,7 +32,7 @@ from trainables.cuda import synchronize
 from trainables.memory import MemoryBudget, StepPeak
 from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, spread_steps
 from trainables.precision import Precision
-from trainables.schedules import EpochPlan
+from trainables.schedules import EpochSchedule
 from trainables.speed import SpeedWindow
 from trainables.step import StepOutcome, train_step
 
@@ -122,7 +122,7 @@ class Normaliser:
         device: torch.device,
         memory_format: torch.memory_format = torch.contiguous_format,
     ) -> Normaliser:
-        """`memory_format`: the model's layout (`trainables.run.layout_of`), which every batch
+        """`memory_format`: the model's layout (`trainables.trial.layout_of`), which every batch
         takes."""
         mean_t = torch.tensor(mean, device=device).view(1, -1, 1, 1)
         std_t = torch.tensor(std, device=device).view(1, -1, 1, 1)
@@ -212,13 +212,13 @@ class EpochSteps:
 
     @classmethod
     def drawn(
-        cls, count: int, plan: EpochPlan, generator: torch.Generator, noise_splits: int = 0
+        cls, count: int, schedule: EpochSchedule, generator: torch.Generator, noise_splits: int = 0
     ) -> EpochSteps:
         """A pass over `count` images in the order `generator` draws, in the plan's
         physical batches and accumulation steps, `noise_splits` of them split in two for
         the noise scale."""
         order = torch.randperm(count, generator=generator)
-        groups = step_groups(count, plan.batch_size, plan.accumulation_steps)
+        groups = step_groups(count, schedule.batch_size, schedule.accumulation_steps)
         groups, measured = with_noise_splits(groups, noise_splits)
         return cls([[order[s] for s in group] for group in groups], frozenset(measured))
 

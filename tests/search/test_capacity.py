@@ -157,9 +157,9 @@ def test_the_cpu_probe_solves_the_meter_exactly_because_it_is_affine_in_the_batc
         model="resnet18", optimizer="adam", amp=True, activation_checkpointing=True, device="cpu"
     )  # cpu: on a machine with a card, "auto" would pick the card
     prober = Prober(settings, image_size=32, budget_mb=100)
-    run = prober.run
+    trial = prober.trial
     assert not prober.on_card
-    measured = step_peak_bytes(run.model, run.optimizer, *prober.batch(13), run.precision)
+    measured = step_peak_bytes(trial.model, trial.optimizer, *prober.batch(13), trial.precision)
     assert prober.peak_bytes(13) == pytest.approx(measured, rel=1e-6)
 
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from trainables import run
+from trainables import trial
 
 
 def insert_stage(monkeypatch: pytest.MonkeyPatch, stage: nn.Module, at: int) -> None:
     """Every model `build_model` returns from now on has `stage` at index `at`."""
-    build = run.build_model
+    build = trial.build_model
 
     def build_with_stage(*args, **kwargs):
         model = build(*args, **kwargs)
         model.insert(at, stage)
         return model
 
-    monkeypatch.setattr(run, "build_model", build_with_stage)
+    monkeypatch.setattr(trial, "build_model", build_with_stage)

@@ -81,7 +81,7 @@ def test_a_pretrained_model_trains_on_inputs_normalised_as_its_weights_expect(
     import torch
 
     from trainables.models import build_model, weights_file
-    from trainables.run import TrialData
+    from trainables.trial import TrialData
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     weights_file("shufflenet_v2_x0_5").parent.mkdir(parents=True)

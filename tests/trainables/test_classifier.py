@@ -7,9 +7,9 @@ import torch
 from trainables.classifier import fit_classifier
 from trainables.data import PreparedData
 from trainables.metrics import MACHINE_METRICS, METRICS, STATUS_OK
-from trainables.run import choose_kernels
-from trainables.run_state import STATE_FILE, load_run_state
 from trainables.settings import TrainSettings
+from trainables.trial import choose_kernels
+from trainables.trial_state import STATE_FILE, load_trial_state
 
 
 class Reports:
@@ -25,7 +25,7 @@ class Reports:
             self.states.append(None)
             return
         assert (checkpoint_dir / STATE_FILE).exists()
-        self.states.append(load_run_state(checkpoint_dir))
+        self.states.append(load_trial_state(checkpoint_dir))
 
 
 def same_results(metrics: dict, others: dict) -> bool:
@@ -299,7 +299,7 @@ def test_no_step_is_larger_than_the_training_split_whatever_the_schedule_asks(
 )  # fmt: skip
 def test_weights_saved_with_the_old_staged_keys_load_into_todays_models(model, old_names):
     from trainables.models import build_model
-    from trainables.run_state import renamed_from_staged
+    from trainables.trial_state import renamed_from_staged
 
     today = build_model(model, num_classes=2, image_size=32).state_dict()
 

@@ -40,8 +40,8 @@ def test_channels_last_puts_the_model_and_every_batch_in_that_layout_and_says_so
     spy = LayoutSpy()
     first_stage(monkeypatch, spy)
     built = []
-    real_start = classifier.start_run
-    monkeypatch.setattr(classifier, "start_run",
+    real_start = classifier.start_trial
+    monkeypatch.setattr(classifier, "start_trial",
                         lambda *a, **k: built.append(real_start(*a, **k)) or built[-1])  # fmt: skip
     last = fit_classifier(settings(epochs=1, channels_last=True), tiny_data, Reports())
     assert spy.seen == {"train": {True}, "eval": {True}}  # training and evaluation alike

@@ -3,8 +3,8 @@ import torch
 
 from trainables.memory import optimizer_state_bytes
 from trainables.optimizers import OPTIMIZERS
-from trainables.run import build_optimizer
 from trainables.settings import TrainSettings
+from trainables.trial import build_optimizer
 
 
 def a_step(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> None:

@@ -9,7 +9,7 @@ from torch import nn
 
 import trainables.classifier as classifier
 import trainables.evaluation as evaluation
-import trainables.run as run
+import trainables.trial as trial
 from tests.fakes import OOM_ERRORS, RaiseWhen
 from tests.trainables.stages import insert_stage
 from trainables.classifier import fit_classifier
@@ -207,13 +207,13 @@ def inject_outside_the_epoch(monkeypatch, phase: str, error) -> None:
     """Make `phase`, which runs outside the epoch's training and evaluation, raise `error()`
     in epoch 2 (placement: at once)."""
     if phase == "placement on the device":  # the model is built on the device: it runs out
-        monkeypatch.setattr(run, "build_model", RaiseWhen(error, at=1))
+        monkeypatch.setattr(trial, "build_model", RaiseWhen(error, at=1))
     elif phase == "data":
-        monkeypatch.setattr(run.Normaliser, "from_stats", RaiseWhen(error, at=1))
+        monkeypatch.setattr(trial.Normaliser, "from_stats", RaiseWhen(error, at=1))
     elif phase == "memory probe":
         monkeypatch.setattr(classifier.MemoryBudget, "fits", RaiseWhen(error, at=1))
     elif phase == "saving the trial state":
-        monkeypatch.setattr(classifier, "save_run_state", RaiseWhen(error, at=2))
+        monkeypatch.setattr(classifier, "save_trial_state", RaiseWhen(error, at=2))
 
 
 @pytest.mark.parametrize(
@@ -303,7 +303,9 @@ def with_grad_scaler(monkeypatch) -> None:
 
     from trainables.precision import Precision
 
-    monkeypatch.setattr(run, "precision_for", lambda *_: Precision("cpu", None, GradScaler("cpu")))
+    monkeypatch.setattr(
+        trial, "precision_for", lambda *_: Precision("cpu", None, GradScaler("cpu"))
+    )
 
 
 def test_a_single_overflow_under_a_grad_scaler_is_a_skipped_step_not_a_divergence(

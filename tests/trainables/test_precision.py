@@ -69,11 +69,11 @@ def test_under_a_grad_scaler_the_unscaled_gradients_are_clipped_and_overflow_sti
 
 def test_a_trial_clips_as_its_settings_say():
     from trainables.memory import MemoryBudget
-    from trainables.run import start_run
     from trainables.settings import TrainSettings
+    from trainables.trial import start_trial
 
     settings = TrainSettings(grad_clip_norm=0.5)
-    run = start_run(settings, 2, 32, MemoryBudget(torch.device("cpu")), None)
-    assert run.precision.clip_norm == 0.5
-    plain = start_run(TrainSettings(), 2, 32, MemoryBudget(torch.device("cpu")), None)
+    trial = start_trial(settings, 2, 32, MemoryBudget(torch.device("cpu")), None)
+    assert trial.precision.clip_norm == 0.5
+    plain = start_trial(TrainSettings(), 2, 32, MemoryBudget(torch.device("cpu")), None)
     assert plain.precision.clip_norm is None

@@ -8,8 +8,8 @@ import pytest
 from tests.trainables.test_classifier import Reports
 from trainables.classifier import fit_classifier
 from trainables.data import DataSettings, prepare_data
-from trainables.run_state import RunState
 from trainables.settings import TrainSettings
+from trainables.trial_state import TrialRecord
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_a_trial_reports_its_timed_speed_with_an_interval_beside_what_it_got_sha
         assert metrics["shared_throughput"] == pytest.approx(480 / metrics["epoch_time_s"])
     last = reports.metrics[-1]  # six blocks or more by then: an interval
     assert last["throughput_low"] <= last["throughput"] <= last["throughput_high"]
-    state = RunState.from_dict(reports.states[-1]["state"])
+    state = TrialRecord.from_dict(reports.states[-1]["state"])
     assert list(state.speeds["blocks"]) == ["8x1"] and len(state.speeds["blocks"]["8x1"]) >= 6
 
 
@@ -88,7 +88,7 @@ def test_a_batch_of_one_whole_step_an_epoch_is_timed_from_its_second_epoch(enoug
     reports = Reports()
     last = fit_classifier(settings(epochs=7, batch_size=128, accumulation_steps=2,
                                    warmup_epochs=0), enough_steps, reports)  # fmt: skip
-    blocks = RunState.from_dict(reports.states[-1]["state"]).speeds["blocks"]["128x2"]
+    blocks = TrialRecord.from_dict(reports.states[-1]["state"]).speeds["blocks"]["128x2"]
     assert len(blocks) == 6
     assert last["throughput_low"] <= last["throughput"] <= last["throughput_high"]
     assert last["throughput"] != pytest.approx(last["shared_throughput"])  # not the wall rate

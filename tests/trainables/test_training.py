@@ -8,8 +8,7 @@ from trainables.memory import MemoryBudget
 from trainables.models import build_model
 from trainables.noise_scale import NoiseMeter
 from trainables.precision import Precision, precision_for
-from trainables.run import build_optimizer
-from trainables.schedules import EpochPlan
+from trainables.schedules import EpochSchedule
 from trainables.settings import TrainSettings
 from trainables.step import train_step
 from trainables.training import (
@@ -25,6 +24,7 @@ from trainables.training import (
     step_groups,
     train_epoch,
 )
+from trainables.trial import build_optimizer
 
 CPU = torch.device("cpu")
 FP32 = Precision("cpu", None)
@@ -40,8 +40,10 @@ def split_of(images: int = 64, size: int = 16) -> HostSplit:
     return HostSplit(pixels.to(torch.uint8), labels)
 
 
-def plan(batch_size: int, accumulation_steps: int = 1, lr: float = 0.01) -> EpochPlan:
-    return EpochPlan(batch_size=batch_size, accumulation_steps=accumulation_steps, lr=lr, growths=0)
+def schedule(batch_size: int, accumulation_steps: int = 1, lr: float = 0.01) -> EpochSchedule:
+    return EpochSchedule(
+        batch_size=batch_size, accumulation_steps=accumulation_steps, lr=lr, growths=0
+    )
 
 
 def one_epoch(
@@ -49,7 +51,7 @@ def one_epoch(
 ):
     """An epoch as a trial trains it: its steps drawn, the CPU meter's check, the loop."""
     generator = torch.Generator().manual_seed(seed)
-    steps = EpochSteps.drawn(len(split), plan(batch_size, accumulation_steps), generator,
+    steps = EpochSteps.drawn(len(split), schedule(batch_size, accumulation_steps), generator,
                              noise_splits)  # fmt: skip
     budget = switches.pop("budget", None) or MemoryBudget(CPU)
     precision = switches.pop("precision", FP32)
@@ -85,7 +87,7 @@ def test_a_long_run_of_skipped_steps_that_ends_between_two_readings_still_counts
 
 
 def test_an_epochs_steps_cover_the_split_once_in_the_drawn_order_first_step_whole():
-    steps = EpochSteps.drawn(40, plan(8), torch.Generator().manual_seed(3), noise_splits=2)
+    steps = EpochSteps.drawn(40, schedule(8), torch.Generator().manual_seed(3), noise_splits=2)
     drawn = torch.cat([batch for group in steps.batches for batch in group])
     assert sorted(drawn.tolist()) == list(range(40))
     assert len(steps.first_batch) == 8 and 0 not in steps.measured and len(steps.measured) == 2

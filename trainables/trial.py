@@ -1,13 +1,13 @@
-"""The trial in progress (`TrainingRun`) and where each technique is applied to it.
+"""The trial in progress (`TrialInProgress`) and where each technique is applied to it.
 
-`start_run` builds a trial's model, optimizer and precision from its settings (or its saved
+`start_trial` builds a trial's model, optimizer and precision from its settings (or its saved
 state) on the budget's device: activation checkpointing, channels-last, the precision
 (AMP's autocast and GradScaler) and torch.compile are switched here; the kernels (the cuDNN
 autotuner, determinism, TF32) by `choose_kernels`, per trial; the inputs' layout by the
 `TrialData` normaliser. A new switch is a branch here (and an entry of
 `trainables.techniques.TECHNIQUES`). `compile_new_shapes` compiles an epoch's new batch
-shapes before its clock starts; `TrainingRun.plan_that_fits` checks that a batch AdaBatch grew
-still fits before the epoch trains it.
+shapes before its clock starts; `TrialInProgress.schedule_that_fits` checks that a batch
+AdaBatch grew still fits before the epoch trains it.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from trainables.models import build_model, pretrained_stats
 from trainables.oom import is_out_of_memory
 from trainables.optimizers import OPTIMIZERS
 from trainables.precision import Precision, precision_for
-from trainables.run_state import RunState, renamed_from_staged
-from trainables.schedules import EpochPlan, epoch_plan, grows_by_noise, warmup_factor
+from trainables.schedules import EpochSchedule, epoch_schedule, grows_by_noise, warmup_factor
 from trainables.settings import TrainSettings
 from trainables.speed import (
     ConfigSpeed,
@@ -48,10 +47,11 @@ from trainables.training import (
     HostSplit,
     Normaliser,
 )
+from trainables.trial_state import TrialRecord, renamed_from_staged
 
 
 @dataclass
-class TrainingRun:
+class TrialInProgress:
     """Everything a running trial holds, built from settings (and a checkpoint). Named so,
     not Trial: Tune's trial is the config's run as the search sees it."""
 
@@ -59,7 +59,7 @@ class TrainingRun:
     model: nn.Module
     optimizer: torch.optim.Optimizer
     precision: Precision
-    state: RunState
+    state: TrialRecord
     budget: MemoryBudget  # the one place that decides what fits and holds the trial to it
     eval_batch: EvalBatch
     # the best-val epoch's weights, in host memory, while its gaps wait to be scored
@@ -82,9 +82,9 @@ class TrainingRun:
     def stepper(self) -> nn.Module:
         return self.step_model if self.step_model is not None else self.model
 
-    def plan(self, epoch: int, train_size: int) -> EpochPlan:
+    def schedule(self, epoch: int, train_size: int) -> EpochSchedule:
         settings = self.settings
-        return epoch_plan(
+        return epoch_schedule(
             epoch,
             batch_size=settings.batch_size,
             accumulation_steps=settings.accumulation_steps,
@@ -97,39 +97,39 @@ class TrainingRun:
             growths=self.state.growths if settings.adabatch_rule == "noise_scale" else None,
         )
 
-    def plan_that_fits(self, epoch: int, splits: TrialData) -> EpochPlan:
-        """The epoch's plan; when AdaBatch grows the physical batch beyond what fits in
+    def schedule_that_fits(self, epoch: int, splits: TrialData) -> EpochSchedule:
+        """The epoch's schedule; when AdaBatch grows the physical batch beyond what fits in
         memory, the previous batch becomes the trial's capacity and the growth goes to
         accumulation."""
-        plan = self.plan(epoch, len(splits.train))
+        schedule = self.schedule(epoch, len(splits.train))
         previous = self.state.last_metrics.get("physical_batch_size")
-        if previous is None or plan.batch_size <= previous:
-            return plan
+        if previous is None or schedule.batch_size <= previous:
+            return schedule
         device = self.budget.device
-        pixels, labels = splits.train.gather(slice(0, plan.batch_size), pin=False)
+        pixels, labels = splits.train.gather(slice(0, schedule.batch_size), pin=False)
 
         def batch_on_device() -> tuple[torch.Tensor, torch.Tensor]:
             return splits.normalise(pixels.to(device)), labels.to(device)
 
         if self.budget.fits(self.model, self.optimizer, batch_on_device, self.precision):
-            return plan
+            return schedule
         self.state = replace(self.state, batch_capacity=int(previous))
-        return self.plan(epoch, len(splits.train))
+        return self.schedule(epoch, len(splits.train))
 
-    def growths_after(self, plan: EpochPlan, result: EpochResult, train_size: int) -> int:
+    def growths_after(self, schedule: EpochSchedule, result: EpochResult, train_size: int) -> int:
         """The noise-scale rule's growths for the next epoch, from this epoch's gradients."""
         settings = self.settings
         if settings.adabatch_rule != "noise_scale":
             return self.state.growths
         grows = grows_by_noise(
-            result.noise.value, plan.scheduled_batch_size, settings.adabatch_growth, train_size
+            result.noise.value, schedule.scheduled_batch_size, settings.adabatch_growth, train_size
         )
         return self.state.growths + int(grows)
 
-    def lr_schedule(self, epoch: int, plan: EpochPlan) -> Callable[[float], float]:
+    def lr_schedule(self, epoch: int, schedule: EpochSchedule) -> Callable[[float], float]:
         settings = self.settings
         return lambda fraction: (
-            plan.lr
+            schedule.lr
             * warmup_factor(
                 epoch - 1 + fraction, settings.warmup_epochs, settings.warmup_start_factor
             )
@@ -147,13 +147,13 @@ def layout_of(settings: TrainSettings) -> torch.memory_format:
     return torch.channels_last if settings.channels_last else torch.contiguous_format
 
 
-def start_run(
+def start_trial(
     settings: TrainSettings,
     num_classes: int,
     image_size: int,
     budget: MemoryBudget,
     resume: dict | None,
-) -> TrainingRun:
+) -> TrialInProgress:
     """The model, optimizer and precision of a trial, as new or from a checkpoint, on the
     budget's device, which the budget already holds to the trial's share of memory.
 
@@ -172,12 +172,12 @@ def start_run(
         model = model.to(memory_format=layout_of(settings))
     optimizer = build_optimizer(settings, model.parameters(), fused=device.type == "cuda")
     precision = precision_for(settings.amp, settings.amp_dtype, device, settings.grad_clip_norm)
-    state, best_weights = RunState(), None
+    state, best_weights = TrialRecord(), None
     if resume is not None:
         model.load_state_dict(renamed_from_staged(resume["model"], settings.model))
         optimizer.load_state_dict(resume["optimizer"])
         precision.load_state_dict(resume["precision"])
-        state = RunState.from_dict(resume["state"])
+        state = TrialRecord.from_dict(resume["state"])
         best_weights = resume.get("best_model")
     eval_batch = EvalBatch(
         settings.eval_batch_size,
@@ -190,7 +190,7 @@ def start_run(
         # torch's recompile limit): each trial compiles afresh, its compile_s its own.
         torch.compiler.reset()
         step_model = torch.compile(model)  # compiled when it first runs
-    return TrainingRun(
+    return TrialInProgress(
         settings, model, optimizer, precision, state, budget, eval_batch, best_weights,
         step_model, speeds=ConfigSpeed.from_dict(state.speeds),
     )  # fmt: skip
@@ -275,13 +275,13 @@ def _train_eval_indices(count: int, settings: TrainSettings) -> torch.Tensor:
     return torch.randperm(count, generator=generator)[: settings.train_eval_size]
 
 
-def describe_run(run: TrainingRun) -> dict[str, str]:
+def describe_trial(trial: TrialInProgress) -> dict[str, str]:
     """What the trial's steps actually ran with, for its record (`RUN_RECORD`)."""
-    channels_last = layout_of(run.settings) == torch.channels_last
+    channels_last = layout_of(trial.settings) == torch.channels_last
     return {
-        "precision": run.precision.name,
+        "precision": trial.precision.name,
         "memory_format": "channels_last" if channels_last else "contiguous",
-        "compile_mode": "compiled" if run.step_model is not None else "eager",
+        "compile_mode": "compiled" if trial.step_model is not None else "eager",
         "matmul_precision": torch.get_float32_matmul_precision(),
     }
 
@@ -290,32 +290,32 @@ class CompileFailed(Exception):
     """torch.compile could not compile the model: the trial ends, the search goes on."""
 
 
-def compile_new_shapes(run: TrainingRun, steps: EpochSteps, splits: TrialData) -> float:
+def compile_new_shapes(trial: TrialInProgress, steps: EpochSteps, splits: TrialData) -> float:
     """With `compile`, each micro-batch size of the epoch not compiled yet is compiled
     before the epoch's clock starts, by a step that trains nothing (`dry_step`): a new
     shape (the first epoch, a last partial batch, a grown AdaBatch batch) never compiles
     inside the timed training. The seconds it took; 0 without compile."""
-    if run.step_model is None:
+    if trial.step_model is None:
         return 0.0
     one_of_size = {len(batch): batch for group in steps.batches for batch in group}
-    new = [batch for size, batch in one_of_size.items() if size not in run.compiled_sizes]
+    new = [batch for size, batch in one_of_size.items() if size not in trial.compiled_sizes]
     if not new:
         return 0.0
-    device = run.budget.device
+    device = trial.budget.device
     synchronize(device)
     started = time.perf_counter()
     for indices in new:
         pixels, labels = splits.train.gather(indices, pin=False)
         batch = splits.normalise(pixels.to(device)), labels.to(device)
         try:
-            dry_step(run.step_model, run.optimizer, batch, run.precision)
+            dry_step(trial.step_model, trial.optimizer, batch, trial.precision)
         except Exception as error:
-            if is_out_of_memory(error, run.budget.allocator_refused):
+            if is_out_of_memory(error, trial.budget.allocator_refused):
                 raise
             # The compiler's failure only if the same step runs uncompiled: a bug of the
             # model or the config stays an error, as it would without compile.
-            dry_step(run.model, run.optimizer, batch, run.precision)
+            dry_step(trial.model, trial.optimizer, batch, trial.precision)
             raise CompileFailed(f"{type(error).__name__}: {first_line(error)}") from error
-        run.compiled_sizes.add(len(indices))
+        trial.compiled_sizes.add(len(indices))
     synchronize(device)
     return time.perf_counter() - started

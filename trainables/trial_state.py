@@ -1,5 +1,5 @@
 """What a trial saves after each epoch so that it can continue exactly where it stopped:
-its `RunState` (named so, not TrialState: Optuna has one) and the model, optimizer and
+its `TrialRecord` (not TrialState: Optuna has one) and the model, optimizer and
 precision state."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ _RESNET_STAGES = {"0.0": "conv1", "0.1": "bn1", "1": "layer1", "2": "layer2", "3
 
 
 @dataclass(frozen=True)
-class RunState:
+class TrialRecord:
     """The plain-number part of a trial: where it is and what it has achieved."""
 
     epoch: int = 0  # last finished epoch
@@ -43,17 +43,17 @@ class RunState:
         return {**asdict(self), "progress": asdict(self.progress)}
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> RunState:
+    def from_dict(cls, values: dict[str, Any]) -> TrialRecord:
         return cls(**{**values, "progress": Progress(**values["progress"])})
 
 
-def save_run_state(
+def save_trial_state(
     directory: Path,
     *,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     precision: Precision,
-    state: RunState,
+    state: TrialRecord,
     best_weights: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """`best_weights`: the best-val epoch's, while its gaps wait to be scored."""
@@ -86,6 +86,6 @@ def renamed_from_staged(weights: dict[str, Any], model: str) -> dict[str, Any]:
     return renamed
 
 
-def load_run_state(directory: Path) -> dict[str, Any]:
+def load_trial_state(directory: Path) -> dict[str, Any]:
     # weights_only: a checkpoint is data, never code to run.
     return torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
