@@ -3,10 +3,14 @@ fixed thresholds (`trainables.host_memory`), side by side.
 
 Each side runs in a fresh process (the thresholds are a process's), the sides in turn,
 `--repeats` times: the main search's knee's step (small CNN, 32 px, batch 32, accumulation
-4, Adam, one thread) after 10 warm-up steps, 60 steps timed. Printed: each run's images per
-second and minor page faults a step, the medians, and the ratio held / left alone.
+4, Adam, one thread; `--batch-size B`: batches of B, no accumulation) after 10 warm-up
+steps, 60 steps timed. The sides: left alone; the thresholds only (the hold until
+2026-11-27's docs/RESULTS.md section 27: blocks over 32 MiB still mapped afresh every
+time); held (`hold_host_allocator`: the thresholds and no block mapped apart). Printed:
+each run's images per second and minor page faults a step, the medians, and the ratios to
+left alone.
 
-    python bench/host_allocator.py [--repeats 3]
+    python bench/host_allocator.py [--repeats 3] [--batch-size 256]
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ from trainables.models import build_model
 torch.set_num_threads(1)
 model = build_model("small_cnn", 2, 32)
 optimizer = torch.optim.Adam(model.parameters(), 1e-3)
-pixels, labels = torch.randn(32, 3, 32, 32), torch.randint(0, 2, (32,))
+pixels, labels = torch.randn({batch}, 3, 32, 32), torch.randint(0, 2, ({batch},))
 def step():
-    for _ in range(4):
+    for _ in range({accumulation}):
         torch.nn.functional.cross_entropy(model(pixels), labels).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -43,16 +47,25 @@ for _ in range(60):
     step()
 seconds = time.perf_counter() - started
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-print(json.dumps({{"images_per_s": 60 * 128 / seconds, "faults_per_step": faults / 60}}))
+print(json.dumps({{"images_per_s": 60 * {batch} * {accumulation} / seconds,
+                  "faults_per_step": faults / 60}}))
 """
 HELD = "assert hold_host_allocator()"
-SIDES = {"left alone": "", "held": HELD}
+# the hold before section 27: glibc's two thresholds (malloc.h: M_MMAP_THRESHOLD -3,
+# M_TRIM_THRESHOLD -1), blocks above 32 MiB still mapped apart
+THRESHOLDS_ONLY = (
+    "import ctypes; libc = ctypes.CDLL('libc.so.6'); "
+    "assert libc.mallopt(-3, 32 << 20) == 1 and libc.mallopt(-1, 256 << 20) == 1"
+)
+SIDES = {"left alone": "", "thresholds only": THRESHOLDS_ONLY, "held": HELD}
+KNEE_STEP = (32, 4)  # the main search's knee: batches of 32, 4 a step
 
 
-def one_run(before: str = "") -> dict[str, float]:
-    """The loop in a fresh process after `before`: its images per second and minor page
-    faults a step."""
-    done = subprocess.run([sys.executable, "-c", LOOP.format(before=before)], cwd=REPO,
+def one_run(before: str = "", batch: int = 32, accumulation: int = 4) -> dict[str, float]:
+    """The loop in a fresh process after `before`, on batches of `batch`, `accumulation` a
+    step: its images per second and minor page faults a step."""
+    source = LOOP.format(before=before, batch=batch, accumulation=accumulation)
+    done = subprocess.run([sys.executable, "-c", source], cwd=REPO,
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"the step loop failed:\n{done.stderr[-2000:]}")
@@ -62,19 +75,24 @@ def one_run(before: str = "") -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-size", type=int,
+                        help="batches of this many images, one a step (default: the knee's "
+                        "32, four a step)")  # fmt: skip
     args = parser.parse_args(argv)
+    batch, accumulation = (args.batch_size, 1) if args.batch_size else KNEE_STEP
     runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
     for repeat in range(args.repeats):
         for side, before in SIDES.items():
-            run = one_run(before)
+            run = one_run(before, batch, accumulation)
             runs[side].append(run)
-            print(f"{repeat + 1} {side:10s} {run['images_per_s']:7.0f} images/s "
+            print(f"{repeat + 1} {side:15s} {run['images_per_s']:7.0f} images/s "
                   f"{run['faults_per_step']:9.1f} page faults a step", flush=True)  # fmt: skip
     medians = {side: statistics.median(run["images_per_s"] for run in done)
                for side, done in runs.items()}  # fmt: skip
     for side, value in medians.items():
-        print(f"median {side:10s} {value:7.0f} images/s")
-    print(f"held / left alone: {medians['held'] / medians['left alone']:.3f}")
+        print(f"median {side:15s} {value:7.0f} images/s, "
+              f"{value / medians['left alone']:.3f} of left alone")  # fmt: skip
+    print(f"held / thresholds only: {medians['held'] / medians['thresholds only']:.3f}")
     return 0
 
 

@@ -9,7 +9,11 @@ CNN allocates and frees activations of a few MiB: in a fresh process it faulted 
 of a larger batch before it, as Tune reuses a worker) it faulted in none, and the same
 config trained up to a quarter faster there (docs/RESULTS.md, section 23). With the thresholds
 fixed (`mallopt`), which also stops glibc moving them, every trial's process keeps its heap
-from step to step, as the warm one did.
+from step to step, as the warm one did. A block above the largest mmap threshold glibc
+takes (32 MiB) was still mapped afresh every time, and a batch of 256 of the small CNN
+allocates activations that large: it faulted in about 49,000 pages a step and trained at
+0.65x its speed (section 27); so no block is mapped apart (`M_MMAP_MAX` 0): every block
+comes from the heap, which keeps what it held up to the trim threshold.
 
 Tune trains a function trainable on a thread of its worker, and glibc gives a new thread an
 arena of its own, whose extra heaps it unmaps as soon as they are empty, whatever the
@@ -30,6 +34,7 @@ import functools
 # glibc's malloc.h
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_MMAP_MAX = -4
 # The largest mmap threshold glibc takes on 64-bit (half its heap's largest size): blocks
 # up to 32 MiB come from the heap. Past the trim threshold the heap's free top goes back.
 MMAP_THRESHOLD_BYTES = 32 << 20
@@ -56,7 +61,8 @@ def hold_host_allocator() -> bool:
         return False
     mmap_set = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
     trim_set = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
-    return mmap_set and trim_set
+    unmapped = mallopt(_M_MMAP_MAX, 0) == 1  # no block mapped apart, however large
+    return mmap_set and trim_set and unmapped
 
 
 def give_back_freed_memory() -> None:

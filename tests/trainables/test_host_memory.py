@@ -37,13 +37,24 @@ LEFT_ALONE_AT_LEAST = 1000
 HELD_AT_MOST = 250
 
 
-def pages_faulted_a_step(before: str) -> float:
-    return bench.one_run(before)["faults_per_step"]
+LARGE_HELD_AT_MOST = 2500
+
+
+def pages_faulted_a_step(before: str, batch: int = 32) -> float:
+    accumulation = 4 if batch == 32 else 1
+    return bench.one_run(before, batch, accumulation)["faults_per_step"]
 
 
 def test_left_alone_glibc_faults_in_thousands_of_pages_a_step_and_held_almost_none():
     assert pages_faulted_a_step("") > LEFT_ALONE_AT_LEAST
     assert pages_faulted_a_step(bench.HELD) < HELD_AT_MOST
+
+
+def test_held_a_batch_whose_activations_pass_32_mib_reuses_the_heap_too():
+    # batches of 256: the thresholds alone faulted in about 49,000 pages a step (blocks over
+    # glibc's largest mmap threshold mapped afresh), held about 550
+    assert pages_faulted_a_step(bench.THRESHOLDS_ONLY, batch=256) > 10 * LARGE_HELD_AT_MOST
+    assert pages_faulted_a_step(bench.HELD, batch=256) < LARGE_HELD_AT_MOST
 
 
 def test_a_trial_holds_its_process_allocator(tmp_path):
