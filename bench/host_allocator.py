@@ -51,12 +51,8 @@ print(json.dumps({{"images_per_s": 60 * {batch} * {accumulation} / seconds,
                   "faults_per_step": faults / 60}}))
 """
 HELD = "assert hold_host_allocator()"
-# the hold before section 27: glibc's two thresholds (malloc.h: M_MMAP_THRESHOLD -3,
-# M_TRIM_THRESHOLD -1), blocks above 32 MiB still mapped apart
-THRESHOLDS_ONLY = (
-    "import ctypes; libc = ctypes.CDLL('libc.so.6'); "
-    "assert libc.mallopt(-3, 32 << 20) == 1 and libc.mallopt(-1, 256 << 20) == 1"
-)
+# the hold before section 27: glibc's two thresholds, blocks above 32 MiB still mapped apart
+THRESHOLDS_ONLY = "from trainables.host_memory import fix_thresholds; assert fix_thresholds()"
 SIDES = {"left alone": "", "thresholds only": THRESHOLDS_ONLY, "held": HELD}
 KNEE_STEP = (32, 4)  # the main search's knee: batches of 32, 4 a step
 

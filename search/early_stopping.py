@@ -263,8 +263,8 @@ def replay(
     with `scheduler`'s own settings replays to the trials it stopped; one run without
     early stopping must have scored `gen_gap` at the rungs (`train.gap_epochs`). A
     scheduler with a min accuracy needs `best_val_acc` in `histories` too. `warmup_epochs`:
-    each trial's, as the live scheduler reads it from the trial's config (a trial is not
-    judged at a rung inside its warmup); none given: no trial warms up.
+    each trial's, as the live scheduler reads it from the trial's config (its rungs
+    counted from the end of its warmup, `rung_epoch`); none given: no trial warms up.
     """
     if scheduler.min_accuracy is not None and "best_val_acc" not in histories:
         raise ValueError(

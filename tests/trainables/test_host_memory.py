@@ -40,8 +40,9 @@ HELD_AT_MOST = 250
 LARGE_HELD_AT_MOST = 2500
 
 
-def pages_faulted_a_step(before: str, batch: int = 32) -> float:
-    accumulation = 4 if batch == 32 else 1
+def pages_faulted_a_step(before: str, batch: int | None = None) -> float:
+    """At the knee's step, or on batches of `batch`, one a step (as the bench's --batch-size)."""
+    batch, accumulation = bench.KNEE_STEP if batch is None else (batch, 1)
     return bench.one_run(before, batch, accumulation)["faults_per_step"]
 
 
