@@ -196,7 +196,7 @@ def _fit(
                 last_metrics=metrics,
                 skipped_streak=result.skipped_streak,
                 growths=trial.growths_after(schedule, result, len(splits.train)),
-                eval_seconds_per_image=dict(trial.eval_batch.seconds_per_image),
+                eval_seconds_per_image=dict(trial.eval_choice.seconds_per_image),
                 compile_seconds=metrics["compile_s"],  # the trial's, this epoch's included
                 speeds=trial.speeds.to_dict(),
             )

@@ -30,7 +30,7 @@ from trainables.training import (
     HostSplit,
     evaluate,
 )
-from trainables.trial import TrialData, TrialInProgress
+from trainables.trial import TrialData, TrialInProgress, memory_format_named
 
 
 def evaluate_epoch(
@@ -52,12 +52,12 @@ def evaluate_epoch(
     settings = trial.settings
 
     def score(split: HostSplit) -> tuple[float, float]:
-        return trial.eval_batch.score(
+        return trial.eval_choice.score(
             schedule.batch_size,
             len(split),
-            lambda batch_size: evaluate(
-                trial.model, split, splits.normalise, batch_size=batch_size,
-                precision=trial.precision,
+            lambda batch_size, layout: evaluate(
+                trial.model, split, splits.normalise.laid_out(memory_format_named(layout)),
+                batch_size=batch_size, precision=trial.precision,
             ),
         )  # fmt: skip
 

@@ -87,8 +87,10 @@ class TrainSettings(BaseModel):
     target_acc: float = Field(0.75, gt=0, le=1)  # val_acc that stops the time_to_target_s clock
     train_eval_size: int = Field(400, gt=0, **_STRICT)  # training images scored in eval mode
     # images per eval forward pass; None: whichever of the epoch's physical batch, its half
-    # and its quarter scores fastest, timed on the trial's first evaluations (never more
-    # memory than the training step at that batch); the physical batch when deterministic
+    # and its quarter scores fastest, and in whichever layout (contiguous or channels-last),
+    # timed on the trial's first evaluations (never more memory than the training step at
+    # that batch); set, or deterministic: that batch, or the physical one, in the trial's
+    # layout
     eval_batch_size: int | None = Field(None, gt=0, **_STRICT)
     # epochs whose report carries gen_gap and val_test_gap (an early-stopping scheduler's
     # rungs; `search` fills them in); the last epoch always does, and between them the best
@@ -130,8 +132,9 @@ class TrainSettings(BaseModel):
     warmup_start_factor: float = Field(0.1, gt=0, le=1)  # warmup starts at lr x this
     max_batch_size: int | None = Field(None, gt=0, **_STRICT)  # physical cap; then accumulate
     cudnn_benchmark: bool = Field(False, **_STRICT)  # cuDNN autotuner: faster, more memory
-    # the model and every batch in channels-last layout, training and evaluation: the
-    # layout tensor cores take their convolutions in (on a CPU oneDNN's channels-last path)
+    # the model and every training batch in channels-last layout: the layout tensor cores
+    # take their convolutions in (on a CPU oneDNN's channels-last path); evaluation scores
+    # in whichever layout it timed faster (trainables.eval_choice)
     channels_last: bool = Field(False, **_STRICT)
     # torch.compile of the model for its training steps (evaluation runs it uncompiled: no
     # compile per evaluation batch); each new batch shape is compiled before the epoch's

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -127,6 +127,13 @@ class Normaliser:
         mean_t = torch.tensor(mean, device=device).view(1, -1, 1, 1)
         std_t = torch.tensor(std, device=device).view(1, -1, 1, 1)
         return cls(scale=1.0 / (255.0 * std_t), shift=-mean_t / std_t, memory_format=memory_format)
+
+    def laid_out(self, memory_format: torch.memory_format) -> Normaliser:
+        """The same normalisation into `memory_format` (evaluation may score in another
+        layout than the model trains in: `trainables.eval_choice`)."""
+        if memory_format == self.memory_format:
+            return self
+        return replace(self, memory_format=memory_format)
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         # The uint8 batch takes the layout (a quarter of the float's bytes to move); the

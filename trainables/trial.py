@@ -29,7 +29,7 @@ from trainables.cuda import (
 from trainables.data import PreparedData, Split
 from trainables.data.errors import first_line
 from trainables.device_gate import DeviceGate
-from trainables.eval_batch import EvalBatch
+from trainables.eval_choice import EvalChoice
 from trainables.memory import MemoryBudget
 from trainables.models import build_model, pretrained_stats
 from trainables.oom import is_out_of_memory
@@ -61,7 +61,7 @@ class TrialInProgress:
     precision: Precision
     state: TrialRecord
     budget: MemoryBudget  # the one place that decides what fits and holds the trial to it
-    eval_batch: EvalBatch
+    eval_choice: EvalChoice
     # the best-val epoch's weights, in host memory, while its gaps wait to be scored
     best_weights: dict[str, torch.Tensor] | None = None
     # what the training steps call: the model, or torch.compile of it (same parameters)
@@ -142,9 +142,20 @@ def min_known(*limits: int | None) -> int | None:
 
 
 def layout_of(settings: TrainSettings) -> torch.memory_format:
-    """The layout of the trial's model and of every batch it takes (training, evaluation,
-    the memory probes): channels-last where the settings switch it on."""
-    return torch.channels_last if settings.channels_last else torch.contiguous_format
+    """The layout of the trial's model and of every batch it trains on (and the memory
+    probes'): channels-last where the settings switch it on. Evaluation may score in the
+    other (`trainables.eval_choice`)."""
+    return memory_format_named(layout_name(settings.channels_last))
+
+
+def layout_name(channels_last: bool) -> str:
+    """A layout as the run record (`memory_format`) and the evaluation choice name it."""
+    return "channels_last" if channels_last else "contiguous"
+
+
+def memory_format_named(name: str) -> torch.memory_format:
+    """torch's memory format of a layout named as `layout_name` names it."""
+    return {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}[name]
 
 
 def start_trial(
@@ -179,9 +190,10 @@ def start_trial(
         precision.load_state_dict(resume["precision"])
         state = TrialRecord.from_dict(resume["state"])
         best_weights = resume.get("best_model")
-    eval_batch = EvalBatch(
+    eval_choice = EvalChoice(
         settings.eval_batch_size,
         timed=not settings.deterministic,
+        own_layout=layout_name(settings.channels_last),
         seconds_per_image=state.eval_seconds_per_image,  # a resumed trial keeps its choice
     )
     step_model = None
@@ -191,7 +203,7 @@ def start_trial(
         torch.compiler.reset()
         step_model = torch.compile(model)  # compiled when it first runs
     return TrialInProgress(
-        settings, model, optimizer, precision, state, budget, eval_batch, best_weights,
+        settings, model, optimizer, precision, state, budget, eval_choice, best_weights,
         step_model, speeds=ConfigSpeed.from_dict(state.speeds),
     )  # fmt: skip
 
@@ -277,10 +289,9 @@ def _train_eval_indices(count: int, settings: TrainSettings) -> torch.Tensor:
 
 def describe_trial(trial: TrialInProgress) -> dict[str, str]:
     """What the trial's steps actually ran with, for its record (`RUN_RECORD`)."""
-    channels_last = layout_of(trial.settings) == torch.channels_last
     return {
         "precision": trial.precision.name,
-        "memory_format": "channels_last" if channels_last else "contiguous",
+        "memory_format": layout_name(trial.settings.channels_last),
         "compile_mode": "compiled" if trial.step_model is not None else "eager",
         "matmul_precision": torch.get_float32_matmul_precision(),
     }

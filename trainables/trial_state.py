@@ -32,9 +32,9 @@ class TrialRecord:
     batch_capacity: int | None = None  # largest physical batch known to fit, once one did not
     skipped_streak: int = 0  # steps the GradScaler skipped in a row, up to the last epoch
     growths: int = 0  # times the batch grew under the noise-scale rule (interval: by epoch)
-    # the evaluation batches timed so far (trainables.eval_batch), so that a resumed trial
-    # scores at the batch it chose
-    eval_seconds_per_image: dict[int, float] = field(default_factory=dict)
+    # the evaluation ways, (batch, layout), timed so far (trainables.eval_choice), so that a
+    # resumed trial scores as it chose; saved before the layout was chosen: batches alone
+    eval_seconds_per_image: dict[tuple[int, str] | int, float] = field(default_factory=dict)
     compile_seconds: float = 0.0  # torch.compile so far (compile_s)
     # each configuration's timed blocks (trainables.speed.ConfigSpeed, as plain numbers)
     speeds: dict[str, dict] = field(default_factory=dict)

@@ -318,5 +318,11 @@ def test_the_evaluation_batches_timed_so_far_are_saved_with_every_checkpoint(tin
     reports = Reports()
     fit_classifier(settings(batch_size=16, epochs=2), tiny_data, reports)
     first, second = (state["state"]["eval_seconds_per_image"] for state in reports.states)
-    assert set(first) == {16}  # epoch 1 scores validation only, at the physical batch
-    assert set(second) == {16, 8}  # epoch 2, the last, times its half on its next split
+    # epoch 1 scores validation only, at the physical batch in the trial's layout
+    assert set(first) == {(16, "contiguous")}
+    # epoch 2, the last, times the other layout and then the half on its next splits
+    assert set(second) == {(16, "contiguous"), (16, "channels_last"), (8, second_layout(second))}
+
+
+def second_layout(timed: dict) -> str:
+    return min(("contiguous", "channels_last"), key=lambda layout: timed[(16, layout)])

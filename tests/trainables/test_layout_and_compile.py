@@ -22,16 +22,21 @@ def first_stage(monkeypatch, stage: nn.Module) -> None:
 
 
 class LayoutSpy(nn.Module):
-    """Records the memory layout of every batch the model sees, by mode."""
+    """Records the memory layout of every batch the model sees (channels-last or not), by
+    mode, in order."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.seen: dict[str, set[bool]] = {"train": set(), "eval": set()}
+        self.seen: dict[str, list[bool]] = {"train": [], "eval": []}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mode = "train" if self.training else "eval"
-        self.seen[mode].add(x.is_contiguous(memory_format=torch.channels_last))
+        self.seen[mode].append(x.is_contiguous(memory_format=torch.channels_last))
         return x
+
+    @property
+    def layouts(self) -> dict[str, set[bool]]:
+        return {mode: set(seen) for mode, seen in self.seen.items()}
 
 
 def test_channels_last_puts_the_model_and_every_batch_in_that_layout_and_says_so(
@@ -43,8 +48,10 @@ def test_channels_last_puts_the_model_and_every_batch_in_that_layout_and_says_so
     real_start = classifier.start_trial
     monkeypatch.setattr(classifier, "start_trial",
                         lambda *a, **k: built.append(real_start(*a, **k)) or built[-1])  # fmt: skip
-    last = fit_classifier(settings(epochs=1, channels_last=True), tiny_data, Reports())
-    assert spy.seen == {"train": {True}, "eval": {True}}  # training and evaluation alike
+    # a set eval batch is not timed: evaluation stays in the trial's layout
+    run = settings(epochs=1, channels_last=True, eval_batch_size=8)
+    last = fit_classifier(run, tiny_data, Reports())
+    assert spy.layouts == {"train": {True}, "eval": {True}}  # training and evaluation alike
     conv = next(m for m in built[0].model.modules() if isinstance(m, nn.Conv2d))
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)
     assert last["memory_format"] == "channels_last" and last["compile_mode"] == "eager"
@@ -53,8 +60,8 @@ def test_channels_last_puts_the_model_and_every_batch_in_that_layout_and_says_so
 def test_without_it_the_batches_stay_contiguous(tiny_data: PreparedData, monkeypatch):
     spy = LayoutSpy()
     first_stage(monkeypatch, spy)
-    last = fit_classifier(settings(epochs=1), tiny_data, Reports())
-    assert spy.seen == {"train": {False}, "eval": {False}}
+    last = fit_classifier(settings(epochs=1, eval_batch_size=8), tiny_data, Reports())
+    assert spy.layouts == {"train": {False}, "eval": {False}}
     assert last["memory_format"] == "contiguous" and last["precision"] == "fp32"
     assert last["matmul_precision"] == "high"
 
@@ -132,3 +139,17 @@ def test_a_model_that_fails_uncompiled_too_is_an_error_not_a_compile_failure(
     first_stage(monkeypatch, Broken())
     with pytest.raises(ValueError, match="the model's own bug"):
         fit_classifier(settings(compile=True), tiny_data, Reports())
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_evaluation_times_the_other_layout_after_its_own_and_training_keeps_its_own(
+    tiny_data: PreparedData, monkeypatch, channels_last: bool
+):
+    spy = LayoutSpy()
+    first_stage(monkeypatch, spy)
+    # one epoch, the last: validation, then the training subset and the test split scored
+    last = fit_classifier(settings(epochs=1, channels_last=channels_last), tiny_data, Reports())
+    assert spy.layouts["train"] == {channels_last}
+    assert spy.seen["eval"][0] is channels_last  # validation, in the trial's own layout
+    assert spy.layouts["eval"] == {False, True}  # then the other, timed
+    assert last["memory_format"] == ("channels_last" if channels_last else "contiguous")
