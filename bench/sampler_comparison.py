@@ -9,11 +9,12 @@ the best accuracy and of the hypervolume, the median wall time and its ratio to 
 case's (issue 37's aims: a best accuracy of 0.80 or more in every run, within 0.03 of each
 other). `tpe-16-trials` and `tpe-keep-0.4` are the main config with 16 trials (its count
 before 2026-11-27) and with early stopping's keep at 0.4; `tpe-augment` samples
-augmentation, as it did until docs/RESULTS.md section 25.
+augmentation, as it did until docs/RESULTS.md section 25; `tpe-contiguous` does not sample
+the layout (all trials contiguous), as until section 28.
 
     python bench/sampler_comparison.py [--config configs/cats_dogs.yaml] [--seeds 0 1 2]
         [--cases tpe random nsga2 tpe-no-stopping tpe-lr-per-32-images tpe-16-trials
-         tpe-keep-0.4 tpe-augment] [key.path=value ...]
+         tpe-keep-0.4 tpe-augment tpe-contiguous] [key.path=value ...]
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ CASES: dict[str, list[str]] = {
     "tpe-keep-0.4": ["search.sampler=tpe", "search.early_stopping.keep=0.4"],
     # augmentation sampled, as the main config did before 2026-11-27's section 25
     "tpe-augment": ["search.sampler=tpe", "space.augment={choice: [false, true]}"],
+    # the layout not sampled (contiguous), as the main config did before section 28
+    "tpe-contiguous": ["search.sampler=tpe", "space.channels_last=null"],
 }
 DEFAULT_CASES = ["tpe", "random", "nsga2", "tpe-no-stopping", "tpe-lr-per-32-images"]
 
