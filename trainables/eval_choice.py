@@ -29,7 +29,8 @@ from typing import TypeVar
 
 # Below this the per-call overhead dominates on any device.
 MIN_EVAL_BATCH = 8
-LAYOUTS = ("contiguous", "channels_last")  # as the run record names them (memory_format)
+# the two layouts, as the run record names them (memory_format): contiguous first
+LAYOUTS = ("contiguous", "channels_last")
 
 Scores = TypeVar("Scores")
 Way = tuple[int, str]  # (eval batch, layout)

@@ -29,7 +29,7 @@ from trainables.cuda import (
 from trainables.data import PreparedData, Split
 from trainables.data.errors import first_line
 from trainables.device_gate import DeviceGate
-from trainables.eval_choice import EvalChoice
+from trainables.eval_choice import LAYOUTS, EvalChoice
 from trainables.memory import MemoryBudget
 from trainables.models import build_model, pretrained_stats
 from trainables.oom import is_out_of_memory
@@ -150,12 +150,12 @@ def layout_of(settings: TrainSettings) -> torch.memory_format:
 
 def layout_name(channels_last: bool) -> str:
     """A layout as the run record (`memory_format`) and the evaluation choice name it."""
-    return "channels_last" if channels_last else "contiguous"
+    return LAYOUTS[1] if channels_last else LAYOUTS[0]
 
 
 def memory_format_named(name: str) -> torch.memory_format:
     """torch's memory format of a layout named as `layout_name` names it."""
-    return {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}[name]
+    return dict(zip(LAYOUTS, (torch.contiguous_format, torch.channels_last), strict=True))[name]
 
 
 def start_trial(
