@@ -10,11 +10,12 @@ case's (issue 37's aims: a best accuracy of 0.80 or more in every run, within 0.
 other). `tpe-16-trials` and `tpe-keep-0.4` are the main config with 16 trials (its count
 before 2026-11-27) and with early stopping's keep at 0.4; `tpe-augment` samples
 augmentation, as it did until docs/RESULTS.md section 25; `tpe-contiguous` does not sample
-the layout (all trials contiguous), as until section 28.
+the layout (all trials contiguous), as until section 28; `tpe-rungs-2-4` stops trials at
+epochs 2 and 4 only.
 
     python bench/sampler_comparison.py [--config configs/cats_dogs.yaml] [--seeds 0 1 2]
         [--cases tpe random nsga2 tpe-no-stopping tpe-lr-per-32-images tpe-16-trials
-         tpe-keep-0.4 tpe-augment tpe-contiguous] [key.path=value ...]
+         tpe-keep-0.4 tpe-augment tpe-contiguous tpe-rungs-2-4] [key.path=value ...]
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ CASES: dict[str, list[str]] = {
     "tpe-keep-0.4": ["search.sampler=tpe", "search.early_stopping.keep=0.4"],
     # augmentation sampled, as the main config did before 2026-11-27's section 25
     "tpe-augment": ["search.sampler=tpe", "space.augment={choice: [false, true]}"],
+    # early stopping at epochs 2 and 4 only (no rung at the first epoch at full rate)
+    "tpe-rungs-2-4": ["search.sampler=tpe", "search.early_stopping.rungs=[2, 4]"],
     # the layout not sampled (contiguous), as the main config did before section 28
     "tpe-contiguous": ["search.sampler=tpe", "space.channels_last=null"],
 }
