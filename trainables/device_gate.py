@@ -20,8 +20,11 @@ The gate is two lock files per device, in the node's temporary folder, locked wi
 The turnstile is what keeps a timing trial from waiting for ever behind neighbours whose
 steps overlap one another. On the CPU the neighbours are held out only where the node is
 crowded: each trial registers its threads with the gate, and while the live trials' threads
-fit the node's cores (as Ray places whole-CPU trials) a neighbour does not slow a trial (two
-one-thread trials on two cores ran as fast as one alone, 2026-11-26), so nobody waits.
+fit the node's cores (as Ray places whole-CPU trials) nobody waits. A neighbour on another
+core barely slows a trial of the contiguous small CNN (two one-thread trials on two cores ran
+as fast as one alone, 2026-11-26), but the main search's channels-last + AMP knee, at 6,000
+images/s, ran at 0.92x beside one (docs/RESULTS.md section 28); holding neighbours out of
+every window there cost the search more time than timing may (issue 36's 10%).
 
 On a card a step ends on the host while its kernels still run: a trial's host queues work
 ahead of the card, so a neighbour that let go of the step lock may leave a step or more
