@@ -56,8 +56,12 @@ METRICS: dict[str, MetricSpec] = {
         "over the epochs so far; eval and compile excluded",
         "max",
     ),
-    "throughput_low": MetricSpec("the low end of throughput's 95% interval (NaN: not timed)"),
-    "throughput_high": MetricSpec("the high end of throughput's 95% interval (NaN: not timed)"),
+    "throughput_low": MetricSpec(
+        "the low end of throughput's 95% interval (NaN: not timed, or one block)"
+    ),
+    "throughput_high": MetricSpec(
+        "the high end of throughput's 95% interval (NaN: not timed, or one block)"
+    ),
     "speed_outsiders": MetricSpec(
         "the most processes outside the search (programs the device's gate cannot hold) seen "
         "on the trial's card as its timing windows began: above 0, its throughput holds "

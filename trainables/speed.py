@@ -18,7 +18,10 @@ or more, the device synchronised only at a block's edges), and only blocks of wh
   windows.
 
 The speed is the median of the blocks' images per second, its interval the
-distribution-free interval of a median (order statistics). A configuration is a physical
+distribution-free interval of a median (order statistics); a configuration timed in fewer
+blocks than that needs (`MIN_BLOCKS`: a batch AdaBatch grew to two or three whole steps an
+epoch) takes Student's t on the mean of its blocks' logarithms instead, wide but known. A
+configuration is a physical
 batch and accumulation (AdaBatch changes them); its blocks are kept over epochs, and in the
 trial's saved state.
 
@@ -91,12 +94,35 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     return ordered[k - 1], ordered[count - k]
 
 
+def few_blocks_interval(
+    values: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """The `confidence` interval of a speed timed in too few blocks for a median's
+    interval: Student's t on the mean of the values' logarithms (a rate: never below zero);
+    NaN with fewer than two values."""
+    count = len(values)
+    if count < 2:
+        return math.nan, math.nan
+    logs = np.log(np.asarray(values, dtype=float))
+    spread = float(stats.t.ppf((1 + confidence) / 2, count - 1)) * float(logs.std(ddof=1))
+    half = spread / math.sqrt(count)
+    return math.exp(float(logs.mean()) - half), math.exp(float(logs.mean()) + half)
+
+
 def estimate(rates: Sequence[float]) -> SpeedEstimate | None:
-    """The speed of blocks that ran at `rates` images per second; None without any."""
+    """The speed of blocks that ran at `rates` images per second, with the median's
+    interval, or with fewer than `MIN_BLOCKS` blocks `few_blocks_interval` (widened to hold
+    the median where it falls outside); None without any."""
     if not rates:
         return None
-    low, high = median_interval(rates)
-    return SpeedEstimate(statistics.median(rates), low, high, len(rates))
+    median = statistics.median(rates)
+    if len(rates) >= MIN_BLOCKS:
+        low, high = median_interval(rates)
+    else:
+        low, high = few_blocks_interval(rates)
+        if not math.isnan(low):
+            low, high = min(low, median), max(high, median)
+    return SpeedEstimate(median, low, high, len(rates))
 
 
 @dataclass
@@ -127,11 +153,17 @@ class ConfigSpeed:
 
     def wants_window(self, key: str, precision: float, max_seconds: float) -> bool:
         """Whether a crowded device should be held for this configuration once more: time
-        is left, and its speed is not yet known to `precision` over `MIN_WINDOWS` windows."""
+        is left, and its speed is not yet known to `precision` over `MIN_WINDOWS` windows
+        and `MIN_BLOCKS` blocks (a few blocks' interval reports what is known, but does not
+        end the timing)."""
         if precision <= 0 or self.held_seconds.get(key, 0.0) >= max_seconds:
             return False
         known = self.of(key)
-        precise = known is not None and known.relative_half_width <= precision
+        precise = (
+            known is not None
+            and known.blocks >= MIN_BLOCKS
+            and known.relative_half_width <= precision
+        )
         return not (precise and self.windows.get(key, 0) >= MIN_WINDOWS)
 
     def add(self, key: str, rates: Sequence[float], held_seconds: float = 0.0) -> None:

@@ -27,6 +27,32 @@ def test_the_median_interval_is_between_order_statistics_and_needs_six_values():
     assert (low, high) == (40.0, 61.0)  # ranks 40 and 61 of 100 hold the median with 95%
 
 
+def test_a_speed_timed_in_fewer_than_six_blocks_gets_a_t_interval_on_its_logarithms():
+    from trainables.speed import few_blocks_interval
+
+    rates = [3000.0, 3300.0, 3150.0, 2900.0]  # a grown batch: two whole steps, two epochs
+    speed = estimate(rates)
+    assert speed.blocks == 4 and speed.images_per_s == 3075.0
+    assert 0 < speed.low < min(rates) and speed.high > max(rates)  # few blocks: wide
+    assert (speed.low, speed.high) == pytest.approx(few_blocks_interval(rates))
+    same = estimate([5000.0, 5000.0])
+    assert same.low == pytest.approx(5000.0) and same.high == pytest.approx(5000.0)
+    assert all(math.isnan(bound) for bound in few_blocks_interval([4000.0]))
+    skewed = estimate([100.0, 100.0, 100.0, 100.0, 2000.0])  # the median stays inside
+    assert skewed.low <= skewed.images_per_s == 100.0 <= skewed.high
+
+
+def test_the_t_interval_of_few_blocks_holds_the_true_speed_about_as_often_as_it_claims():
+    import numpy as np
+
+    from trainables.speed import few_blocks_interval
+
+    rng = np.random.default_rng(1)
+    samples = (np.exp(rng.normal(np.log(3000), 0.05, size=4)) for _ in range(1000))
+    held = sum(low <= 3000 <= high for low, high in map(few_blocks_interval, samples))
+    assert 0.93 <= held / 1000 <= 0.97
+
+
 def test_the_interval_holds_the_true_median_about_as_often_as_it_claims():
     import numpy as np
 
@@ -58,6 +84,11 @@ def test_configurations_are_kept_apart_and_held_for_until_known_or_out_of_time()
     assert spread.wants_window(key, precision=0.05, max_seconds=1.0)  # wide: more windows
     assert not spread.wants_window(key, precision=0.05, max_seconds=0.5)  # no time left
     assert not speeds.wants_window(ConfigSpeed.key(64, 1), precision=0, max_seconds=1.0)
+    few = ConfigSpeed()  # a few identical blocks: an exact interval, yet too few to stop on
+    for _ in range(MIN_WINDOWS):
+        few.add(key, [100.0], held_seconds=0.1)
+    assert few.of(key).relative_half_width == pytest.approx(0.0, abs=1e-12)
+    assert few.wants_window(key, precision=0.05, max_seconds=1.0)
     assert ConfigSpeed.from_dict(speeds.to_dict()) == speeds  # saved with the trial's state
     assert ConfigSpeed.from_dict({"blocks": {"8x1": [1.0]}}).windows == {}  # older states
 
