@@ -167,7 +167,9 @@ METRICS: dict[str, MetricSpec] = {
         "the float type the steps ran in: fp32, float16 (with a GradScaler) or bfloat16 (asked "
         "for on a card without it, float16 runs instead)"
     ),
-    "memory_format": MetricSpec("the model's and the batches' layout: contiguous or channels_last"),
+    "memory_format": MetricSpec(
+        "the model's and its training batches' layout: contiguous or channels_last"
+    ),
     "compile_mode": MetricSpec("how the training steps ran: eager, or compiled (torch.compile)"),
     "matmul_precision": MetricSpec(
         "torch's float32 matmul precision in the trial: highest, high (TF32 on CUDA), medium"

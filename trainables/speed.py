@@ -94,32 +94,38 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     return ordered[k - 1], ordered[count - k]
 
 
-def few_blocks_interval(
+def geometric_interval(
     values: Sequence[float], confidence: float = CONFIDENCE
-) -> tuple[float, float]:
-    """The `confidence` interval of a speed timed in too few blocks for a median's
-    interval: Student's t on the mean of the values' logarithms (a rate: never below zero);
-    NaN with fewer than two values."""
-    count = len(values)
-    if count < 2:
-        return math.nan, math.nan
+) -> tuple[float, float, float]:
+    """(geometric mean, low, high) of positive `values`: Student's t on the mean of their
+    logarithms, so a rate's or a ratio's interval is never below zero; NaN bounds with fewer
+    than two values, NaN throughout with none."""
     logs = np.log(np.asarray(values, dtype=float))
-    spread = float(stats.t.ppf((1 + confidence) / 2, count - 1)) * float(logs.std(ddof=1))
-    half = spread / math.sqrt(count)
-    return math.exp(float(logs.mean()) - half), math.exp(float(logs.mean()) + half)
+    count = len(logs)
+    if not count:
+        return math.nan, math.nan, math.nan
+    mean = float(logs.mean())
+    if count < 2:
+        return math.exp(mean), math.nan, math.nan
+    # by hand: scipy's t.interval is NaN for a spread of 0 (every value the same), which is
+    # a value known exactly, not an unknown one
+    half = float(stats.t.ppf(0.5 + confidence / 2, count - 1)) * float(logs.std(ddof=1))
+    half /= math.sqrt(count)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def estimate(rates: Sequence[float]) -> SpeedEstimate | None:
     """The speed of blocks that ran at `rates` images per second, with the median's
-    interval, or with fewer than `MIN_BLOCKS` blocks `few_blocks_interval` (widened to hold
-    the median where it falls outside); None without any."""
+    interval, or with fewer than `MIN_BLOCKS` blocks the interval of their geometric mean
+    (`geometric_interval`, widened to hold the median where it falls outside); None
+    without any."""
     if not rates:
         return None
     median = statistics.median(rates)
     if len(rates) >= MIN_BLOCKS:
         low, high = median_interval(rates)
     else:
-        low, high = few_blocks_interval(rates)
+        _, low, high = geometric_interval(rates)
         if not math.isnan(low):
             low, high = min(low, median), max(high, median)
     return SpeedEstimate(median, low, high, len(rates))
@@ -246,18 +252,8 @@ def paired_ratio(
     `base_seconds[i]` and `changed_seconds[i]` per image. Each round's ratio is base over
     changed (a speed ratio); the estimate is their geometric mean, its interval Student's t
     on their logarithms."""
-    logs = np.log(np.asarray(base_seconds, dtype=float) / np.asarray(changed_seconds, dtype=float))
-    rounds = len(logs)
-    if not rounds:
-        return SpeedRatio(math.nan, math.nan, math.nan, 0)
-    mean = float(logs.mean())
-    if rounds < 2:
-        return SpeedRatio(math.exp(mean), math.nan, math.nan, rounds)
-    # by hand: scipy's t.interval is NaN for a spread of 0 (every round the same ratio),
-    # which is a ratio known exactly, not an unknown one
-    half = float(stats.t.ppf(0.5 + confidence / 2, rounds - 1)) * float(logs.std(ddof=1))
-    half /= math.sqrt(rounds)
-    return SpeedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), rounds)
+    ratios = np.asarray(base_seconds, dtype=float) / np.asarray(changed_seconds, dtype=float)
+    return SpeedRatio(*geometric_interval(ratios, confidence), len(ratios))
 
 
 # A side of an alternation: its configurations, each (share of its images, a block of its

@@ -108,7 +108,8 @@ def device_batches(
 class Normaliser:
     """uint8 -> float, (x / 255 - mean) / std per channel, as one multiply-add, in the
     trial's memory layout (channels-last where the trial trains so): every batch the model
-    sees, in training and evaluation, comes through here."""
+    sees, in training and evaluation, comes through here (evaluation's `laid_out` in the
+    layout it timed faster, `trainables.eval_choice`)."""
 
     scale: torch.Tensor  # (1, 3, 1, 1)
     shift: torch.Tensor  # (1, 3, 1, 1)

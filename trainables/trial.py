@@ -153,9 +153,12 @@ def layout_name(channels_last: bool) -> str:
     return LAYOUTS[1] if channels_last else LAYOUTS[0]
 
 
+MEMORY_FORMATS = dict(zip(LAYOUTS, (torch.contiguous_format, torch.channels_last), strict=True))
+
+
 def memory_format_named(name: str) -> torch.memory_format:
     """torch's memory format of a layout named as `layout_name` names it."""
-    return dict(zip(LAYOUTS, (torch.contiguous_format, torch.channels_last), strict=True))[name]
+    return MEMORY_FORMATS[name]
 
 
 def start_trial(

@@ -28,16 +28,16 @@ def test_the_median_interval_is_between_order_statistics_and_needs_six_values():
 
 
 def test_a_speed_timed_in_fewer_than_six_blocks_gets_a_t_interval_on_its_logarithms():
-    from trainables.speed import few_blocks_interval
+    from trainables.speed import geometric_interval
 
     rates = [3000.0, 3300.0, 3150.0, 2900.0]  # a grown batch: two whole steps, two epochs
     speed = estimate(rates)
     assert speed.blocks == 4 and speed.images_per_s == 3075.0
     assert 0 < speed.low < min(rates) and speed.high > max(rates)  # few blocks: wide
-    assert (speed.low, speed.high) == pytest.approx(few_blocks_interval(rates))
+    assert (speed.low, speed.high) == pytest.approx(geometric_interval(rates)[1:])
     same = estimate([5000.0, 5000.0])
     assert same.low == pytest.approx(5000.0) and same.high == pytest.approx(5000.0)
-    assert all(math.isnan(bound) for bound in few_blocks_interval([4000.0]))
+    assert all(math.isnan(bound) for bound in geometric_interval([4000.0])[1:])
     skewed = estimate([100.0, 100.0, 100.0, 100.0, 2000.0])  # the median stays inside
     assert skewed.low <= skewed.images_per_s == 100.0 <= skewed.high
 
@@ -45,11 +45,11 @@ def test_a_speed_timed_in_fewer_than_six_blocks_gets_a_t_interval_on_its_logarit
 def test_the_t_interval_of_few_blocks_holds_the_true_speed_about_as_often_as_it_claims():
     import numpy as np
 
-    from trainables.speed import few_blocks_interval
+    from trainables.speed import geometric_interval
 
     rng = np.random.default_rng(1)
     samples = (np.exp(rng.normal(np.log(3000), 0.05, size=4)) for _ in range(1000))
-    held = sum(low <= 3000 <= high for low, high in map(few_blocks_interval, samples))
+    held = sum(low <= 3000 <= high for _, low, high in map(geometric_interval, samples))
     assert 0.93 <= held / 1000 <= 0.97
 
 
