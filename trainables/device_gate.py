@@ -23,7 +23,7 @@ crowded: each trial registers its threads with the gate, and while the live tria
 fit the node's cores (as Ray places whole-CPU trials) nobody waits. A neighbour on another
 core barely slows a trial of the contiguous small CNN (two one-thread trials on two cores ran
 as fast as one alone, 2026-11-26), but the main search's channels-last + AMP knee, at 6,000
-images/s, ran at 0.92x beside one (docs/RESULTS.md section 28); holding neighbours out of
+images/s, ran at 0.92-0.98x beside one (docs/RESULTS.md section 28); holding neighbours out of
 every window there cost the search more time than timing may (issue 36's 10%).
 
 On a card a step ends on the host while its kernels still run: a trial's host queues work
