@@ -11,7 +11,7 @@ perfectly and would otherwise crowd the front.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import moocore
 import numpy as np
@@ -167,6 +167,7 @@ def dominators(
     errors: np.ndarray | None = None,
     constraint_column: int | None = None,
     z: float = 1.96,
+    decisive: Sequence[int] | None = None,
 ) -> list[list[int]]:
     """For each row of a "lower is better" matrix, the rows that dominate it (no worse in
     every column, better in one). NaN counts as worst.
@@ -180,12 +181,16 @@ def dominators(
     errors of the difference (sqrt(e_i² + e_j²)) and better in one by more than that; a
     feasible row dominates an infeasible one only where it is better beyond that in the
     `constraint_column` (the objective the constraint is on).
+
+    With `decisive` (column indices), a row dominates only where it is better (beyond the
+    noise, with `errors`) in one of those columns; no worse in every column still holds.
+    None: better in any column.
     """
     values = np.nan_to_num(np.asarray(points, dtype=float), nan=np.inf)
     if errors is None:
         no_worse = (values[:, None, :] <= values[None, :, :]).all(axis=2)
-        better = (values[:, None, :] < values[None, :, :]).any(axis=2)
-        clearly_better = np.ones_like(better)  # across the constraint, whatever the values
+        ahead = values[:, None, :] < values[None, :, :]  # [i, j, k]: i better than j on k
+        clearly_better = np.ones(no_worse.shape, dtype=bool)  # across the constraint: any
     else:
         spread = np.nan_to_num(np.asarray(errors, dtype=float), nan=0.0)
         margin = z * np.sqrt(spread[:, None, :] ** 2 + spread[None, :, :] ** 2)
@@ -193,11 +198,12 @@ def dominators(
             difference = values[None, :, :] - values[:, None, :]  # [i, j]: j's less i's
         difference = np.nan_to_num(difference, nan=0.0)
         no_worse = (difference >= -margin).all(axis=2)
-        beyond = difference > margin
-        better = beyond.any(axis=2)
+        ahead = difference > margin
         clearly_better = (
-            beyond[:, :, constraint_column] if constraint_column is not None else better
+            ahead[:, :, constraint_column] if constraint_column is not None else ahead.any(axis=2)
         )
+    better = ahead[:, :, list(decisive)] if decisive is not None else ahead
+    better = better.any(axis=2)
     dominates = no_worse & better  # [i, j]: row i dominates row j
     if feasible is not None:
         meets = np.asarray(feasible, dtype=bool)

@@ -53,7 +53,8 @@ from trainables.settings import DEFAULT_EPOCHS, TrainSettings
 REPO = Path(__file__).resolve().parents[1]
 MOST_ACCURATE = 3  # a rule should stop none of a search's this many most accurate trials
 DEFAULT_RULES = [
-    "1,2,4:0.5:3:blind", "1,2,4:0.5", "2,4:0.5", "1,2,4:0.4", "1,2,4:0.3", "1,2,4,6:0.5",
+    "1,2,4:0.5:3:blind", "1,2,4:0.5:3:::any", "1,2,4:0.5", "2,4:0.5", "1,2,4:0.4",
+    "1,2,4:0.3", "1,2,4,6:0.5",
 ]  # fmt: skip
 
 
@@ -65,20 +66,27 @@ class Rule:
     sees_min_accuracy: bool = True  # False: the rule before 2026-11-25 (objectives alone)
     compared_on: tuple[str, ...] = ()  # the objectives compared at a rung; (): all
     on_evidence: bool = True  # False: on the values alone, the rule before 2026-11-26's evening
+    # the objectives a peer must be ahead on to stop a trial; None: any (before 2026-11-27)
+    ahead_on: tuple[str, ...] | None = EarlyStoppingSection().ahead_on
 
     @classmethod
     def parse(cls, text: str) -> Rule:
-        """`rungs:keep[:min_peers[:how[:objectives]]]`, e.g. `1,2,4:0.5` (on evidence, as the
-        scheduler is now), `2,4:0.3:4`, `1,2,4:0.5:3:values` (on the values alone, as before
-        2026-11-26's evening), `1,2,4:0.5:3:blind` (on the values, trials below the min
-        accuracy compared on the objectives alone, as before 2026-11-25) or
+        """`rungs:keep[:min_peers[:how[:objectives[:ahead_on]]]]`, e.g. `1,2,4:0.5` (on
+        evidence, ahead on accuracy, as the scheduler is now), `2,4:0.3:4`,
+        `1,2,4:0.5:3:::any` (ahead on any objective, as before 2026-11-27),
+        `1,2,4:0.5:3:values` (on the values alone, ahead on any, as before 2026-11-26's
+        evening), `1,2,4:0.5:3:blind` (on the values, trials below the min accuracy
+        compared on the objectives alone, as before 2026-11-25) or
         `1,2,4:0.5:3::throughput,best_val_acc` (compared on those objectives only)."""
-        rungs, keep, min_peers, blind, compared_on, *_ = [*text.split(":"), "", "", "", ""]
+        rungs, keep, min_peers, blind, compared_on, ahead, *_ = [*text.split(":"), *[""] * 5]
         if blind not in ("", "blind", "values"):
             raise ValueError(
                 f"the fourth field of a rule is 'values', 'blind' or nothing, got {blind!r}"
             )
         default = EarlyStoppingSection()
+        ahead_on = default.ahead_on if not blind else None  # the older rules': any
+        if ahead:
+            ahead_on = None if ahead == "any" else tuple(n.strip() for n in ahead.split(","))
         return cls(
             tuple(int(rung) for rung in rungs.split(",")),
             float(keep or default.keep),
@@ -86,6 +94,7 @@ class Rule:
             sees_min_accuracy=blind != "blind",
             compared_on=tuple(name.strip() for name in compared_on.split(",") if name.strip()),
             on_evidence=not blind,
+            ahead_on=ahead_on,
         )
 
     def objectives(self, searched: Mapping[str, str]) -> dict[str, str]:
@@ -98,12 +107,20 @@ class Rule:
             )
         return {name: searched[name] for name in self.compared_on or searched}
 
+    def ahead_on_within(self, compared: Mapping[str, str]) -> tuple[str, ...] | None:
+        """The rule's `ahead_on` among the objectives it compares; None (ahead on any)
+        where it compares none of them."""
+        kept = tuple(name for name in self.ahead_on or () if name in compared)
+        return kept or None
+
     def __str__(self) -> str:
         default = EarlyStoppingSection().min_peers
         peers = "" if self.min_peers == default else f", min {self.min_peers} peers"
         blind = "" if self.sees_min_accuracy else ", blind to the min accuracy"
         blind += "" if self.on_evidence or not self.sees_min_accuracy else ", on the values"
         compared = f", on {' and '.join(self.compared_on)} only" if self.compared_on else ""
+        if self.ahead_on != EarlyStoppingSection().ahead_on and self.on_evidence:
+            compared += f", ahead on {' or '.join(self.ahead_on or ('any',))}"
         return f"rungs {list(self.rungs)}, keep {self.keep:g}{peers}{blind}{compared}"
 
 
@@ -211,9 +228,11 @@ def replay_rule(
 ) -> Replayed:
     objectives = dict(config.objectives)
     min_accuracy = search.min_accuracy if rule.sees_min_accuracy else None
+    compared = rule.objectives(objectives)
     scheduler = ParetoEarlyStopping(
-        rule.objectives(objectives), rule.rungs, rule.keep, rule.min_peers, min_accuracy,
+        compared, rule.rungs, rule.keep, rule.min_peers, min_accuracy,
         split_sizes=search.split_sizes if rule.on_evidence else None,
+        ahead_on=rule.ahead_on_within(compared),
     )  # fmt: skip
     warmups = None if judge_warmup else search.warmup_epochs()
     stops = replay(scheduler, search.histories, search.last_epochs(), warmups)

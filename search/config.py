@@ -46,6 +46,18 @@ class EarlyStoppingSection(BaseModel):
     rungs: tuple[int, ...] = Field((1, 2, 4), min_length=1)  # epochs at which trials are compared
     keep: float = Field(0.5, gt=0, le=1)  # share of the trials at a rung that may go on
     min_peers: int = Field(3, ge=2, **_STRICT_INT)  # trials at a rung before any is stopped
+    # objectives a peer must be ahead on (beyond the noise) to stop a trial, behind on none
+    # (default: best_val_acc where it is an objective); null: any objective, so that speed
+    # alone stops a slower trial as accurate so far
+    ahead_on: tuple[str, ...] | None = Field(("best_val_acc",), min_length=1)
+
+    def ahead_on_among(self, objectives: Mapping[str, str]) -> tuple[str, ...] | None:
+        """`ahead_on` for a search of `objectives`: the default where the search has no
+        `best_val_acc` to be ahead on is any objective (a name set explicitly must be an
+        objective: `search.config` checks)."""
+        if "ahead_on" not in self.model_fields_set and self.ahead_on is not None:
+            return tuple(name for name in self.ahead_on if name in objectives) or None
+        return self.ahead_on
 
     @field_validator("rungs")
     @classmethod
@@ -586,6 +598,14 @@ def _early_stopping_problems(config: SearchConfig) -> list[Problem]:
             f"cannot compare trials on {unscored}: a rung that is not a trial's "
             "best-validation epoch has no value for them (gen_gap and val_test_gap, taken "
             "at the best epoch, are scored at every rung)",
+        ))  # fmt: skip
+    unknown = [name for name in search.early_stopping.ahead_on_among(search.objectives) or ()
+               if name not in search.objectives]  # fmt: skip
+    if unknown:
+        problems.append(Problem(
+            "search.early_stopping.ahead_on",
+            f"must name objectives ({', '.join(search.objectives)}), got {unknown}; null: "
+            "ahead on any of them",
         ))  # fmt: skip
     if search.repeats > 1:
         problems.append(Problem(

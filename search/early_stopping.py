@@ -28,6 +28,13 @@ and of each other, nobody is stopped. A rung counts epochs at a trial's full lea
 rate (`rung_epoch`): a trial that warms up over 2 epochs meets rung 1 at epoch 3, among
 the trials at their first epoch at full rate. The detail says by how much, in standard
 errors, the trial trails the peer it trails most clearly.
+
+Ahead on accuracy (`ahead_on`, the search's default `best_val_acc`): a peer stops a trial
+only where it is ahead on one of those objectives (beyond the noise) and behind on none.
+Speed alone stops nobody: a trial's throughput at a rung is what it will be at the end,
+its accuracy is a forecast, and a slower trial as accurate at a rung ended among the three
+most accurate in each of three replayed searches of the default space (docs/RESULTS.md,
+section 29).
 """
 
 from __future__ import annotations
@@ -62,14 +69,16 @@ def rung_verdict(
     keep: float,
     min_peers: int,
     accuracy_column: int | None = None,
+    decisive: Sequence[int] | None = None,
 ) -> list[str] | None:
     """The peers that dominate a trial arriving at a rung as `record`, when it is to be
     stopped; None when it goes on.
 
     Stopped: at least `min_peers` trials (itself included) reached the rung, at least one
     dominates it (constrained domination: see the module docstring; on evidence where the
-    records carry standard errors, across the min accuracy by `accuracy_column`), and
-    ceil(keep x trials) or more are dominated by fewer trials than it.
+    records carry standard errors, across the min accuracy by `accuracy_column`; ahead
+    on one of the `decisive` columns, None: on any), and ceil(keep x trials) or more are
+    dominated by fewer trials than it.
     """
     count = len(peers) + 1
     if count < min_peers:
@@ -81,7 +90,7 @@ def rung_verdict(
     if any(r.errors for r in records):
         errors = np.array([r.errors or (0.0,) * len(r.values) for r in records], dtype=float)
     dominated_by = dominators(matrix, np.array([r.above_min_accuracy for r in records]),
-                              errors, accuracy_column)  # fmt: skip
+                              errors, accuracy_column, decisive=decisive)  # fmt: skip
     own = dominated_by[-1]
     if not own:
         return None
@@ -103,6 +112,7 @@ class ParetoEarlyStopping(FIFOScheduler):
     # rule it began with
     min_accuracy: float | None = None
     split_sizes: Mapping[str, int] | None = None
+    ahead_on: tuple[str, ...] | None = None
 
     def __init__(
         self,
@@ -112,12 +122,19 @@ class ParetoEarlyStopping(FIFOScheduler):
         min_peers: int = 3,
         min_accuracy: float | None = None,
         split_sizes: Mapping[str, int] | None = None,
+        ahead_on: Sequence[str] | None = None,
     ) -> None:
         """`min_accuracy`: the `best_val_acc` below which the report keeps a trial off the
         front (`trainables.metrics.min_accuracy_for` the data's classes); None: none.
         `split_sizes`: images of the "val", "train_eval" and "test" splits, which the
         objectives' standard errors come from (`trainables.metrics.standard_error`): a
-        trial is then stopped only on evidence; None: on the values alone."""
+        trial is then stopped only on evidence; None: on the values alone. `ahead_on`: the
+        objectives a peer must be ahead on to stop a trial (behind on none); None: any."""
+        unknown = [name for name in ahead_on or () if name not in objectives]
+        if unknown:
+            raise ValueError(
+                f"ahead_on names {unknown}, which are not among the objectives {list(objectives)}"
+            )
         super().__init__()
         self.objectives = dict(objectives)
         self.rungs = sorted(rungs)
@@ -125,6 +142,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         self.min_peers = min_peers
         self.min_accuracy = min_accuracy
         self.split_sizes = dict(split_sizes) if split_sizes else None
+        self.ahead_on = tuple(ahead_on) if ahead_on is not None else None
         self.stopped: dict[str, str] = {}  # trial id -> why
         self.seen: dict[int, dict[str, RungRecord]] = {}  # rung -> trial -> its standing
 
@@ -161,7 +179,8 @@ class ParetoEarlyStopping(FIFOScheduler):
         record = RungRecord(values, self.above_min_accuracy(result), errors)
         rung = rung_at[epoch]
         peers = self.seen.setdefault(rung, {})
-        dominating = rung_verdict(record, peers, self.keep, self.min_peers, self.accuracy_column)
+        dominating = rung_verdict(record, peers, self.keep, self.min_peers,
+                                  self.accuracy_column, self.decisive_columns)  # fmt: skip
         peers[trial_id] = record
         if dominating is None or epoch == last_epoch:  # nothing left to save
             return False
@@ -169,6 +188,11 @@ class ParetoEarlyStopping(FIFOScheduler):
         if warmup_epochs:
             where += f", its epoch {rung} at full rate after {warmup_epochs} of warmup"
         how = f"dominated on {', '.join(self.objectives)} by"
+        if self.ahead_on is not None:
+            how = (
+                f"dominated on {', '.join(self.objectives)}, and behind on "
+                f"{' or '.join(self.ahead_on)}, by"
+            )
         if not record.above_min_accuracy:
             how = (
                 f"best_val_acc {float(result['best_val_acc']):.3f} below the min accuracy "
@@ -182,6 +206,13 @@ class ParetoEarlyStopping(FIFOScheduler):
         return True
 
     @property
+    def decisive_columns(self) -> list[int] | None:
+        """Where the `ahead_on` objectives are among the objectives; None: any decides."""
+        if self.ahead_on is None:
+            return None
+        return [list(self.objectives).index(name) for name in self.ahead_on]
+
+    @property
     def accuracy_column(self) -> int | None:
         """Where `best_val_acc` is among the objectives: what the min accuracy is on."""
         names = list(self.objectives)
@@ -191,16 +222,19 @@ class ParetoEarlyStopping(FIFOScheduler):
         self, record: RungRecord, dominating: Sequence[str], peers: Mapping[str, RungRecord]
     ) -> str:
         """By how much, and with what certainty, the trial trails the peer it trails most
-        clearly: the objective furthest behind in standard errors of the difference. Below
-        the min accuracy that is the accuracy, which decided it: a tight throughput
-        interval would otherwise name the speed, which did not."""
+        clearly: the objective furthest behind in standard errors of the difference, among
+        those that decided it: below the min accuracy the accuracy, else the `ahead_on`
+        objectives (a tight throughput interval would otherwise name the speed, which did
+        not decide)."""
         if not record.errors:
             return ""
         columns = list(enumerate(self.objectives))
-        best = None
+        deciding = self.decisive_columns
         if not record.above_min_accuracy and self.accuracy_column is not None:
-            accuracy = [columns[self.accuracy_column]]
-            best = furthest_behind(record, dominating, peers, accuracy)
+            deciding = [self.accuracy_column]
+        best = None
+        if deciding is not None:
+            best = furthest_behind(record, dominating, peers, [columns[i] for i in deciding])
         best = best or furthest_behind(record, dominating, peers, columns)
         if best is None:
             return ""

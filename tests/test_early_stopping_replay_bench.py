@@ -35,6 +35,16 @@ def test_a_rule_can_compare_trials_at_the_rungs_on_some_objectives_only():
     assert not Rule.parse("2,4:0.3:4:blind").sees_min_accuracy
 
 
+def test_a_rule_is_decided_by_accuracy_as_the_search_is_unless_told_any_objective():
+    assert Rule.parse("1,2,4:0.5").ahead_on_within(SEARCHED) == ("best_val_acc",)
+    anyone = Rule.parse("1,2,4:0.5:3:::any")
+    assert anyone.ahead_on_within(SEARCHED) is None
+    assert str(anyone) == "rungs [1, 2, 4], keep 0.5, ahead on any"
+    assert Rule.parse("1,2,4:0.5:3:blind").ahead_on is None  # the older rules: any
+    speed_only = Rule.parse("1,2,4:0.5:3::throughput")
+    assert speed_only.ahead_on_within(speed_only.objectives(SEARCHED)) is None
+
+
 def test_a_rule_naming_an_objective_the_search_does_not_have_says_so():
     with pytest.raises(ValueError, match="accuracy not among the search's objectives"):
         Rule.parse("1,2:0.5:3::accuracy").objectives(SEARCHED)

@@ -189,3 +189,13 @@ def test_on_evidence_a_point_dominates_only_where_it_is_better_beyond_the_noise(
     feasible = np.array([True, False, False])
     assert dominators(points, feasible, errors, constraint_column=1) == [[], [], [1]]
     assert dominators(points, feasible, errors, constraint_column=0) == [[], [], [0, 1]]
+
+
+def test_with_decisive_columns_a_point_dominates_only_where_it_is_ahead_on_one_of_them():
+    # lower is better: 0 is ahead of 1 on the first column alone, of 2 on the second
+    points = np.array([[0.0, 1.0], [5.0, 1.0], [0.0, 3.0]])
+    assert dominators(points) == [[], [0], [0]]
+    assert dominators(points, decisive=[1]) == [[], [], [0]]
+    errors = np.full_like(points, 0.1)
+    assert dominators(points, errors=errors, decisive=[1]) == [[], [], [0]]
+    assert dominators(points, errors=errors, decisive=[0, 1]) == [[], [0], [0]]

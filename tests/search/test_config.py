@@ -261,6 +261,23 @@ def test_a_search_trial_scores_its_gaps_at_the_rungs_and_at_the_epochs_its_confi
     assert trained == {"amp": True, "speed_baseline": {"amp": False}}  # an ablation's note
 
 
+def test_early_stopping_is_decided_by_accuracy_where_it_is_an_objective_else_by_any(tmp_path):
+    path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
+    assert load_config(path).search.early_stopping.ahead_on_among(
+        {"throughput": "max", "best_val_acc": "max"}
+    ) == ("best_val_acc",)
+    memory_only = load_config(path, ["search.objectives={peak_mem_mb: min}"]).search
+    assert memory_only.early_stopping.ahead_on_among(memory_only.objectives) is None
+    anyone = load_config(path, ["search.early_stopping.ahead_on=null"]).search.early_stopping
+    assert anyone.ahead_on_among({"best_val_acc": "max"}) is None
+
+
+def test_early_stopping_ahead_on_names_objectives_when_set(tmp_path):
+    path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
+    problems = problems_of(path, ["search.early_stopping.ahead_on=[best_val_acc, test_acc]"])
+    assert "got ['test_acc']" in problems["search.early_stopping.ahead_on"]
+
+
 def test_early_stopping_needs_objectives_scored_every_epoch_and_one_seed_per_config(tmp_path):
     path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
     problems = problems_of(path, ["search.objectives={test_acc: max}"])

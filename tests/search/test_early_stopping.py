@@ -452,6 +452,38 @@ def test_a_faster_trial_is_not_stopped_for_speed_its_intervals_cannot_tell_apart
     assert slow == TrialScheduler.STOP
 
 
+def test_ahead_on_accuracy_a_slower_trial_as_accurate_so_far_goes_on():
+    """The replayed searches' case: half as fast, as accurate at the rung (its accuracy is
+    a forecast, its speed is not): stopped when any objective decides, not when accuracy
+    does."""
+    for ahead_on, expected in ((None, "STOP"), (["best_val_acc"], "CONTINUE")):
+        scheduler = evidence_scheduler(min_accuracy=None, ahead_on=ahead_on)
+        scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.70, width=0.02))
+        scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1290, 0.71, width=0.02))
+        slow = scheduler.on_trial_result(None, fake_trial("slow"), timed(1, 600, 0.69, 0.02))
+        assert slow == expected
+
+
+def test_ahead_on_accuracy_a_trial_clearly_less_accurate_and_no_faster_is_stopped_for_it():
+    scheduler = evidence_scheduler(ahead_on=["best_val_acc"])
+    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.80, width=0.01))
+    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.78, width=0.01))
+    behind = scheduler.on_trial_result(None, fake_trial("behind"), timed(1, 700, 0.62, 0.01))
+    assert behind == TrialScheduler.STOP
+    detail = scheduler.stopped["behind"]
+    assert "and behind on best_val_acc, by 2 of the 2 trials" in detail
+    # its speed trails by more standard errors; the accuracy decided, and is named
+    assert "it trails a most on best_val_acc: 0.62 against 0.8" in detail
+    # as far behind but faster than both: behind on nothing else is not met
+    fast = scheduler.on_trial_result(None, fake_trial("fast"), timed(1, 2600, 0.62, 0.01))
+    assert fast == TrialScheduler.CONTINUE
+
+
+def test_ahead_on_must_name_objectives():
+    with pytest.raises(ValueError, match=r"ahead_on names \['test_acc'\]"):
+        evidence_scheduler(ahead_on=["test_acc"])
+
+
 def test_a_trial_warming_up_meets_each_rung_at_its_epochs_at_full_rate_among_peers_at_theirs():
     scheduler = evidence_scheduler(rungs=[1, 2])
     scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.80))
