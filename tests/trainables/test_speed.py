@@ -214,6 +214,27 @@ def test_a_neighbour_arriving_drops_the_block_it_shared_and_the_rest_is_held_for
     assert len(speeds.blocks["32x1"]) == 9 + WINDOW_BLOCKS  # the shared block left out
 
 
+def test_a_configuration_timed_in_held_windows_takes_its_speed_from_them_alone():
+    """The crowded CPU's case: a trial's first blocks ran free while a starting neighbour
+    had not registered its threads yet (its start-up in them: half the speed), then the
+    device was crowded and held for it."""
+    speeds = ConfigSpeed()
+    speeds.add("32x1", [3000.0, 3300.0, 6300.0])  # free, beside a neighbour starting up
+    assert speeds.of("32x1").images_per_s == 3300.0  # nothing held yet: all the blocks
+    speeds.add("32x1", [6400.0, 6500.0, 6450.0] * 2, held_seconds=0.3)
+    assert speeds.of("32x1").images_per_s == 6450.0 and speeds.of("32x1").blocks == 6
+    assert len(speeds.blocks["32x1"]) == 9  # every block is kept, for the record
+    assert ConfigSpeed.from_dict(speeds.to_dict()) == speeds
+    older = ConfigSpeed.from_dict(
+        {
+            "blocks": {"32x1": [3000.0, 6400.0, 6500.0]},
+            "held_seconds": {"32x1": 0.3},
+            "windows": {"32x1": 1},
+        }
+    )
+    assert older.of("32x1").images_per_s == 6400.0  # saved before: all its blocks, as then
+
+
 def test_windows_stop_once_the_speed_is_known_over_enough_of_them_or_time_runs_out():
     clock, speeds = Clock(0.01), ConfigSpeed()
     for _ in range(6):
