@@ -19,11 +19,13 @@ trial seconds), hypervolume kept, trials of the whole front stopped, and of its 
 accurate trials (issue 37's aim: none). `--detail` adds a line for each front trial a rule
 stops: its accuracy when stopped, where it ended (best_val_acc, gen_gap) and the share of
 the search's hypervolume it holds alone. `--judge-warmup` replays as the replay did before
-2026-11-27 (`597cdd1`): every trial judged at every rung, inside its lr warmup too.
+2026-11-27 (`597cdd1`): every trial judged at every rung, inside its lr warmup too. A
+rule is ahead on accuracy as the search's default is (`search.early_stopping.ahead_on`);
+`:::any` after its min peers lets any objective decide, as before `e055fab`.
 
     python bench/early_stopping_replay.py [--config configs/cats_dogs.yaml]
         [--num-samples 48] [--seeds 0 1]
-        [--rules 2,4:0.5 1,2,4:0.5:3:blind 1,2,4:0.5:3::throughput,best_val_acc ...]
+        [--rules 2,4:0.5 1,2,4:0.5:3:::any 1,2,4:0.5:3::throughput,best_val_acc ...]
         [--from RESULTS_DIR ...] [--workdir DIR] [--classes 2] [--detail]
         [--judge-warmup] [key.path=value ...]
 """
