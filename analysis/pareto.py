@@ -183,14 +183,13 @@ def dominators(
     `constraint_column` (the objective the constraint is on).
 
     With `decisive` (column indices), a row dominates only where it is better (beyond the
-    noise, with `errors`) in one of those columns; no worse in every column still holds.
-    None: better in any column.
+    noise, with `errors`) in one of those columns (with `errors` and no `constraint_column`,
+    across the constraint too); no worse in every column still holds. None: better in any.
     """
     values = np.nan_to_num(np.asarray(points, dtype=float), nan=np.inf)
     if errors is None:
         no_worse = (values[:, None, :] <= values[None, :, :]).all(axis=2)
         ahead = values[:, None, :] < values[None, :, :]  # [i, j, k]: i better than j on k
-        clearly_better = np.ones(no_worse.shape, dtype=bool)  # across the constraint: any
     else:
         spread = np.nan_to_num(np.asarray(errors, dtype=float), nan=0.0)
         margin = z * np.sqrt(spread[:, None, :] ** 2 + spread[None, :, :] ** 2)
@@ -199,11 +198,13 @@ def dominators(
         difference = np.nan_to_num(difference, nan=0.0)
         no_worse = (difference >= -margin).all(axis=2)
         ahead = difference > margin
-        clearly_better = (
-            ahead[:, :, constraint_column] if constraint_column is not None else ahead.any(axis=2)
-        )
-    better = ahead[:, :, list(decisive)] if decisive is not None else ahead
-    better = better.any(axis=2)
+    better = (ahead[:, :, list(decisive)] if decisive is not None else ahead).any(axis=2)
+    if errors is None:  # across the constraint, whatever the values
+        clearly_better = np.ones(no_worse.shape, dtype=bool)
+    elif constraint_column is not None:
+        clearly_better = ahead[:, :, constraint_column]
+    else:
+        clearly_better = better
     dominates = no_worse & better  # [i, j]: row i dominates row j
     if feasible is not None:
         meets = np.asarray(feasible, dtype=bool)

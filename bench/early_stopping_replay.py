@@ -68,8 +68,9 @@ class Rule:
     sees_min_accuracy: bool = True  # False: the rule before 2026-11-25 (objectives alone)
     compared_on: tuple[str, ...] = ()  # the objectives compared at a rung; (): all
     on_evidence: bool = True  # False: on the values alone, the rule before 2026-11-26's evening
-    # the objectives a peer must be ahead on to stop a trial; None: any (before 2026-11-27)
-    ahead_on: tuple[str, ...] | None = EarlyStoppingSection().ahead_on
+    # the objectives a peer must be ahead on to stop a trial, or "auto" (the search's
+    # default: best_val_acc where compared); None: any (the rule before `e055fab`)
+    ahead_on: tuple[str, ...] | str | None = EarlyStoppingSection().ahead_on
 
     @classmethod
     def parse(cls, text: str) -> Rule:
@@ -88,7 +89,8 @@ class Rule:
         default = EarlyStoppingSection()
         ahead_on = default.ahead_on if not blind else None  # the older rules': any
         if ahead:
-            ahead_on = None if ahead == "any" else tuple(n.strip() for n in ahead.split(","))
+            names = tuple(name.strip() for name in ahead.split(",") if name.strip())
+            ahead_on = {"any": None, "auto": "auto"}.get(ahead, names)
         return cls(
             tuple(int(rung) for rung in rungs.split(",")),
             float(keep or default.keep),
@@ -110,10 +112,17 @@ class Rule:
         return {name: searched[name] for name in self.compared_on or searched}
 
     def ahead_on_within(self, compared: Mapping[str, str]) -> tuple[str, ...] | None:
-        """The rule's `ahead_on` among the objectives it compares; None (ahead on any)
-        where it compares none of them."""
-        kept = tuple(name for name in self.ahead_on or () if name in compared)
-        return kept or None
+        """The objectives the rule stops trials on being behind on, among those it
+        compares (`auto` resolved as the search resolves it); None: any."""
+        section = EarlyStoppingSection(ahead_on=self.ahead_on)
+        ahead_on = section.effective_ahead_on(compared)
+        unknown = [name for name in ahead_on or () if name not in compared]
+        if unknown:
+            raise ValueError(
+                f"rule {self}: ahead on {', '.join(unknown)}, which it does not compare "
+                f"({', '.join(compared)})"
+            )
+        return ahead_on
 
     def __str__(self) -> str:
         default = EarlyStoppingSection().min_peers
@@ -121,8 +130,10 @@ class Rule:
         blind = "" if self.sees_min_accuracy else ", blind to the min accuracy"
         blind += "" if self.on_evidence or not self.sees_min_accuracy else ", on the values"
         compared = f", on {' and '.join(self.compared_on)} only" if self.compared_on else ""
-        if self.ahead_on != EarlyStoppingSection().ahead_on and self.on_evidence:
-            compared += f", ahead on {' or '.join(self.ahead_on or ('any',))}"
+        if self.ahead_on is None and self.on_evidence:
+            compared += ", ahead on any"
+        elif isinstance(self.ahead_on, tuple):
+            compared += f", ahead on {' or '.join(self.ahead_on)}"
         return f"rungs {list(self.rungs)}, keep {self.keep:g}{peers}{blind}{compared}"
 
 

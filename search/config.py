@@ -46,17 +46,24 @@ class EarlyStoppingSection(BaseModel):
     rungs: tuple[int, ...] = Field((1, 2, 4), min_length=1)  # epochs at which trials are compared
     keep: float = Field(0.5, gt=0, le=1)  # share of the trials at a rung that may go on
     min_peers: int = Field(3, ge=2, **_STRICT_INT)  # trials at a rung before any is stopped
-    # objectives a peer must be ahead on (beyond the noise) to stop a trial, behind on none
-    # (default: best_val_acc where it is an objective); null: any objective, so that speed
-    # alone stops a slower trial as accurate so far
-    ahead_on: tuple[str, ...] | None = Field(("best_val_acc",), min_length=1)
+    # objectives a peer must be ahead on (beyond the noise) to stop a trial, behind on none;
+    # auto: best_val_acc where it is an objective, else any; null: any objective (speed
+    # alone can then stop a slower trial as accurate so far)
+    ahead_on: tuple[str, ...] | Literal["auto"] | None = Field("auto", min_length=1)
 
-    def ahead_on_among(self, objectives: Mapping[str, str]) -> tuple[str, ...] | None:
-        """`ahead_on` for a search of `objectives`: the default where the search has no
-        `best_val_acc` to be ahead on is any objective (a name set explicitly must be an
-        objective: `search.config` checks)."""
-        if "ahead_on" not in self.model_fields_set and self.ahead_on is not None:
-            return tuple(name for name in self.ahead_on if name in objectives) or None
+    @field_validator("ahead_on", mode="before")
+    @classmethod
+    def _auto_or_names(cls, ahead_on: Any) -> Any:
+        if isinstance(ahead_on, str) and ahead_on != "auto":
+            raise ValueError(f"must be auto, null or a list of objectives, got {ahead_on!r}")
+        return ahead_on
+
+    def effective_ahead_on(self, objectives: Mapping[str, str]) -> tuple[str, ...] | None:
+        """The objectives a search of `objectives` stops trials on being behind on: `auto`
+        resolved (`best_val_acc` where it is one of them, else None: any); names as given
+        (`search.config` checks that they are objectives)."""
+        if self.ahead_on == "auto":
+            return ("best_val_acc",) if "best_val_acc" in objectives else None
         return self.ahead_on
 
     @field_validator("rungs")
@@ -599,13 +606,13 @@ def _early_stopping_problems(config: SearchConfig) -> list[Problem]:
             "best-validation epoch has no value for them (gen_gap and val_test_gap, taken "
             "at the best epoch, are scored at every rung)",
         ))  # fmt: skip
-    unknown = [name for name in search.early_stopping.ahead_on_among(search.objectives) or ()
+    unknown = [name for name in search.early_stopping.effective_ahead_on(search.objectives) or ()
                if name not in search.objectives]  # fmt: skip
     if unknown:
         problems.append(Problem(
             "search.early_stopping.ahead_on",
-            f"must name objectives ({', '.join(search.objectives)}), got {unknown}; null: "
-            "ahead on any of them",
+            f"must name objectives ({', '.join(search.objectives)}), got {unknown}; auto: "
+            "best_val_acc where it is one; null: any of them",
         ))  # fmt: skip
     if search.repeats > 1:
         problems.append(Problem(

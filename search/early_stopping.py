@@ -29,7 +29,8 @@ rate (`rung_epoch`): a trial that warms up over 2 epochs meets rung 1 at epoch 3
 the trials at their first epoch at full rate. The detail says by how much, in standard
 errors, the trial trails the peer it trails most clearly.
 
-Ahead on accuracy (`ahead_on`, the search's default `best_val_acc`): a peer stops a trial
+Ahead on accuracy (`ahead_on`; the search's default, `auto`, is `best_val_acc` where it is
+an objective): a peer stops a trial
 only where it is ahead on one of those objectives (beyond the noise) and behind on none.
 Speed alone stops nobody: a trial's throughput at a rung is what it will be at the end,
 its accuracy is a forecast, and a slower trial as accurate at a rung ended among the three
@@ -131,6 +132,8 @@ class ParetoEarlyStopping(FIFOScheduler):
         trial is then stopped only on evidence; None: on the values alone. `ahead_on`: the
         objectives a peer must be ahead on to stop a trial (behind on none); None: any."""
         unknown = [name for name in ahead_on or () if name not in objectives]
+        if ahead_on is not None and not ahead_on:
+            raise ValueError("ahead_on names no objective (None: any objective decides)")
         if unknown:
             raise ValueError(
                 f"ahead_on names {unknown}, which are not among the objectives {list(objectives)}"

@@ -134,7 +134,7 @@ def build_tuner(
             min_peers=search.early_stopping.min_peers,
             min_accuracy=min_accuracy_for(data.num_classes),  # the report's, so the front's
             split_sizes=split_sizes(config, data),  # a trial is stopped on evidence
-            ahead_on=search.early_stopping.ahead_on_among(config.objectives),
+            ahead_on=search.early_stopping.effective_ahead_on(config.objectives),
         )
         callbacks = [EarlyStoppedStatus(scheduler), *callbacks]  # first: it marks the result
     return tune.Tuner(

@@ -43,6 +43,8 @@ def test_a_rule_is_decided_by_accuracy_as_the_search_is_unless_told_any_objectiv
     assert Rule.parse("1,2,4:0.5:3:blind").ahead_on is None  # the older rules: any
     speed_only = Rule.parse("1,2,4:0.5:3::throughput")
     assert speed_only.ahead_on_within(speed_only.objectives(SEARCHED)) is None
+    with pytest.raises(ValueError, match="ahead on best_val_ac, which it does not compare"):
+        Rule.parse("1,2,4:0.5:3:::best_val_ac").ahead_on_within(SEARCHED)
 
 
 def test_a_rule_naming_an_objective_the_search_does_not_have_says_so():

@@ -149,7 +149,8 @@ METRICS: dict[str, MetricSpec] = {
     "status": MetricSpec(
         "ok; oom (pruned: out of memory); oom_predicted (never started: a trial that needed "
         "no more memory ran out, or its predicted peak passed its budget); diverged "
-        "(non-finite loss); stopped_early (dominated by the trials at an early-stopping rung); "
+        "(non-finite loss); stopped_early (dominated by the trials at an early-stopping rung, "
+        "behind them on search.early_stopping.ahead_on); "
         "compile_failed (torch.compile could not compile the model)"
     ),
     "status_detail": MetricSpec("why a trial was pruned: the error, or the trial it follows"),

@@ -15,11 +15,12 @@ or more, the device synchronised only at a block's edges), and only blocks of wh
   `WINDOW_BLOCKS` blocks in each epoch inside the device's gate, its neighbours holding at
   their next step: windows spread over the trial's epochs, at most `max_seconds` of them
   per configuration, and none once the speed is known to `precision` over `MIN_WINDOWS`
-  windows. A configuration timed in held windows takes its speed from them alone: a block
-  timed free in the same trial (before a starting neighbour registered its threads, or
-  after the crowd thinned) ran beside neighbours, on this project's CPU at 0.5-0.98x.
+  windows. A configuration timed in `MIN_BLOCKS` blocks or more of held windows takes its
+  speed from those alone: a block timed free in the same trial (before a starting
+  neighbour registered its threads, or after the crowd thinned) ran beside neighbours, on
+  this project's CPU at 0.5-0.98x.
 
-The speed is the median of the blocks' images per second, its interval the
+The speed is the median of those blocks' images per second, its interval the
 distribution-free interval of a median (order statistics); a configuration timed in fewer
 blocks than that needs (`MIN_BLOCKS`: a batch AdaBatch grew to two or three whole steps an
 epoch) takes Student's t on the mean of its blocks' logarithms instead, wide but known. A
@@ -158,9 +159,10 @@ class ConfigSpeed:
         return int(batch_size), int(accumulation_steps)
 
     def of(self, key: str) -> SpeedEstimate | None:
-        """The configuration's speed: from its held windows' blocks where it had any (the
-        device was its own), else from all its blocks."""
-        return estimate(self.held_blocks.get(key) or self.blocks.get(key, []))
+        """The configuration's speed: from its held windows' blocks where they are
+        `MIN_BLOCKS` or more (the device was its own), else from all its blocks."""
+        held = self.held_blocks.get(key, [])
+        return estimate(held if len(held) >= MIN_BLOCKS else self.blocks.get(key, []))
 
     def wants_window(self, key: str, precision: float, max_seconds: float) -> bool:
         """Whether a crowded device should be held for this configuration once more: time
@@ -200,10 +202,16 @@ class ConfigSpeed:
 
     @classmethod
     def from_dict(cls, values: dict[str, dict] | None) -> ConfigSpeed:
-        """A saved state's; one saved before held blocks were kept apart (none then) takes
-        its speeds from all its blocks, as it did."""
+        """A saved state's. One saved before held blocks were kept apart counts all the
+        blocks of a configuration it held windows for as held: it goes on from the speed
+        it had, all its blocks, not from the next window alone."""
         values = values or {}
-        return cls(dict(values.get("blocks", {})), dict(values.get("held_blocks", {})),
+        blocks = dict(values.get("blocks", {}))
+        held = values.get("held_blocks")
+        if held is None:
+            held = {key: rates for key, rates in blocks.items()
+                    if values.get("windows", {}).get(key)}  # fmt: skip
+        return cls(blocks, dict(held),
                    dict(values.get("held_seconds", {})), dict(values.get("windows", {})),
                    dict(values.get("outsiders", {})))  # fmt: skip
 

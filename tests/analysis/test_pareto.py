@@ -199,3 +199,7 @@ def test_with_decisive_columns_a_point_dominates_only_where_it_is_ahead_on_one_o
     errors = np.full_like(points, 0.1)
     assert dominators(points, errors=errors, decisive=[1]) == [[], [], [0]]
     assert dominators(points, errors=errors, decisive=[0, 1]) == [[], [0], [0]]
+    # across a constraint on none of the columns, too: only ahead on a decisive one
+    feasible = np.array([True, False, False])
+    assert dominators(points, feasible, errors, decisive=[1]) == [[], [], [0]]
+    assert dominators(points, feasible, errors) == [[], [0], [0]]

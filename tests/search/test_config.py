@@ -263,19 +263,34 @@ def test_a_search_trial_scores_its_gaps_at_the_rungs_and_at_the_epochs_its_confi
 
 def test_early_stopping_is_decided_by_accuracy_where_it_is_an_objective_else_by_any(tmp_path):
     path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
-    assert load_config(path).search.early_stopping.ahead_on_among(
-        {"throughput": "max", "best_val_acc": "max"}
-    ) == ("best_val_acc",)
-    memory_only = load_config(path, ["search.objectives={peak_mem_mb: min}"]).search
-    assert memory_only.early_stopping.ahead_on_among(memory_only.objectives) is None
+    stopping = load_config(path).search.early_stopping
+    assert stopping.ahead_on == "auto"
+    assert stopping.effective_ahead_on({"throughput": "max", "best_val_acc": "max"}) == (
+        "best_val_acc",
+    )
+    assert stopping.effective_ahead_on({"peak_mem_mb": "min"}) is None
     anyone = load_config(path, ["search.early_stopping.ahead_on=null"]).search.early_stopping
-    assert anyone.ahead_on_among({"best_val_acc": "max"}) is None
+    assert anyone.effective_ahead_on({"best_val_acc": "max"}) is None
+
+
+def test_the_main_config_takes_other_objectives_and_its_saved_copy_loads_again(tmp_path):
+    other = ["search.objectives={throughput: max, peak_mem_mb: min}"]
+    config = load_config(CONFIGS / "cats_dogs.yaml", other)
+    search = config.search
+    assert search.early_stopping.effective_ahead_on(search.objectives) is None
+    saved = tmp_path / "resolved_config.yaml"  # as a search saves it, and MLflow logs it
+    saved.write_text(yaml.safe_dump(config.as_yaml_dict()))
+    assert load_config(saved).search.early_stopping.ahead_on == "auto"
 
 
 def test_early_stopping_ahead_on_names_objectives_when_set(tmp_path):
     path = write(tmp_path, "name: early\ntrain: {epochs: 8}\nsearch: {early_stopping: {}}\n")
     problems = problems_of(path, ["search.early_stopping.ahead_on=[best_val_acc, test_acc]"])
     assert "got ['test_acc']" in problems["search.early_stopping.ahead_on"]
+    typo = problems_of(path, ["search.early_stopping.ahead_on=autox"])
+    assert typo["search.early_stopping.ahead_on"].startswith(
+        "must be auto, null or a list of objectives, got 'autox'"
+    )
 
 
 def test_early_stopping_needs_objectives_scored_every_epoch_and_one_seed_per_config(tmp_path):

@@ -482,6 +482,31 @@ def test_ahead_on_accuracy_a_trial_clearly_less_accurate_and_no_faster_is_stoppe
 def test_ahead_on_must_name_objectives():
     with pytest.raises(ValueError, match=r"ahead_on names \['test_acc'\]"):
         evidence_scheduler(ahead_on=["test_acc"])
+    with pytest.raises(ValueError, match="names no objective"):
+        evidence_scheduler(ahead_on=[])
+
+
+def test_ahead_on_accuracy_below_the_line_speed_alone_stops_no_one_either():
+    scheduler = evidence_scheduler(ahead_on=["best_val_acc"])
+    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.52, width=0.01))
+    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.52, width=0.01))
+    slow = scheduler.on_trial_result(None, fake_trial("slow"), timed(1, 600, 0.53, 0.01))
+    assert slow == TrialScheduler.CONTINUE  # at chance with them: only slower
+    # the fastest, at chance among peers that learned: behind them on accuracy, stopped
+    scheduler = evidence_scheduler(ahead_on=["best_val_acc"])
+    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.80, width=0.01))
+    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.75, width=0.01))
+    chance = scheduler.on_trial_result(None, fake_trial("chance"), timed(1, 2600, 0.51, 0.01))
+    assert chance == TrialScheduler.STOP
+    assert "it trails a most on best_val_acc: 0.51 against 0.8" in scheduler.stopped["chance"]
+
+
+def test_a_search_started_before_ahead_on_resumes_with_any_objective_deciding():
+    scheduler = evidence_scheduler(min_accuracy=None, ahead_on=["best_val_acc"])
+    del scheduler.ahead_on  # as unpickled from a search saved before it was kept
+    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.70, width=0.02))
+    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1290, 0.71, width=0.02))
+    assert scheduler.on_trial_result(None, fake_trial("slow"), timed(1, 600, 0.69, 0.02)) == "STOP"
 
 
 def test_a_trial_warming_up_meets_each_rung_at_its_epochs_at_full_rate_among_peers_at_theirs():

@@ -233,6 +233,12 @@ def test_a_configuration_timed_in_held_windows_takes_its_speed_from_them_alone()
         }
     )
     assert older.of("32x1").images_per_s == 6400.0  # saved before: all its blocks, as then
+    older.add("32x1", [6600.0] * MIN_BLOCKS, held_seconds=0.2)  # resumed: one window more
+    assert older.of("32x1").blocks == 3 + MIN_BLOCKS  # on from its speed, not that window's
+    few_held = ConfigSpeed()
+    few_held.add("32x1", [3000.0] * 20)
+    few_held.add("32x1", [6000.0, 6100.0], held_seconds=0.05)  # too few for a median's interval
+    assert few_held.of("32x1").blocks == 22
 
 
 def test_windows_stop_once_the_speed_is_known_over_enough_of_them_or_time_runs_out():
