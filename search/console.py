@@ -53,11 +53,27 @@ def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
             f"{config.search.sampler} sampler",
             f"  sampling:   {sampled}",
             f"  objectives: {objectives}",
+            f"  stopping:   {stopping_plan(config)}",
             f"  ablations:  {ablation_plan(config)}",
             f"  results:    {experiment_dir}",
             f"  MLflow:     {config.tracking.uri} (experiment {config.tracking.experiment!r})",
             f"  review:     {mlflow_ui_command(config.tracking.uri or '')}",
         ]
+    )
+
+
+def stopping_plan(config: SearchConfig) -> str:
+    """The early-stopping rule, said before the search starts."""
+    stopping = config.search.early_stopping
+    if stopping is None:
+        return "none, every trial trains all its epochs (search.early_stopping: null)"
+    ahead_on = stopping.effective_ahead_on(config.objectives)
+    ahead = "on an objective" if ahead_on is None else f"on {' or '.join(ahead_on)}"
+    rungs = ", ".join(map(str, stopping.rungs))
+    return (
+        f"at epochs {rungs} (at full learning rate), a trial stops where a peer is ahead "
+        f"of it {ahead} beyond the noise and behind on nothing, unless it ranks in the "
+        f"best {stopping.keep:.0%} there"
     )
 
 

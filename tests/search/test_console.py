@@ -1,9 +1,9 @@
-"""What the terminal shows at the end of a search: the ranked table of trials."""
+"""What the terminal shows: the plan before a search, the ranked table of trials after."""
 
 import pandas as pd
 
 from search.config import load_config
-from search.console import LEGEND_WIDTH, summary_table
+from search.console import LEGEND_WIDTH, stopping_plan, summary_table
 from tests.conftest import CONFIGS
 
 
@@ -39,3 +39,16 @@ def test_the_ranked_table_shows_settings_under_short_headers_and_says_what_they_
 def test_a_setting_without_a_short_header_keeps_its_name_and_no_legend_is_written():
     lines = summary_table(trials_of(["lr"]), ["lr"], ["throughput"]).splitlines()
     assert "lr" in lines[0].split() and len(lines) == 4
+
+
+def test_the_plan_says_how_early_stopping_decides_before_the_search_starts():
+    main = CONFIGS / "cats_dogs.yaml"
+    assert stopping_plan(load_config(main)) == (
+        "at epochs 1, 2, 4 (at full learning rate), a trial stops where a peer is ahead of it "
+        "on best_val_acc beyond the noise and behind on nothing, unless it ranks in the best "
+        "50% there"
+    )
+    anyone = stopping_plan(load_config(main, ["search.early_stopping.ahead_on=null"]))
+    assert "ahead of it on an objective beyond the noise" in anyone
+    off = stopping_plan(load_config(main, ["search.early_stopping=null"]))
+    assert off == "none, every trial trains all its epochs (search.early_stopping: null)"
