@@ -390,13 +390,21 @@ def timed(epoch: int, speed: float, accuracy: float, width: float = 0.05) -> dic
             "throughput_high": speed * (1 + width)}  # fmt: skip
 
 
+def in_turn(scheduler: ParetoEarlyStopping, *trials: tuple[str, float, float], width=0.01):
+    """Each (trial, speed, accuracy) reports its first epoch, its speed timed to +-`width`,
+    in turn: the scheduler's decision on the last."""
+    for trial, speed, accuracy in trials:
+        decision = scheduler.on_trial_result(
+            None, fake_trial(trial), timed(1, speed, accuracy, width)
+        )
+    return decision
+
+
 def test_a_trial_below_the_min_accuracy_is_said_to_trail_on_accuracy_not_on_a_tight_speed():
     """Stopped for learning nothing: its speed, known to +-1%, trails by more standard
     errors than its accuracy does, but the accuracy is what put it behind."""
     scheduler = evidence_scheduler()
-    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.80, width=0.01))
-    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.75, width=0.01))
-    decision = scheduler.on_trial_result(None, fake_trial("chance"), timed(1, 900, 0.51, 0.01))
+    decision = in_turn(scheduler, ("a", 1300, 0.80), ("b", 1250, 0.75), ("chance", 900, 0.51))
     assert decision == TrialScheduler.STOP
     detail = scheduler.stopped["chance"]
     assert "below the min accuracy" in detail
@@ -458,25 +466,20 @@ def test_ahead_on_accuracy_a_slower_trial_as_accurate_so_far_goes_on():
     does."""
     for ahead_on, expected in ((None, "STOP"), (["best_val_acc"], "CONTINUE")):
         scheduler = evidence_scheduler(min_accuracy=None, ahead_on=ahead_on)
-        scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.70, width=0.02))
-        scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1290, 0.71, width=0.02))
-        slow = scheduler.on_trial_result(None, fake_trial("slow"), timed(1, 600, 0.69, 0.02))
-        assert slow == expected
+        trials = ("a", 1300, 0.70), ("b", 1290, 0.71), ("slow", 600, 0.69)
+        assert in_turn(scheduler, *trials, width=0.02) == expected
 
 
 def test_ahead_on_accuracy_a_trial_clearly_less_accurate_and_no_faster_is_stopped_for_it():
     scheduler = evidence_scheduler(ahead_on=["best_val_acc"])
-    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.80, width=0.01))
-    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.78, width=0.01))
-    behind = scheduler.on_trial_result(None, fake_trial("behind"), timed(1, 700, 0.62, 0.01))
+    behind = in_turn(scheduler, ("a", 1300, 0.80), ("b", 1250, 0.78), ("behind", 700, 0.62))
     assert behind == TrialScheduler.STOP
     detail = scheduler.stopped["behind"]
     assert "and behind on best_val_acc, by 2 of the 2 trials" in detail
     # its speed trails by more standard errors; the accuracy decided, and is named
     assert "it trails a most on best_val_acc: 0.62 against 0.8" in detail
     # as far behind but faster than both: behind on nothing else is not met
-    fast = scheduler.on_trial_result(None, fake_trial("fast"), timed(1, 2600, 0.62, 0.01))
-    assert fast == TrialScheduler.CONTINUE
+    assert in_turn(scheduler, ("fast", 2600, 0.62)) == TrialScheduler.CONTINUE
 
 
 def test_ahead_on_must_name_objectives():
@@ -488,15 +491,11 @@ def test_ahead_on_must_name_objectives():
 
 def test_ahead_on_accuracy_below_the_line_speed_alone_stops_no_one_either():
     scheduler = evidence_scheduler(ahead_on=["best_val_acc"])
-    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.52, width=0.01))
-    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.52, width=0.01))
-    slow = scheduler.on_trial_result(None, fake_trial("slow"), timed(1, 600, 0.53, 0.01))
+    slow = in_turn(scheduler, ("a", 1300, 0.52), ("b", 1250, 0.52), ("slow", 600, 0.53))
     assert slow == TrialScheduler.CONTINUE  # at chance with them: only slower
     # the fastest, at chance among peers that learned: behind them on accuracy, stopped
     scheduler = evidence_scheduler(ahead_on=["best_val_acc"])
-    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.80, width=0.01))
-    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1250, 0.75, width=0.01))
-    chance = scheduler.on_trial_result(None, fake_trial("chance"), timed(1, 2600, 0.51, 0.01))
+    chance = in_turn(scheduler, ("a", 1300, 0.80), ("b", 1250, 0.75), ("chance", 2600, 0.51))
     assert chance == TrialScheduler.STOP
     assert "it trails a most on best_val_acc: 0.51 against 0.8" in scheduler.stopped["chance"]
 
@@ -504,9 +503,8 @@ def test_ahead_on_accuracy_below_the_line_speed_alone_stops_no_one_either():
 def test_a_search_started_before_ahead_on_resumes_with_any_objective_deciding():
     scheduler = evidence_scheduler(min_accuracy=None, ahead_on=["best_val_acc"])
     del scheduler.ahead_on  # as unpickled from a search saved before it was kept
-    scheduler.on_trial_result(None, fake_trial("a"), timed(1, 1300, 0.70, width=0.02))
-    scheduler.on_trial_result(None, fake_trial("b"), timed(1, 1290, 0.71, width=0.02))
-    assert scheduler.on_trial_result(None, fake_trial("slow"), timed(1, 600, 0.69, 0.02)) == "STOP"
+    trials = ("a", 1300, 0.70), ("b", 1290, 0.71), ("slow", 600, 0.69)
+    assert in_turn(scheduler, *trials, width=0.02) == TrialScheduler.STOP
 
 
 def test_a_trial_warming_up_meets_each_rung_at_its_epochs_at_full_rate_among_peers_at_theirs():
