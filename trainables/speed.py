@@ -17,8 +17,8 @@ or more, the device synchronised only at a block's edges), and only blocks of wh
   per configuration, and none once the speed is known to `precision` over `MIN_WINDOWS`
   windows. A configuration timed in `MIN_BLOCKS` blocks or more of held windows takes its
   speed from those alone: a block timed free in the same trial (before a starting
-  neighbour registered its threads, or after the crowd thinned) ran beside neighbours, on
-  this project's CPU at 0.5-0.98x.
+  neighbour registered its threads, or after the crowd thinned) ran beside neighbours
+  (docs/RESULTS.md, section 30).
 
 The speed is the median of those blocks' images per second, its interval the
 distribution-free interval of a median (order statistics); a configuration timed in fewer
