@@ -79,6 +79,8 @@ RESULTS_DIR_TAG = "results_dir"  # the search's folder, where its report is writ
 NUM_CLASSES_TAG = "num_classes"  # the search run's classes, for its min accuracy
 # the search run's param: the GPU share its trials got (`resources.gpu` may say auto)
 GPU_SHARE_PARAM = "resources.gpu_share"
+# the search run's params: a sampled setting left out on the machine, and why
+LEFT_OUT_PARAM_PREFIX = "left_out."
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,7 @@ def build_report(
     min_accuracy: float | None = DEFAULT_MIN_ACCURACY,
     histories: pd.DataFrame | None = None,
     on_gpu: bool | None = None,
+    left_out: Mapping[str, str] | None = None,
 ) -> Report:
     """Rank the trials, chart them, and write the report files into `out_dir`.
 
@@ -144,7 +147,8 @@ def build_report(
     ablations give the effects and stay off the front. `histories` (every epoch of every
     trial, `analysis.load.histories_from_*`) adds the batch used against the gradient
     noise scale and a point per grown batch in the batch-size chart. `on_gpu` False says
-    the trials ran on CPUs (GPU-only techniques then measure nothing)."""
+    the trials ran on CPUs (GPU-only techniques then measure nothing); `left_out`, the
+    sampled settings the search left out on its machine and why (`search.devices`)."""
     objectives = dict(objectives)
     for name in objectives:
         if name not in frame:
@@ -166,7 +170,10 @@ def build_report(
         files=(),
         ablations=ablations,
         ablation_effects=effects,
-        not_ablated={k: why for k, why in idle_settings(on_gpu).items() if k in varied}
+        not_ablated={
+            **{k: why for k, why in idle_settings(on_gpu).items() if k in varied},
+            **{k: f"not sampled on this machine: {why}" for k, why in (left_out or {}).items()},
+        }
         if len(ablations)
         else {},
         importances=importances,
@@ -596,6 +603,16 @@ def gpu_from_parent(params: Mapping[str, str]) -> bool | None:
         return None
 
 
+def left_out_from_parent(params: Mapping[str, str]) -> dict[str, str]:
+    """The sampled settings the search left out on its machine, and why (none before
+    2026-11-27's `search.amp_probe`)."""
+    return {
+        key.removeprefix(LEFT_OUT_PARAM_PREFIX): why
+        for key, why in params.items()
+        if key.startswith(LEFT_OUT_PARAM_PREFIX)
+    }
+
+
 def parse_objectives(text: str) -> dict[str, str]:
     objectives = {}
     for item in text.split(","):
@@ -715,6 +732,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         histories=histories_from_mlflow(client, parent),
         on_gpu=gpu_from_parent(parent.data.params),
+        left_out=left_out_from_parent(parent.data.params),
     )
     publish(client, parent.info.run_id, report)
     for line in [*_summary_lines(report), *report.ablation_answer()]:

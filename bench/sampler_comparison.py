@@ -11,11 +11,13 @@ other). `tpe-16-trials` and `tpe-keep-0.4` are the main config with 16 trials (i
 before 2026-11-27) and with early stopping's keep at 0.4; `tpe-augment` samples
 augmentation, as it did until docs/RESULTS.md section 25; `tpe-contiguous` does not sample
 the layout (all trials contiguous), as until section 28; `tpe-rungs-2-4` stops trials at
-epochs 2 and 4 only.
+epochs 2 and 4 only; `tpe-amp-unprobed` samples AMP without timing bf16 first, as until
+section 31 (on a CPU that emulates bf16 the default leaves AMP out).
 
     python bench/sampler_comparison.py [--config configs/cats_dogs.yaml] [--seeds 0 1 2]
         [--cases tpe random nsga2 tpe-no-stopping tpe-lr-per-32-images tpe-16-trials
-         tpe-keep-0.4 tpe-augment tpe-contiguous tpe-rungs-2-4] [key.path=value ...]
+         tpe-keep-0.4 tpe-augment tpe-contiguous tpe-rungs-2-4 tpe-amp-unprobed]
+        [key.path=value ...]
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ CASES: dict[str, list[str]] = {
     "tpe-rungs-2-4": ["search.sampler=tpe", "search.early_stopping.rungs=[2, 4]"],
     # the layout not sampled (contiguous), as the main config did before section 28
     "tpe-contiguous": ["search.sampler=tpe", "space.channels_last=null"],
+    # AMP sampled whatever this CPU does with bf16, as before section 31's probe
+    "tpe-amp-unprobed": ["search.sampler=tpe", "search.amp_probe=false"],
 }
 DEFAULT_CASES = ["tpe", "random", "nsga2", "tpe-no-stopping", "tpe-lr-per-32-images"]
 

@@ -114,6 +114,10 @@ class SearchSection(BaseModel):
     # never start a suggestion whose predicted step peak passes what its trial may reserve
     # (resources.memory_budget_mb; on a GPU its share or budget less the process's context)
     predict_oom: bool = Field(True, strict=True)
+    # on CPU trials: time bf16 autocast against float32 before the search and leave a
+    # sampled AMP out where it trains at under half the speed (a CPU without bfloat16
+    # instructions emulates it: a tenth; docs/RESULTS.md section 31); false: sample it anyway
+    amp_probe: bool = Field(True, strict=True)
     # after the search; null: none (the report's effects then rest on the search's trials)
     ablation: AblationSection | None = AblationSection()
 
@@ -247,6 +251,9 @@ class SearchConfig(BaseModel):
     tracking: TrackingSection = TrackingSection()
     source: str = ""  # the file it came from, for messages
     renamed: tuple[tuple[str, str], ...] = ()  # key paths given under an old name: (old, new)
+    # sampled keys left out once the machine was known (`without_sampled`): key -> why
+    _left_out: dict[str, str] = PrivateAttr(default_factory=dict)
+    _written_space: dict[str, SpaceParam] | None = PrivateAttr(None)  # before any was left out
 
     @field_validator("space", mode="before")
     @classmethod
@@ -279,10 +286,31 @@ class SearchConfig(BaseModel):
         is resolved by them); the config as written, `as_yaml_dict`, keeps `auto`."""
         return self.model_copy(update={"resources": self.resources.with_cards(cards)})
 
+    def without_sampled(self, key: str, why: str) -> SearchConfig:
+        """This config with `key` no longer sampled (its trials take the fixed setting or
+        the trainable's default), and `why` kept for the plan and the parent run
+        (`left_out`); the config as written, `as_yaml_dict`, still samples it, so that a
+        resumed search compares with what the user wrote."""
+        resolved = self.model_copy(
+            update={"space": {name: p for name, p in self.space.items() if name != key}}
+        )
+        resolved._written_space = self.written_space
+        resolved._left_out = {**self._left_out, key: why}
+        return resolved
+
+    @property
+    def left_out(self) -> dict[str, str]:
+        """Sampled keys the search left out on this machine, and why."""
+        return dict(self._left_out)
+
+    @property
+    def written_space(self) -> dict[str, SpaceParam]:
+        return self._written_space if self._written_space is not None else self.space
+
     def as_yaml_dict(self) -> dict[str, Any]:
-        """The resolved config, as it would be written in a file."""
+        """The resolved config, as it would be written in a file (its space as written)."""
         dumped = self.model_dump(mode="json", exclude={"space", "source", "renamed"})
-        dumped["space"] = {key: param.as_yaml() for key, param in self.space.items()}
+        dumped["space"] = {key: param.as_yaml() for key, param in self.written_space.items()}
         return dumped
 
 

@@ -52,6 +52,7 @@ def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
             f"{config.search.num_samples} trials, {resources} each, "
             f"{config.search.sampler} sampler",
             f"  sampling:   {sampled}",
+            *(f"  left out:   {key}: {why}" for key, why in config.left_out.items()),
             f"  objectives: {objectives}",
             f"  stopping:   {stopping_plan(config)}",
             f"  ablations:  {ablation_plan(config)}",

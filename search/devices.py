@@ -1,6 +1,7 @@
 """What a search's trials train on: `resources.gpu: auto` resolved by the cards Ray finds,
-and the checks of a config's devices (a share Ray could never give, a trial device the
-trial will not see, bfloat16 on a card without it, packing by memory with nothing to pack).
+the checks of a config's devices (a share Ray could never give, a trial device the trial
+will not see, bfloat16 on a card without it, packing by memory with nothing to pack), and
+AMP left out of the space where this machine's CPU only emulates it (`leave_out_slow_amp`).
 
 A config that names its share is checked before anything starts (`check_devices`, from
 `search.run`: a machine without a card answers without torch); one that says `auto` once
@@ -40,6 +41,49 @@ def resolve_gpu(config: SearchConfig, options: RunOptions) -> SearchConfig:
     if options.address is None and resolved.resources.gpu_share > 0:
         check_bfloat16(resolved)
     return resolved
+
+
+# AMP stays sampled on CPU trials where bf16 autocast trains at least this share of float32's
+# speed: a CPU with bfloat16 instructions gave 1.12-1.24x, one without them 0.10-0.17x
+# (docs/RESULTS.md, sections 22 and 31); the margin keeps a slow moment from deciding.
+SLOW_AMP = 0.5
+
+
+def leave_out_slow_amp(config: SearchConfig, options: RunOptions) -> SearchConfig:
+    """A search of CPU trials on this machine that samples AMP on, without AMP where a probe
+    (`trainables.amp_probe`) finds bf16 autocast training at under `SLOW_AMP` of float32's
+    speed: such trials take most of a search's time to say what one probe says. The
+    config as it is elsewhere: trials on cards, on a cluster's nodes (whose CPUs this
+    machine cannot time), AMP fixed or not sampled on, or `search.amp_probe: false`."""
+    sampled = config.space.get("amp")
+    if (
+        not config.search.amp_probe
+        or options.address is not None
+        or config.resources.gpu_share > 0
+        or sampled is None
+        or True not in [value for _, value in sampled.candidates()]
+    ):
+        return config
+    from trainables.amp_probe import PROBE_BATCH, cpu_amp_speed
+
+    model = first_model(config)
+    threads = max(1, int(config.resources.cpu))
+    speed = cpu_amp_speed(model, config.data.image_size, threads=threads)
+    if speed >= SLOW_AMP:
+        return config
+    return config.without_sampled(
+        "amp",
+        f"bf16 autocast trained at {speed:.2f}x float32's speed on this CPU (a probe of "
+        f"{model}, batch {PROBE_BATCH}, {threads} thread{'s' if threads > 1 else ''}): it "
+        "has no fast bfloat16; search.amp_probe=false samples it anyway",
+    )
+
+
+def first_model(config: SearchConfig) -> str:
+    """The model a search's first trial trains: the fixed one, or the first sampled."""
+    if "model" in config.space:
+        return str(config.space["model"].candidates()[0][1])
+    return TrainSettings.from_config(config.train).model
 
 
 def check_packing(config: SearchConfig) -> None:

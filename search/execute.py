@@ -17,6 +17,7 @@ from analysis.flat import flatten
 from analysis.load import frame_from_tune, histories_from_tune, trial_row
 from analysis.report import (
     GPU_SHARE_PARAM,
+    LEFT_OUT_PARAM_PREFIX,
     NUM_CLASSES_TAG,
     RESULTS_DIR_TAG,
     build_report,
@@ -150,6 +151,7 @@ def report_and_finish(
         min_accuracy=min_accuracy_for(data.num_classes),
         histories=histories_from_tune(experiment_dir),
         on_gpu=config.resources.gpu_share > 0,
+        left_out=config.left_out,
     )
     publish(parent.client, parent.run_id, report)
     parent.close_unfinished_trials("lost")  # trials whose runs died with an earlier driver
@@ -208,8 +210,13 @@ def open_parent_run(
         tracking_uri=config.tracking.uri or "",
         experiment=config.tracking.experiment or config.name,
         run_name=experiment_dir.name,
-        # the config as written (resources.gpu may say auto), and the share its trials got
-        params={**flatten("", config.as_yaml_dict()), GPU_SHARE_PARAM: config.resources.gpu_share},
+        # the config as written (resources.gpu may say auto), the share its trials got, and
+        # what was left out of its space on this machine
+        params={
+            **flatten("", config.as_yaml_dict()),
+            GPU_SHARE_PARAM: config.resources.gpu_share,
+            **{f"{LEFT_OUT_PARAM_PREFIX}{key}": why for key, why in config.left_out.items()},
+        },
         tags=tags,
         resume_run_id=previous.parent_run_id if previous else None,
     )

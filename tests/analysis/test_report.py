@@ -13,6 +13,7 @@ from PIL import Image
 from analysis.report import (
     bounds_from_parent,
     build_report,
+    left_out_from_parent,
     main,
     memory_prediction_error,
     min_accuracy_from_parent,
@@ -393,6 +394,14 @@ def test_ablations_lead_the_report_with_what_each_change_did_and_stay_off_the_fr
     assert "batch_size: " in markdown and "runs out of memory." in markdown
     effects = pd.read_csv(tmp_path / "effects.csv")
     assert set(effects["change"].str.partition(":")[0]) == {"amp", "batch_size"}
+
+
+def test_a_setting_the_search_left_out_on_its_machine_is_said_not_ablated_and_why(tmp_path):
+    why = "bf16 autocast trained at 0.12x float32's speed on this CPU"
+    report = build_report(with_ablations(trials()), OBJECTIVES, tmp_path, left_out={"amp": why})
+    assert f"amp: not ablated, not sampled on this machine: {why}." in report.ablation_answer()
+    assert f"not sampled on this machine: {why}" in (tmp_path / "report.md").read_text()
+    assert left_out_from_parent({"left_out.amp": why, "space.lr": "{...}"}) == {"amp": why}
 
 
 def test_building_a_report_prints_no_warning(tmp_path):

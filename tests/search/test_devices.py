@@ -8,6 +8,7 @@ import ray
 from search import devices
 from search.cli import RunOptions
 from search.config import AUTO_GPU_SHARE, ConfigError, load_config
+from search.console import plan
 from search.run import main
 from tests.conftest import CONFIGS
 
@@ -61,3 +62,57 @@ def test_a_share_that_is_neither_a_number_nor_auto_is_one_message(value, nothing
     err = capsys.readouterr().err
     (line,) = [line for line in err.splitlines() if "resources.gpu" in line]  # one problem
     assert line.startswith("  resources.gpu: ") and "Traceback" not in err and not nothing_runs
+
+
+SLOW_BF16 = "train.model=tests.trainables.user_models:slow_under_autocast"
+FAST_BF16 = "train.model=tests.trainables.user_models:slow_without_autocast"
+
+
+def on_cpu(*overrides: str):
+    return load_config(MAIN, list(overrides)).with_cards(0)
+
+
+def test_on_cpu_trials_an_amp_that_trains_slower_is_left_out_and_the_plan_says_why(tmp_path):
+    config = devices.leave_out_slow_amp(on_cpu(SLOW_BF16), LOCAL)
+    assert "amp" not in config.space
+    assert "float32's speed on this CPU" in config.left_out["amp"]
+    assert "search.amp_probe=false samples it anyway" in config.left_out["amp"]
+    assert config.as_yaml_dict()["space"]["amp"] == {"choice": [False, True]}  # as written
+    said = plan(config, tmp_path / "cats_dogs-1", resume=False)
+    assert "amp" not in said.split("sampling:")[1].splitlines()[0]
+    assert "  left out:   amp: bf16 autocast trained at 0." in said
+
+
+def test_an_amp_that_trains_as_fast_or_faster_stays_sampled(tmp_path):
+    config = on_cpu(FAST_BF16)
+    assert devices.leave_out_slow_amp(config, LOCAL) is config
+    assert "left out" not in plan(config, tmp_path / "cats_dogs-1", resume=False)
+
+
+@pytest.mark.parametrize(
+    "overrides, options",
+    [
+        (["search.amp_probe=false"], LOCAL),
+        (["space.amp=null", "train.amp=true"], LOCAL),  # fixed: the user asked for it
+        (["space.amp={choice: [false]}"], LOCAL),
+        ([], RunOptions(run_name=None, address="10.0.0.1:6379", resume=False)),
+    ],
+    ids=["probe off", "amp fixed", "amp never on", "a cluster's nodes"],
+)
+def test_no_probe_runs_where_it_could_not_or_need_not_decide(overrides, options, monkeypatch):
+    import trainables.amp_probe
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("probed")
+
+    monkeypatch.setattr(trainables.amp_probe, "cpu_amp_speed", must_not_run)
+    config = on_cpu(SLOW_BF16, *overrides)
+    assert devices.leave_out_slow_amp(config, options) is config
+
+
+def test_trials_on_cards_are_not_probed(monkeypatch):
+    import trainables.amp_probe
+
+    monkeypatch.setattr(trainables.amp_probe, "cpu_amp_speed", lambda *a, **k: 0.0)
+    config = load_config(MAIN, [SLOW_BF16]).with_cards(1)
+    assert devices.leave_out_slow_amp(config, LOCAL) is config

@@ -121,3 +121,29 @@ class CountsThreads(nn.Module):
 
 def counts_threads(*, num_classes: int, image_size: int) -> nn.Module:
     return CountsThreads(num_classes)
+
+
+class SleepsUnderAutocast(nn.Module):
+    """A tiny classifier whose forward sleeps only with CPU autocast on (`under`), or only
+    with it off: a model on which bf16 trains slower, or faster, than float32 by a known
+    amount, whatever this machine's CPU does with bf16."""
+
+    def __init__(self, num_classes: int, under: bool) -> None:
+        super().__init__()
+        self.under = under
+        self.head = nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        import torch
+
+        if torch.is_autocast_enabled("cpu") == self.under:
+            time.sleep(0.040)
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def slow_under_autocast(*, num_classes: int, image_size: int) -> nn.Module:
+    return SleepsUnderAutocast(num_classes, under=True)
+
+
+def slow_without_autocast(*, num_classes: int, image_size: int) -> nn.Module:
+    return SleepsUnderAutocast(num_classes, under=False)
