@@ -44,7 +44,7 @@ def resolve_gpu(config: SearchConfig, options: RunOptions) -> SearchConfig:
 
 
 # AMP stays sampled on CPU trials where bf16 autocast trains at least this share of float32's
-# speed: a CPU with bfloat16 instructions gave 1.12-1.24x, one without them 0.10-0.17x
+# speed: a CPU with bfloat16 instructions gave 1.12-1.24x, one without them 0.09-0.12x
 # (docs/RESULTS.md, sections 22 and 31); the margin keeps a slow moment from deciding.
 SLOW_AMP = 0.5
 
