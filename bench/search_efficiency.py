@@ -50,7 +50,9 @@ import pandas as pd
 
 from analysis.load import frame_from_tune, trial_spans
 from analysis.pareto import declared_bounds, hypervolume, mark_front
+from search.cli import RunOptions
 from search.config import SearchConfig, load_config
+from search.devices import leave_out_slow_amp
 from search.optuna_search import STARTED_ATTR, STATUS_ATTR, build_sampler, startup_trials
 from trainables.metrics import DEFAULT_MIN_ACCURACY, METRICS
 from trainables.settings import DEFAULT_EPOCHS
@@ -169,7 +171,6 @@ def run_stock(config: SearchConfig, workdir: Path, name: str) -> Outcome:
         storage=storage,
         study_name="stock",
     )
-    space = {key: param.to_tune() for key, param in config.space.items()}
     data = prepare_data(config.data)
     launched, started = time.time(), time.perf_counter()
     # Tune's default TensorBoard logger warns for every NaN it is given; the trainable
@@ -177,6 +178,9 @@ def run_stock(config: SearchConfig, workdir: Path, name: str) -> Outcome:
     logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
     ray.init(include_dashboard=False, log_to_driver=False)
     config = config.with_cards(int(ray.cluster_resources().get("GPU", 0)))  # auto, as the CLI
+    # the space the CLI samples on this machine (AMP left out where this CPU emulates bf16)
+    config = leave_out_slow_amp(config, RunOptions(run_name=None, address=None, resume=False))
+    space = {key: param.to_tune() for key, param in config.space.items()}
     resources = {"cpu": config.resources.cpu, "gpu": config.resources.gpu_share}
     try:
         tuner = tune.Tuner(

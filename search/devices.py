@@ -12,10 +12,12 @@ machine or the cluster it joined, is what its trials will be given.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from search.cli import RunOptions
 from search.config import ConfigError, SearchConfig
 from search.errors import Problem
+from search.experiment import SearchState
 from trainables.settings import TrainSettings
 
 
@@ -49,25 +51,40 @@ def resolve_gpu(config: SearchConfig, options: RunOptions) -> SearchConfig:
 SLOW_AMP = 0.5
 
 
+def machine_space(config: SearchConfig, options: RunOptions, experiment_dir: Path) -> SearchConfig:
+    """The config with what its space leaves out on this machine: a new search's by
+    `leave_out_slow_amp`, a resumed one's as it started (its sampler and Tune's saved
+    space hold the space it began with; no probe runs again)."""
+    if not options.resume:
+        return leave_out_slow_amp(config, options)
+    state = SearchState.load(experiment_dir)
+    for key, why in (state.left_out if state else {}).items():
+        if key in config.space:
+            config = config.without_sampled(key, why)
+    return config
+
+
 def leave_out_slow_amp(config: SearchConfig, options: RunOptions) -> SearchConfig:
-    """A search of CPU trials on this machine that samples AMP on, without AMP where a probe
-    (`trainables.amp_probe`) finds bf16 autocast training at under `SLOW_AMP` of float32's
-    speed: such trials take most of a search's time to say what one probe says. The
-    config as it is elsewhere: trials on cards, on a cluster's nodes (whose CPUs this
-    machine cannot time), AMP fixed or not sampled on, or `search.amp_probe: false`."""
+    """A search of CPU trials on this machine that samples AMP on and off, without AMP
+    where a probe (`trainables.amp_probe`) finds bf16 autocast training at under
+    `SLOW_AMP` of float32's speed: such trials take most of a search's time to say what one
+    probe says. The config as it is elsewhere: trials on cards, on a cluster's nodes (whose
+    CPUs this machine cannot time), AMP fixed (or sampled from one value), or
+    `search.amp_probe: false`."""
     sampled = config.space.get("amp")
     if (
         not config.search.amp_probe
         or options.address is not None
         or config.resources.gpu_share > 0
         or sampled is None
-        or True not in [value for _, value in sampled.candidates()]
+        or {value for _, value in sampled.candidates()} != {False, True}
     ):
         return config
     from trainables.amp_probe import PROBE_BATCH, cpu_amp_speed
 
     model = first_model(config)
-    threads = max(1, int(config.resources.cpu))
+    threads = int(config.train.get("num_threads") or max(1, int(config.resources.cpu)))
+    print(f"Timing AMP against float32 on this CPU ({model}; search.amp_probe) ...", flush=True)
     speed = cpu_amp_speed(model, config.data.image_size, threads=threads)
     if speed >= SLOW_AMP:
         return config

@@ -227,6 +227,7 @@ def open_parent_run(
                 config.tracking.uri or "",
                 config.tracking.experiment or "",
                 config.as_yaml_dict(),
+                config.left_out,
             ).save(experiment_dir)
             parent.client.log_dict(parent.run_id, config.as_yaml_dict(), "resolved_config.yaml")
         except BaseException:

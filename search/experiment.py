@@ -25,6 +25,9 @@ class SearchState:
     experiment: str
     # the resolved config the search started with; empty in states written before it was kept
     config: dict = field(default_factory=dict)
+    # sampled keys the search left out on its machine, and why (`search.devices`): a resumed
+    # search samples what it started with, without probing again
+    left_out: dict = field(default_factory=dict)
 
     def differences(self, config: dict) -> list[tuple[str, object, object]]:
         """(key path, value the search started with, value now) for every change; a key

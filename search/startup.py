@@ -20,7 +20,7 @@ from search.background import in_background
 from search.cli import EXIT_USAGE, RunOptions
 from search.config import ConfigError, SearchConfig
 from search.console import plan, say
-from search.devices import leave_out_slow_amp, resolve_gpu
+from search.devices import machine_space, resolve_gpu
 from search.errors import Problem
 from trainables.host_memory import WORKER_ENV
 
@@ -38,7 +38,7 @@ def start(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> in
     cluster has been accepted."""
     planned = config.resources.gpu != "auto"  # else said once Ray has counted the cards
     if planned:
-        config = leave_out_slow_amp(config, options)
+        config = machine_space(config, options, experiment_dir)
         say(plan(config, experiment_dir, options.resume))
     accepted: Future[bool] = Future()  # whether the cluster can run the trials
     preparing = in_background(lambda: load_and_prepare(config, accepted), name="prepare")
@@ -47,7 +47,7 @@ def start(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> in
         start_ray(options.address)
         config = resolve_gpu(config, options)
         if not planned:
-            config = leave_out_slow_amp(config, options)
+            config = machine_space(config, options, experiment_dir)
             say(plan(config, experiment_dir, options.resume))
         check_cluster_resources(config)
         accepted.set_result(True)

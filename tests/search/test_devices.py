@@ -7,8 +7,9 @@ import ray
 
 from search import devices
 from search.cli import RunOptions
-from search.config import AUTO_GPU_SHARE, ConfigError, load_config
+from search.config import AUTO_GPU_SHARE, ConfigError, SearchConfig, load_config
 from search.console import plan
+from search.experiment import SearchState
 from search.run import main
 from tests.conftest import CONFIGS
 
@@ -68,7 +69,7 @@ SLOW_BF16 = "train.model=tests.trainables.user_models:slow_under_autocast"
 FAST_BF16 = "train.model=tests.trainables.user_models:slow_without_autocast"
 
 
-def on_cpu(*overrides: str):
+def on_cpu(*overrides: str) -> SearchConfig:
     return load_config(MAIN, list(overrides)).with_cards(0)
 
 
@@ -79,7 +80,7 @@ def test_on_cpu_trials_an_amp_that_trains_slower_is_left_out_and_the_plan_says_w
     assert "search.amp_probe=false samples it anyway" in config.left_out["amp"]
     assert config.as_yaml_dict()["space"]["amp"] == {"choice": [False, True]}  # as written
     said = plan(config, tmp_path / "cats_dogs-1", resume=False)
-    assert "amp" not in said.split("sampling:")[1].splitlines()[0]
+    assert "amp" not in said.split("sampling:")[1].splitlines()[0].strip().split(", ")
     assert "  left out:   amp: bf16 autocast trained at 0." in said
 
 
@@ -95,9 +96,10 @@ def test_an_amp_that_trains_as_fast_or_faster_stays_sampled(tmp_path):
         (["search.amp_probe=false"], LOCAL),
         (["space.amp=null", "train.amp=true"], LOCAL),  # fixed: the user asked for it
         (["space.amp={choice: [false]}"], LOCAL),
+        (["space.amp={choice: [true]}"], LOCAL),  # always on: the user asked for it
         ([], RunOptions(run_name=None, address="10.0.0.1:6379", resume=False)),
     ],
-    ids=["probe off", "amp fixed", "amp never on", "a cluster's nodes"],
+    ids=["probe off", "amp fixed", "amp never on", "amp always on", "a cluster's nodes"],
 )
 def test_no_probe_runs_where_it_could_not_or_need_not_decide(overrides, options, monkeypatch):
     import trainables.amp_probe
@@ -116,3 +118,24 @@ def test_trials_on_cards_are_not_probed(monkeypatch):
     monkeypatch.setattr(trainables.amp_probe, "cpu_amp_speed", lambda *a, **k: 0.0)
     config = load_config(MAIN, [SLOW_BF16]).with_cards(1)
     assert devices.leave_out_slow_amp(config, LOCAL) is config
+
+
+def test_a_resumed_search_leaves_out_what_it_started_without_and_probes_nothing(
+    tmp_path, monkeypatch
+):
+    import trainables.amp_probe
+
+    monkeypatch.setattr(trainables.amp_probe, "cpu_amp_speed", lambda *a, **k: 0.0)
+    started = devices.machine_space(on_cpu(SLOW_BF16), LOCAL, tmp_path)
+    SearchState("run", "uri", "exp", started.as_yaml_dict(), started.left_out).save(tmp_path)
+    resuming = RunOptions(run_name=None, address=None, resume=True)
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("probed")
+
+    monkeypatch.setattr(trainables.amp_probe, "cpu_amp_speed", must_not_run)
+    resumed = devices.machine_space(on_cpu(SLOW_BF16), resuming, tmp_path)
+    assert "amp" not in resumed.space and resumed.left_out == started.left_out
+    # a search saved before the probe sampled AMP, and goes on sampling it
+    SearchState("run", "uri", "exp", started.as_yaml_dict()).save(tmp_path)
+    assert "amp" in devices.machine_space(on_cpu(SLOW_BF16), resuming, tmp_path).space
