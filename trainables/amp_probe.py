@@ -7,19 +7,20 @@ On the CPU, AMP is bf16 autocast (`trainables.precision`). A CPU with bfloat16 i
 search's AMP trials trained at about a tenth of the speed of float32's and took most of the
 search's time (section 31). Torch has no public flag that tells the two apart, so this times
 them: the config's model on random images, one training step (`trainables.step`) each way in
-alternation (A B A B), the median of each; about a second where bf16 is emulated, a few
-hundredths where it is not.
+alternation (A B A B), the rounds' ratios combined as every speed effect's are
+(`trainables.speed.paired_ratio`); about a second where bf16 is emulated, a few hundredths
+where it is not.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
 
 from trainables.models import build_model
 from trainables.precision import precision_for
+from trainables.speed import paired_ratio
 from trainables.step import train_step
 
 PROBE_BATCH = 32  # images per probe step: the main space's batches run 16 to 256
@@ -35,7 +36,7 @@ def cpu_amp_speed(
 ) -> float:
     """bf16 autocast's training throughput over float32's on this CPU (above 1: AMP is
     faster), `threads` torch threads as a trial has. After one step each way to warm up,
-    `rounds` rounds of one step each way, the ratio of the medians; past `budget_s` it
+    `rounds` rounds of one step each way, their paired ratio; past `budget_s` it
     stops at the end of a round (a large model on an emulating CPU: where the warm-up
     alone passed it, the warm-up steps are the one round)."""
     cpu = torch.device("cpu")
@@ -65,4 +66,4 @@ def cpu_amp_speed(
             times = warm_up
     finally:
         torch.set_num_threads(threads_before)
-    return statistics.median(times[False]) / statistics.median(times[True])
+    return paired_ratio(times[False], times[True]).ratio  # the seconds of equal batches
