@@ -63,6 +63,7 @@ from analysis.pareto import (
     mark_front,
 )
 from analysis.repeats import aggregate_repeats
+from analysis.same_work import pool_same_work, pooled_note
 from analysis.tables import select, trend_table
 from trainables.metrics import (
     ABLATION_OF,
@@ -124,8 +125,9 @@ def ranked(
     frame: pd.DataFrame, objectives: Mapping[str, str], min_accuracy: float | None
 ) -> tuple[pd.DataFrame, np.ndarray]:
     """(one row per config, seeds averaged, ranked with `is_pareto`; which rows are
-    feasible): what the front, the knee and the ablations' bases are read from."""
-    grouped = aggregate_repeats(frame, objectives)
+    feasible): what the front, the knee and the ablations' bases are read from. Configs of
+    the same work per image share one speed first (`analysis.same_work`)."""
+    grouped = aggregate_repeats(pool_same_work(frame), objectives)
     marked = mark_front(grouped, objectives, min_accuracy).reset_index(drop=True)
     return marked, feasible_mask(marked, objectives, min_accuracy)
 
@@ -371,6 +373,9 @@ def _summary_lines(report: Report) -> list[str]:
             f"Trials below best_val_acc {report.min_accuracy:.3g} are kept off the front: at "
             "chance a model's gap is trivially small."
         )
+    pooled = pooled_note(report.frame)
+    if pooled:
+        lines.append(f"Speed: {pooled}")
     beside = pd.to_numeric(report.frame.get("speed_outsiders", pd.Series(dtype=float)),
                            errors="coerce")  # fmt: skip
     if (beside > 0).any():

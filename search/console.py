@@ -13,6 +13,7 @@ import pandas as pd
 from analysis.flat import as_shown
 from analysis.load import CONFIG_PREFIX
 from analysis.report import header_legend, setting_headers
+from analysis.same_work import pooled_note
 from search.ablation import ablation_trials
 from search.cluster import is_server
 from search.config import SearchConfig
@@ -111,4 +112,7 @@ def summary_table(frame: pd.DataFrame, sampled: Sequence[str], objectives: Seque
     table = shown.to_string(index=False, na_rep="-", formatters=formatters)
     legend = header_legend([column for column in params if column in frame.columns],
                            intro="Short headers: ")  # fmt: skip
-    return "\n".join([table, *textwrap.wrap(legend, LEGEND_WIDTH)])
+    pooled = pooled_note(frame)
+    notes = [line for text in (legend, f"throughput: {pooled}" if pooled else "")
+             for line in textwrap.wrap(text, LEGEND_WIDTH)]  # fmt: skip
+    return "\n".join([table, *notes])

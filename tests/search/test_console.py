@@ -41,6 +41,15 @@ def test_a_setting_without_a_short_header_keeps_its_name_and_no_legend_is_writte
     assert "lr" in lines[0].split() and len(lines) == 4
 
 
+def test_the_ranked_table_says_which_trials_share_a_speed():
+    frame = trials_of(["lr"]).assign(
+        same_work_trials=[2, 2, 1], trial_throughput=[2400.0, 2668.0, 2530.4]
+    )
+    text = " ".join(summary_table(frame, ["lr"], ["throughput"]).split())
+    assert "throughput: 2 of 3 trials share a speed with others of the same work per image" in text
+    assert "throughput:" not in " ".join(summary_table(trials_of(["lr"]), ["lr"], []).split())
+
+
 def test_the_plan_says_how_early_stopping_decides_before_the_search_starts():
     main = CONFIGS / "cats_dogs.yaml"
     assert stopping_plan(load_config(main)) == (
