@@ -39,10 +39,15 @@ def aggregate_repeats(frame: pd.DataFrame, objectives: Mapping[str, str]) -> pd.
         row["status"] = worst
         for name in objectives:
             values = group[name].to_numpy(dtype=float)
+            # a pooled objective (`analysis.same_work`) spreads as the trials' own values did
+            own = f"trial_{name}"
+            spread = group[own].to_numpy(dtype=float) if own in group else values
             # A seed that never reached a target (inf) makes the mean inf and the spread
             # undefined: said as it is, without numpy's warnings.
             with np.errstate(invalid="ignore"):
                 row[name] = float(np.mean(values))
-                row[f"{name}_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+                row[f"{name}_std"] = float(np.std(spread, ddof=1)) if len(values) > 1 else 0.0
+                if own in group:
+                    row[own] = float(np.mean(spread))
         rows.append(row)
     return pd.DataFrame(rows)

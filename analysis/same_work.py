@@ -32,7 +32,8 @@ from analysis.load import CONFIG_PREFIX, setting_columns
 from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY
 from trainables.settings import SAME_WORK_PER_IMAGE
 
-TRIAL_THROUGHPUT = "trial_throughput"  # the trial's own timed speed, before pooling
+# the trial's own timed speed, before pooling (`analysis.repeats` spreads repeats by it)
+TRIAL_THROUGHPUT = "trial_throughput"
 SAME_WORK_TRIALS = "same_work_trials"  # trials whose speeds the throughput pools
 POOLED_STATUSES = frozenset({STATUS_OK, STATUS_STOPPED_EARLY})  # trained as configured
 _GROWN = ("adabatch_growth", "adabatch_rule")  # what makes a trial's batch change as it trains
@@ -63,7 +64,9 @@ def pool_same_work(frame: pd.DataFrame) -> pd.DataFrame:
     if "throughput" not in frame or frame.empty:
         return frame
     speed = pd.to_numeric(frame["throughput"], errors="coerce")
-    timed = frame["status"].isin(POOLED_STATUSES) & (speed > 0) & np.isfinite(speed)
+    # results without a status (a frame built by hand) are trials that trained
+    trained = frame["status"].isin(POOLED_STATUSES) if "status" in frame else True
+    timed = trained & (speed > 0) & np.isfinite(speed)
     columns = work_columns(frame)
     if not columns or timed.sum() < 2:
         return frame

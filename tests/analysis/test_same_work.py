@@ -107,3 +107,17 @@ def test_a_config_faster_only_by_its_moment_no_longer_stands_on_the_front():
 def mark_front_of(frame: pd.DataFrame, pooled: bool) -> set[str]:
     marked = ranked(frame, OBJECTIVES, None)[0] if pooled else mark_front(frame, OBJECTIVES)
     return set(marked.loc[marked["is_pareto"] == True, "trial_id"])  # noqa: E712
+
+
+def test_results_without_a_status_pool_as_trials_that_trained():
+    frame = trials(throughput=[1000.0, 1440.0]).drop(columns="status")
+    assert pool_same_work(frame)["throughput"].tolist() == pytest.approx([1200.0, 1200.0])
+
+
+def test_repeats_of_a_pooled_config_keep_the_spread_of_their_own_speeds():
+    frame = trials(throughput=[1000.0, 1440.0], best_val_acc=[0.8, 0.82],
+                   **{"config.lr": [0.001, 0.001], "config.seed": [0, 1]})  # fmt: skip
+    (row,) = ranked(frame, OBJECTIVES, None)[0].itertuples()
+    assert row.seeds == 2 and row.throughput == pytest.approx(1200.0)
+    assert row.throughput_std == pytest.approx(np.std([1000.0, 1440.0], ddof=1))
+    assert row.trial_throughput == pytest.approx(1220.0)
