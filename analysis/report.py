@@ -63,7 +63,7 @@ from analysis.pareto import (
     mark_front,
 )
 from analysis.repeats import aggregate_repeats
-from analysis.same_work import pool_same_work, pooled_note
+from analysis.same_work import own_values, pool_same_work, pooled_note
 from analysis.tables import select, trend_table
 from trainables.metrics import (
     ABLATION_OF,
@@ -159,7 +159,9 @@ def build_report(
     marked, feasible = ranked(search, objectives, min_accuracy)
     declared = declared_bounds(marked, objectives, bounds)
     effects = ablation_effects(search, ablations, effect_metrics(objectives))
-    importances, importance_basis = setting_importances(marked, objectives, feasible)
+    # each trial's own speed counted once: a pooled figure repeated k times is no k readings
+    measured = own_values(marked)
+    importances, importance_basis = setting_importances(measured, objectives, feasible)
     varied = {c.removeprefix(CONFIG_PREFIX) for c in varied_settings(search)}
     report = Report(
         frame=marked,
@@ -167,7 +169,7 @@ def build_report(
         bounds=declared,
         hypervolume=hypervolume(marked, objectives, declared, min_accuracy),
         knee=knee_point(marked, objectives),
-        effects=technique_effects(marked, objectives, feasible, on_gpu),
+        effects=technique_effects(measured, objectives, feasible, on_gpu),
         min_accuracy=min_accuracy,
         files=(),
         ablations=ablations,

@@ -47,6 +47,7 @@ import pandas as pd
 
 from analysis.load import frame_from_tune, histories_from_tune, trial_seconds
 from analysis.pareto import declared_bounds, hypervolume, mark_front
+from analysis.same_work import pool_same_work
 from search.config import EarlyStoppingSection, SearchConfig, load_config
 from search.early_stopping import ParetoEarlyStopping, replay
 from trainables.metrics import METRICS, STATUS_STOPPED_EARLY, min_accuracy_for
@@ -155,7 +156,8 @@ class Search:
         cls, experiment: Path, config: SearchConfig, min_accuracy: float, classes: int = 2
     ) -> Search:
         objectives = dict(config.objectives)
-        frame = frame_from_tune(experiment, tuple(METRICS))
+        # the trials of one work share one speed, as on the search's own front
+        frame = pool_same_work(frame_from_tune(experiment, tuple(METRICS)))
         frame["trial_id"] = frame["trial_id"].astype(str)
         # best_val_acc: the min accuracy is judged on it, whatever the objectives
         names = tuple(dict.fromkeys((*objectives, "best_val_acc", "timestamp", "time_total_s",

@@ -50,6 +50,7 @@ import pandas as pd
 
 from analysis.load import frame_from_tune, trial_spans
 from analysis.pareto import declared_bounds, hypervolume, mark_front
+from analysis.same_work import pool_same_work
 from search.cli import RunOptions
 from search.config import SearchConfig, load_config
 from search.devices import leave_out_slow_amp
@@ -226,6 +227,7 @@ def summarise(
     launched: float,  # when the search's command started, seconds since the epoch
 ) -> Outcome:
     objectives = dict(config.objectives)
+    trials = pool_same_work(trials)  # one speed per work, as on the search's own front
     bounds = declared_bounds(trials, objectives, dict(config.search.hypervolume_bounds) or None)
     marked = mark_front(trials, objectives, DEFAULT_MIN_ACCURACY)
     started = marked[~marked["trial_id"].astype(str).str.startswith("skipped-")]

@@ -29,6 +29,7 @@ import pandas as pd
 
 from analysis.load import frame_from_tune, trial_spans
 from analysis.pareto import Bounds, declared_bounds, hypervolume, mark_front
+from analysis.same_work import pool_same_work
 from search.config import load_config
 from trainables.metrics import METRICS, min_accuracy_for
 
@@ -48,7 +49,8 @@ class Search:
         trials = frame_from_tune(folder, tuple(METRICS))
         if trials.empty:
             raise SystemExit(f"{folder}: no trial folders (a search's ray_results/<name>?)")
-        return cls(folder, trials, trial_spans(folder))
+        # the trials of one work share one speed, as on the search's own front
+        return cls(folder, pool_same_work(trials), trial_spans(folder))
 
     @property
     def first_start(self) -> float:

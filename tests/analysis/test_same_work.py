@@ -5,11 +5,13 @@ import pandas as pd
 import pytest
 
 from analysis.pareto import mark_front
-from analysis.report import ranked
+from analysis.report import build_report, ranked
 from analysis.same_work import (
     SAME_WORK_TRIALS,
     TRIAL_THROUGHPUT,
+    own_values,
     pool_same_work,
+    pooled_note,
     work_columns,
 )
 
@@ -121,3 +123,59 @@ def test_repeats_of_a_pooled_config_keep_the_spread_of_their_own_speeds():
     assert row.seeds == 2 and row.throughput == pytest.approx(1200.0)
     assert row.throughput_std == pytest.approx(np.std([1000.0, 1440.0], ddof=1))
     assert row.trial_throughput == pytest.approx(1220.0)
+
+
+def test_trials_without_a_growing_batch_pool_whatever_epoch_they_stopped_at():
+    frame = trials(throughput=[1000.0, 1440.0], epoch=[8, 2], status=["ok", "stopped_early"])
+    assert pool_same_work(frame)["throughput"].tolist() == pytest.approx([1200.0, 1200.0])
+
+
+def test_a_batch_grown_by_its_measured_noise_scale_pools_with_none():
+    """Its learning rate sets when the batch grows, so the same epochs are another mix."""
+    frame = trials(
+        throughput=[1000.0, 1440.0], **{"config.adabatch_growth": [2, 2],
+                                         "config.adabatch_rule": ["noise_scale"] * 2},
+    )  # fmt: skip
+    assert pool_same_work(frame) is frame
+
+
+def test_whole_numbers_repeated_labels_and_missing_compile_times_are_pooled_as_they_should():
+    frame = trials(
+        throughput=[1000, 1440, 700], time_to_target_s=[12, 10, 5],
+        **{"config.batch_size": [32, 32, 16], "config.compile": [True, True, False]},
+    )  # fmt: skip
+    frame.index = [0, 1, 1]  # labels as a concatenation leaves them
+    pooled = pool_same_work(frame)
+    assert pooled["throughput"].tolist() == pytest.approx([1200.0, 1200.0, 700.0])
+    # compile on and no compile_s (a run logged before it): not all of the time was timed
+    assert pooled["time_to_target_s"].tolist() == [12.0, 10.0, 5.0]
+
+
+def test_own_values_give_each_trial_back_what_it_measured():
+    frame = trials(throughput=[1000.0, 1440.0], throughput_low=[990.0, 1430.0],
+                   throughput_high=[1010.0, 1450.0])  # fmt: skip
+    restored = own_values(pool_same_work(frame))
+    for column in ("throughput", "throughput_low", "throughput_high"):
+        assert restored[column].tolist() == frame[column].tolist()
+    assert own_values(frame) is frame
+
+
+def test_a_config_pooled_only_with_its_own_seeds_is_not_said_to_share_a_speed():
+    frame = trials(throughput=[1000.0, 1440.0], best_val_acc=[0.8, 0.82],
+                   **{"config.lr": [0.001, 0.001], "config.seed": [0, 1]})  # fmt: skip
+    assert pooled_note(ranked(frame, OBJECTIVES, None)[0]) == ""
+    other_lr = trials(throughput=[1210.0], best_val_acc=[0.7],
+                      **{"config.lr": [0.005], "config.seed": [0]})  # fmt: skip
+    other = pd.concat([frame, other_lr.assign(trial_id="t2")], ignore_index=True)
+    assert pooled_note(ranked(other, OBJECTIVES, None)[0]).startswith("2 of 2 configs share")
+
+
+def test_the_report_ranks_on_the_shared_speed_and_says_so(tmp_path):
+    frame = trials(throughput=[1600.0, 1400.0, 900.0], best_val_acc=[0.80, 0.86, 0.90],
+                   **{"config.batch_size": [32, 32, 16]})  # fmt: skip
+    report = build_report(frame, OBJECTIVES, tmp_path, min_accuracy=None)
+    front = set(report.frame.loc[report.frame["is_pareto"] == True, "trial_id"])  # noqa: E712
+    assert front == {"t1", "t2"}  # t0 was faster only by its moment
+    assert "Speed: 2 of 3 trials share a speed" in (tmp_path / "report.md").read_text()
+    written = pd.read_csv(tmp_path / "trials.csv").set_index("trial_id")
+    assert written.loc["t0", TRIAL_THROUGHPUT] == 1600.0
