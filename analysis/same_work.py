@@ -155,7 +155,6 @@ def pooled_note(frame: pd.DataFrame) -> str:
     rows = "configs" if "seeds" in frame else "trials"
     return (
         f"{shared} of {len(frame)} {rows} share a speed with others of the same work per image "
-        "(they differ only in settings that leave a step's work alone: the learning rate, its "
-        f"warmup, the seed): the geometric mean of their own timings ({TRIAL_THROUGHPUT} "
-        "keeps each one's)."
+        "(they differ only in the learning rate, its warmup or the seed): the geometric mean "
+        f"of their own timings ({TRIAL_THROUGHPUT} keeps each trial's)."
     )
