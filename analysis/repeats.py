@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import setting_columns
+from analysis.same_work import OWN_PREFIX
 from trainables.metrics import STATUS_ORDER
 
 
@@ -40,7 +41,7 @@ def aggregate_repeats(frame: pd.DataFrame, objectives: Mapping[str, str]) -> pd.
         for name in objectives:
             values = group[name].to_numpy(dtype=float)
             # a pooled objective (`analysis.same_work`) spreads as the trials' own values did
-            own = f"trial_{name}"
+            own = f"{OWN_PREFIX}{name}"
             spread = group[own].to_numpy(dtype=float) if own in group else values
             # A seed that never reached a target (inf) makes the mean inf and the spread
             # undefined: said as it is, without numpy's warnings.
