@@ -72,17 +72,22 @@ class Rule:
     # the objectives a peer must be ahead on to stop a trial, or "auto" (the search's
     # default: best_val_acc where compared); None: any (the rule before `e055fab`)
     ahead_on: tuple[str, ...] | str | None = EarlyStoppingSection().ahead_on
+    # the first rungs at which a trial still at chance goes on (0: the rule before 2026-11-28)
+    slow_start_rungs: int = EarlyStoppingSection().slow_start_rungs
 
     @classmethod
     def parse(cls, text: str) -> Rule:
-        """`rungs:keep[:min_peers[:how[:objectives[:ahead_on]]]]`, e.g. `1,2,4:0.5` (on
+        """`rungs:keep[:min_peers[:how[:objectives[:ahead_on[:slow_start_rungs]]]]]`, e.g.
+        `1,2,4:0.5` (on
         evidence, ahead on accuracy, as the scheduler is now), `2,4:0.3:4`,
         `1,2,4:0.5:3:::any` (ahead on any objective, as before 2026-11-27),
         `1,2,4:0.5:3:values` (on the values alone, ahead on any, as before 2026-11-26's
         evening), `1,2,4:0.5:3:blind` (on the values, trials below the min accuracy
         compared on the objectives alone, as before 2026-11-25) or
-        `1,2,4:0.5:3::throughput,best_val_acc` (compared on those objectives only)."""
-        rungs, keep, min_peers, blind, compared_on, ahead, *_ = [*text.split(":"), *[""] * 5]
+        `1,2,4:0.5:3::throughput,best_val_acc` (compared on those objectives only) or
+        `1,2,4:0.5:3::::0` (a trial at chance stopped at the first rung, as before
+        2026-11-28)."""
+        rungs, keep, min_peers, blind, compared_on, ahead, slow, *_ = [*text.split(":"), *[""] * 6]
         if blind not in ("", "blind", "values"):
             raise ValueError(
                 f"the fourth field of a rule is 'values', 'blind' or nothing, got {blind!r}"
@@ -100,6 +105,7 @@ class Rule:
             compared_on=tuple(name.strip() for name in compared_on.split(",") if name.strip()),
             on_evidence=not blind,
             ahead_on=ahead_on,
+            slow_start_rungs=int(slow or default.slow_start_rungs),
         )
 
     def objectives(self, searched: Mapping[str, str]) -> dict[str, str]:
@@ -135,6 +141,8 @@ class Rule:
             compared += ", ahead on any"
         elif isinstance(self.ahead_on, tuple):
             compared += f", ahead on {' or '.join(self.ahead_on)}"
+        if self.slow_start_rungs != EarlyStoppingSection().slow_start_rungs:
+            compared += f", slow starts spared at {self.slow_start_rungs} rungs"
         return f"rungs {list(self.rungs)}, keep {self.keep:g}{peers}{blind}{compared}"
 
 
@@ -247,7 +255,7 @@ def replay_rule(
     scheduler = ParetoEarlyStopping(
         compared, rule.rungs, rule.keep, rule.min_peers, min_accuracy,
         split_sizes=search.split_sizes if rule.on_evidence else None,
-        ahead_on=rule.ahead_on_within(compared),
+        ahead_on=rule.ahead_on_within(compared), slow_start_rungs=rule.slow_start_rungs,
     )  # fmt: skip
     warmups = None if judge_warmup else search.warmup_epochs()
     stops = replay(scheduler, search.histories, search.last_epochs(), warmups)

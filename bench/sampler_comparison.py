@@ -12,11 +12,14 @@ before 2026-11-27) and with early stopping's keep at 0.4; `tpe-augment` samples
 augmentation, as it did until docs/RESULTS.md section 25; `tpe-contiguous` does not sample
 the layout (all trials contiguous), as until section 28; `tpe-rungs-2-4` stops trials at
 epochs 2 and 4 only; `tpe-amp-unprobed` samples AMP without timing bf16 first, as until
-section 31 (on a CPU that emulates bf16 the default leaves AMP out).
+section 31 (on a CPU that emulates bf16 the default leaves AMP out);
+`tpe-slow-starts-stopped` stops a trial still at chance at the first rung, as before
+section 33; `tpe-rungs-2-4-keep-0.6` keeps 0.6 of the trials at epochs 2 and 4.
 
     python bench/sampler_comparison.py [--config configs/cats_dogs.yaml] [--seeds 0 1 2]
         [--cases tpe random nsga2 tpe-no-stopping tpe-lr-per-32-images tpe-16-trials
-         tpe-keep-0.4 tpe-augment tpe-contiguous tpe-rungs-2-4 tpe-amp-unprobed]
+         tpe-keep-0.4 tpe-augment tpe-contiguous tpe-rungs-2-4 tpe-amp-unprobed
+         tpe-slow-starts-stopped tpe-rungs-2-4-keep-0.6]
         [key.path=value ...]
 """
 
@@ -49,6 +52,14 @@ CASES: dict[str, list[str]] = {
     "tpe-contiguous": ["search.sampler=tpe", "space.channels_last=null"],
     # AMP sampled whatever this CPU does with bf16, as before section 31's probe
     "tpe-amp-unprobed": ["search.sampler=tpe", "search.amp_probe=false"],
+    # a trial still at chance stopped at the first rung, as before section 33
+    "tpe-slow-starts-stopped": ["search.sampler=tpe", "search.early_stopping.slow_start_rungs=0"],
+    # rungs at epochs 2 and 4, 0.6 of the trials kept at each
+    "tpe-rungs-2-4-keep-0.6": [
+        "search.sampler=tpe",
+        "search.early_stopping.rungs=[2, 4]",
+        "search.early_stopping.keep=0.6",
+    ],
 }
 DEFAULT_CASES = ["tpe", "random", "nsga2", "tpe-no-stopping", "tpe-lr-per-32-images"]
 

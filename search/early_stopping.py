@@ -29,6 +29,13 @@ rate (`rung_epoch`): a trial that warms up over 2 epochs meets rung 1 at epoch 3
 the trials at their first epoch at full rate. The detail says by how much, in standard
 errors, the trial trails the peer it trails most clearly.
 
+A slow start (`slow_start_rungs`; the search's default 1): at its first rung a trial still
+below the min accuracy goes on. There it has shown nothing either way: in three searches of
+the default space half the trials were still at chance at their first epoch at full rate,
+and a fifth of those ended at 0.80 or more, the most accurate of one search among them
+(docs/RESULTS.md, section 33). The next rung tells a slow start from a trial that learns
+nothing.
+
 Ahead on accuracy (`ahead_on`; the search's default, `auto`, is `best_val_acc` where it is
 an objective): a peer stops a trial
 only where it is ahead on one of those objectives (beyond the noise) and behind on none.
@@ -114,6 +121,7 @@ class ParetoEarlyStopping(FIFOScheduler):
     min_accuracy: float | None = None
     split_sizes: Mapping[str, int] | None = None
     ahead_on: tuple[str, ...] | None = None
+    slow_start_rungs: int = 0
 
     def __init__(
         self,
@@ -124,13 +132,16 @@ class ParetoEarlyStopping(FIFOScheduler):
         min_accuracy: float | None = None,
         split_sizes: Mapping[str, int] | None = None,
         ahead_on: Sequence[str] | None = None,
+        slow_start_rungs: int = 0,
     ) -> None:
         """`min_accuracy`: the `best_val_acc` below which the report keeps a trial off the
         front (`trainables.metrics.min_accuracy_for` the data's classes); None: none.
         `split_sizes`: images of the "val", "train_eval" and "test" splits, which the
         objectives' standard errors come from (`trainables.metrics.standard_error`): a
         trial is then stopped only on evidence; None: on the values alone. `ahead_on`: the
-        objectives a peer must be ahead on to stop a trial (behind on none); None: any."""
+        objectives a peer must be ahead on to stop a trial (behind on none); None: any.
+        `slow_start_rungs`: at that many first rungs a trial below the min accuracy goes
+        on (a slow starter is still at chance there)."""
         unknown = [name for name in ahead_on or () if name not in objectives]
         if ahead_on is not None and not ahead_on:
             raise ValueError("ahead_on names no objective (None: any objective decides)")
@@ -146,6 +157,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         self.min_accuracy = min_accuracy
         self.split_sizes = dict(split_sizes) if split_sizes else None
         self.ahead_on = tuple(ahead_on) if ahead_on is not None else None
+        self.slow_start_rungs = slow_start_rungs
         self.stopped: dict[str, str] = {}  # trial id -> why
         self.seen: dict[int, dict[str, RungRecord]] = {}  # rung -> trial -> its standing
 
@@ -187,6 +199,8 @@ class ParetoEarlyStopping(FIFOScheduler):
         peers[trial_id] = record
         if dominating is None or epoch == last_epoch:  # nothing left to save
             return False
+        if not record.above_min_accuracy and self.rungs.index(rung) < self.slow_start_rungs:
+            return False  # at chance: not learning yet, or a slow start the next rung tells
         where = f"rung {self.rungs.index(rung) + 1} of {len(self.rungs)}"
         if warmup_epochs:
             where += f", its epoch {rung} at full rate after {warmup_epochs} of warmup"

@@ -135,6 +135,7 @@ def build_tuner(
             min_accuracy=min_accuracy_for(data.num_classes),  # the report's, so the front's
             split_sizes=split_sizes(config, data),  # a trial is stopped on evidence
             ahead_on=search.early_stopping.effective_ahead_on(config.objectives),
+            slow_start_rungs=search.early_stopping.slow_start_rungs,
         )
         callbacks = [EarlyStoppedStatus(scheduler), *callbacks]  # first: it marks the result
     return tune.Tuner(

@@ -310,7 +310,7 @@ def stopped_search(tmp_path_factory):
             [
                 "--config", str(CONFIGS / "smoke.yaml"), "--name", "early", "--num-samples", "2",
                 "search.max_concurrent_trials=1", "search.objectives={peak_mem_mb: min}",
-                "search.early_stopping={rungs: [1], min_peers: 2}",
+                "search.early_stopping={rungs: [1], min_peers: 2, slow_start_rungs: 0}",
                 "space.activation_checkpointing={grid: [true, false]}", "space.batch_size=null",
                 "train.batch_size=64", "space.optimizer=null", "space.lr=null",
             ]
@@ -528,3 +528,60 @@ def test_a_trial_that_learns_after_its_warmup_goes_on_where_its_peers_were_at_fu
     warming = SimpleNamespace(trial_id="warming", config={"epochs": 8, "warmup_epochs": 2})
     assert scheduler.on_trial_result(None, warming, timed(3, 1300, 0.78)) == "CONTINUE"
     assert "warming" in scheduler.seen[1]
+
+
+# --- slow starts -----------------------------------------------------------------------------
+
+
+def test_a_trial_still_at_chance_at_its_first_rung_goes_on_and_is_stopped_if_still_there_next():
+    scheduler = evidence_scheduler(rungs=[1, 2], slow_start_rungs=1)
+    assert in_turn(scheduler, ("a", 1300, 0.80), ("b", 1250, 0.75), ("slow", 1280, 0.51)) == (
+        "CONTINUE"
+    )
+    assert "slow" in scheduler.seen[1]  # a peer at the rung all the same
+    for trial_id, accuracy in (("a", 0.82), ("b", 0.78)):
+        scheduler.on_trial_result(None, fake_trial(trial_id), timed(2, 1300, accuracy, 0.01))
+    assert scheduler.on_trial_result(None, fake_trial("slow"), timed(2, 1280, 0.52, 0.01)) == (
+        "STOP"
+    )
+    assert scheduler.stopped["slow"].startswith("stopped at epoch 2 (rung 2 of 2): best_val_acc")
+
+
+def test_a_slow_starter_that_learns_by_the_next_rung_goes_on():
+    scheduler = evidence_scheduler(rungs=[1, 2], slow_start_rungs=1)
+    in_turn(scheduler, ("a", 1300, 0.80), ("b", 1250, 0.75), ("slow", 1300, 0.51))
+    for trial_id, accuracy in (("a", 0.82), ("b", 0.78)):
+        scheduler.on_trial_result(None, fake_trial(trial_id), timed(2, 1300, accuracy, 0.01))
+    assert scheduler.on_trial_result(None, fake_trial("slow"), timed(2, 1300, 0.80, 0.01)) == (
+        "CONTINUE"
+    )
+    assert not scheduler.stopped
+
+
+def test_at_its_first_rung_a_trial_above_chance_and_clearly_behind_is_still_stopped():
+    scheduler = evidence_scheduler(rungs=[1, 2], slow_start_rungs=1)
+    assert in_turn(scheduler, ("a", 1300, 0.85), ("b", 1300, 0.84), ("behind", 1300, 0.60)) == (
+        "STOP"
+    )
+    assert "it trails a most on best_val_acc: 0.6 against 0.85" in scheduler.stopped["behind"]
+
+
+def test_slow_starts_are_spared_at_as_many_first_rungs_as_set_and_none_without():
+    at_chance = ("a", 1300, 0.80), ("b", 1250, 0.75), ("slow", 1280, 0.51)
+    assert in_turn(evidence_scheduler(slow_start_rungs=0), *at_chance) == "STOP"
+    assert in_turn(evidence_scheduler(slow_start_rungs=1), *at_chance) == "CONTINUE"
+    spared_twice = evidence_scheduler(rungs=[1, 2, 4], slow_start_rungs=2)
+    in_turn(spared_twice, *at_chance)
+    for trial_id, accuracy in (("a", 0.82), ("b", 0.78), ("slow", 0.52)):
+        decision = spared_twice.on_trial_result(
+            None, fake_trial(trial_id), timed(2, 1300, accuracy, 0.01)
+        )
+    assert decision == "CONTINUE" and not spared_twice.stopped
+
+
+def test_a_search_started_before_slow_starts_resumes_stopping_them_at_the_first_rung():
+    scheduler = evidence_scheduler(slow_start_rungs=1)
+    del scheduler.slow_start_rungs  # as unpickled from a search saved before it was kept
+    assert in_turn(scheduler, ("a", 1300, 0.80), ("b", 1250, 0.75), ("slow", 1280, 0.51)) == (
+        "STOP"
+    )
