@@ -306,6 +306,12 @@ SAME_WORK_PER_IMAGE: frozenset[str] = frozenset({
     "lr", "lr_scaling_batch", "warmup_epochs", "warmup_start_factor", "adabatch_lr_decay",
     "seed", "target_acc",
 })  # fmt: skip
+# Settings that only decide which configurations (physical batch, accumulation) a run
+# trains, and when: the step of one configuration is the same whatever they are. Runs that
+# differ only in these (and SAME_WORK_PER_IMAGE) train a configuration they share alike.
+CHOOSES_CONFIGURATIONS: frozenset[str] = frozenset({
+    "batch_size", "accumulation_steps", "max_batch_size", "adabatch_growth", "adabatch_interval",
+})  # fmt: skip
 # What `speed_baseline` may change: the settings of a training step, not the trial's
 # length, device, evaluation, saving or timing.
 TIMED_AGAINST: frozenset[str] = TRAIN_KEYS - {

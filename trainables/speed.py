@@ -31,7 +31,10 @@ trial's saved state.
 A speed effect (a config against another, `TrainSettings.speed_baseline`) is timed in
 alternation instead: a block of each side's steps, then again in the other order (A B, B A,
 ...), each round giving one ratio of the two sides' seconds per image, so that the machine's
-drift between moments falls on both sides of each ratio (`time_in_alternation`). The ratio
+drift between moments falls on both sides of each ratio (`time_in_alternation`). A side
+with several configurations (AdaBatch's batches) is timed configuration by configuration
+next to the other side's, and a configuration both sides train alike once a round: each
+drift is then a fraction of a round long. The ratio
 is their geometric mean, its interval Student's t on their logarithms (`paired_ratio`): a
 ratio, never below zero.
 
@@ -42,10 +45,11 @@ The pure part (`estimate`, `ConfigSpeed`, `own_time`, `paired_ratio`) is tested 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -279,10 +283,24 @@ def paired_ratio(
 Side = Sequence[tuple[float, Callable[[], float]]]
 
 
-def seconds_per_image(side: Side) -> float:
-    """One block of each configuration of `side`, weighed by its share of the images."""
+def seconds_per_image(side: Side, seconds: Mapping[int, float]) -> float:
+    """`side`'s seconds per image from a round's `seconds` (by block, `id`): each
+    configuration's block weighed by its share of the images."""
     total = sum(share for share, _ in side)
-    return sum(share * block() for share, block in side) / total
+    return sum(share * seconds[id(block)] for share, block in side) / total
+
+
+def round_order(base: Side, changed: Side) -> list[Callable[[], float]]:
+    """The blocks of a round: each side's configurations in turn (the first of each, then
+    the second of each, ...), so that a configuration is timed next to its counterpart and
+    the drift between them is short; a block both sides hold (a configuration both train
+    alike) once."""
+    order: list[Callable[[], float]] = []
+    for pair in itertools.zip_longest(base, changed):
+        for entry in pair:
+            if entry is not None and all(entry[1] is not block for block in order):
+                order.append(entry[1])
+    return order
 
 
 def time_in_alternation(
@@ -293,20 +311,19 @@ def time_in_alternation(
     max_seconds: float,
     clock: Callable[[], float] = time.perf_counter,
 ) -> SpeedRatio:
-    """Rounds of `base` then `changed`, the order reversed every other round (so a drift
-    within a round is no side's), until `MIN_ROUNDS` are done and the ratio is known to
-    `precision` (its interval's half width: 0.05 is +-5 points of speed) or `max_seconds`
-    have passed."""
+    """Rounds of both sides' blocks (`round_order`), the order reversed every other round
+    (so a drift within a round is no side's), until `MIN_ROUNDS` are done and the ratio is
+    known to `precision` (its interval's half width: 0.05 is +-5 points of speed) or
+    `max_seconds` have passed."""
     started = clock()
     base_seconds: list[float] = []
     changed_seconds: list[float] = []
+    order = round_order(base, changed)
     while True:
-        if len(base_seconds) % 2 == 0:
-            base_seconds.append(seconds_per_image(base))
-            changed_seconds.append(seconds_per_image(changed))
-        else:
-            changed_seconds.append(seconds_per_image(changed))
-            base_seconds.append(seconds_per_image(base))
+        blocks = order if len(base_seconds) % 2 == 0 else order[::-1]
+        seconds = {id(block): block() for block in blocks}
+        base_seconds.append(seconds_per_image(base, seconds))
+        changed_seconds.append(seconds_per_image(changed, seconds))
         ratio = paired_ratio(base_seconds, changed_seconds)
         if ratio.rounds >= MIN_ROUNDS and (
             ratio.half_width <= precision or clock() - started >= max_seconds

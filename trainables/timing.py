@@ -22,7 +22,7 @@ from trainables.data import PreparedData
 from trainables.device_gate import DeviceGate, gate_of
 from trainables.oom import is_out_of_memory, release_memory
 from trainables.schedules import EpochSchedule, epoch_schedule
-from trainables.settings import TrainSettings
+from trainables.settings import CHOOSES_CONFIGURATIONS, SAME_WORK_PER_IMAGE, TrainSettings
 from trainables.speed import (
     PAIRED_BLOCK_SECONDS,
     ConfigSpeed,
@@ -91,7 +91,10 @@ def speed_against_baseline(
     batches too), the baseline's as its schedule plans them. Each configuration warms up
     (allocations, the autotuner, compiling) before the first round, and trains at learning
     rate 0 (the same work, a model that stays where it started). On a crowded device the
-    rounds hold it; elsewhere each block passes its gate as any step does. Out of memory:
+    rounds hold it; elsewhere each block passes its gate as any step does. A baseline
+    that changes only which configurations are trained (`CHOOSES_CONFIGURATIONS`: the
+    batch, accumulation, AdaBatch) has one fresh model train both sides' configurations,
+    and a configuration both sides train is one block, timed once a round. Out of memory:
     NaN."""
     ratio = SpeedRatio(math.nan, math.nan, math.nan, 0)
     device = trial.budget.device
@@ -102,11 +105,19 @@ def speed_against_baseline(
             "base": scheduled_configurations(baseline, trial, len(data.train.labels)),
             "changed": {key: float(images) for key, images in images_by_config.items()},
         }
-        for name, settings in (("base", baseline), ("changed", trial.settings)):
-            fresh = start_trial(settings, data.num_classes, data.image_size, trial.budget, None)
-            fresh.gate = trial.gate  # its warm-up steps, too, keep out of a neighbour's window
-            splits = TrialData.of(data, device, settings)
-            sides[name] = alternation_side(fresh, splits, configurations[name])
+        shared = set(trial.settings.speed_baseline or ()) <= (
+            CHOOSES_CONFIGURATIONS | SAME_WORK_PER_IMAGE
+        )
+        blocks: dict[str, StepBlock] = {}
+        for name, settings in (("changed", trial.settings), ("base", baseline)):
+            if not shared:
+                blocks = {}  # this side's own model trains its configurations
+            if not shared or name == "changed":
+                fresh = start_trial(settings, data.num_classes, data.image_size, trial.budget,
+                                    None)  # fmt: skip
+                fresh.gate = trial.gate  # its warm-up steps too keep out of a neighbour's window
+                splits = TrialData.of(data, device, settings)
+            sides[name] = alternation_side(fresh, splits, configurations[name], blocks)
         gate = trial.gate or gate_of(device_key(device))
         crowded = device.type == "cuda" or gate.crowded(os.cpu_count() or 1)
         with gate.exclusive() if crowded else nullcontext():
@@ -146,19 +157,26 @@ def scheduled_configurations(
 
 
 def alternation_side(
-    trial: TrialInProgress, splits: TrialData, configurations: dict[str, float]
+    trial: TrialInProgress,
+    splits: TrialData,
+    configurations: dict[str, float],
+    blocks: dict[str, StepBlock],
 ) -> list[tuple[float, Callable[[], float]]]:
     """A side of an alternation: for each configuration (key -> images), its share and a
-    block of its steps, sized to `PAIRED_BLOCK_SECONDS` by two warm-up blocks."""
+    block of its steps, sized to `PAIRED_BLOCK_SECONDS` by two warm-up blocks; a
+    configuration already in `blocks` (the other side's, trained alike) keeps its block,
+    and a new one is added there."""
     side = []
     for key, images in configurations.items():
-        batch_size, accumulation_steps = ConfigSpeed.parts(key)
-        schedule = EpochSchedule(batch_size, accumulation_steps, lr=0.0, growths=0)
-        block = StepBlock(trial, splits, schedule)
-        block.train(2)  # allocations, the autotuner's search, compiling: off the clock
-        per_step = block.train(2) * block.images_per_step
-        block.steps = max(1, math.ceil(PAIRED_BLOCK_SECONDS / max(per_step, 1e-6)))
-        side.append((images, block))
+        if key not in blocks:
+            batch_size, accumulation_steps = ConfigSpeed.parts(key)
+            schedule = EpochSchedule(batch_size, accumulation_steps, lr=0.0, growths=0)
+            block = StepBlock(trial, splits, schedule)
+            block.train(2)  # allocations, the autotuner's search, compiling: off the clock
+            per_step = block.train(2) * block.images_per_step
+            block.steps = max(1, math.ceil(PAIRED_BLOCK_SECONDS / max(per_step, 1e-6)))
+            blocks[key] = block
+        side.append((images, blocks[key]))
     return side
 
 

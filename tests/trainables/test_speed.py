@@ -327,6 +327,25 @@ def test_an_alternation_reverses_its_order_every_other_round_and_stops_once_prec
     assert ratio.rounds == MIN_ROUNDS and ratio.ratio == pytest.approx(0.5)
 
 
+def test_a_side_of_several_configurations_is_timed_next_to_the_others_configuration_by_one():
+    rounds = Rounds()
+    base = [(1.0, rounds.block("a1", [0.01] * 20)), (1.0, rounds.block("a2", [0.02] * 20))]
+    changed = [(2.0, rounds.block("b1", [0.03] * 20))]
+    ratio = time_in_alternation(base, changed, precision=0.05, max_seconds=60, clock=rounds.clock)
+    assert rounds.order[:6] == ["a1", "b1", "a2", "a2", "b1", "a1"]
+    assert ratio.ratio == pytest.approx(0.015 / 0.03)
+
+
+def test_a_configuration_both_sides_train_alike_is_timed_once_a_round_and_counts_on_both():
+    rounds = Rounds()
+    both = rounds.block("both", [0.02] * 20)
+    base = [(1.0, both), (1.0, rounds.block("a", [0.01] * 20))]
+    changed = [(1.0, both), (1.0, rounds.block("b", [0.03] * 20))]
+    ratio = time_in_alternation(base, changed, precision=0.05, max_seconds=60, clock=rounds.clock)
+    assert rounds.order == ["both", "a", "b", "b", "a", "both"] * (MIN_ROUNDS // 2)
+    assert ratio.ratio == pytest.approx((0.02 + 0.01) / (0.02 + 0.03))
+
+
 def test_an_alternation_weighs_a_sides_configurations_by_their_images_and_stops_in_time():
     rounds = Rounds()
     noisy = [0.01, 0.03] * 50

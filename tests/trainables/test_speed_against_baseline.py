@@ -68,6 +68,28 @@ def test_a_grown_batch_is_timed_as_its_trial_trained_it(data):
     assert last["physical_batch_size"] == 16 and last["speed_vs_baseline"] > 0
 
 
+def test_a_baseline_of_another_batch_has_one_fresh_model_train_both_sides(data, monkeypatch):
+    """Batch 8 grown to 16 against batch 16 throughout: the same steps at batch 16, so one
+    model trains both sides' configurations; an optimizer changed needs a model of each."""
+    import trainables.timing as timing
+
+    started, real_start = [], timing.start_trial
+
+    def counted(trial_settings, *rest):
+        started.append(trial_settings)
+        return real_start(trial_settings, *rest)
+
+    monkeypatch.setattr(timing, "start_trial", counted)
+    grown = settings(epochs=2, adabatch_growth=2, adabatch_interval=1, speed_baseline_s=0.5,
+                     speed_baseline={"batch_size": 16, "adabatch_growth": 1})  # fmt: skip
+    last = fit_classifier(grown, data, Reports())
+    assert last["speed_vs_baseline"] > 0 and started == [grown]
+    started.clear()
+    other_optimizer = settings(epochs=1, speed_baseline={"optimizer": "adam"}, speed_baseline_s=0.5)
+    last = fit_classifier(other_optimizer, data, Reports())
+    assert last["speed_vs_baseline"] > 0 and len(started) == 2
+
+
 def test_a_baseline_changes_only_settings_of_a_step_and_keeps_their_rules():
     with pytest.raises(ValidationError, match="not epochs"):
         TrainSettings(speed_baseline={"epochs": 3})
