@@ -69,8 +69,10 @@ METRICS: dict[str, MetricSpec] = {
     ),
     "speed_vs_baseline": MetricSpec(
         "the config's speed over that of the settings speed_baseline names (a ratio: 1.2 is "
-        "20% faster), timed after the last epoch by fresh models of both in alternation, so "
-        "that the machine's drift falls on both (trainables.speed.time_in_alternation); "
+        "20% faster), timed after the last epoch by fresh models of both in alternation, "
+        "configuration by configuration, so that the machine's drift falls on both "
+        "(trainables.speed.time_in_alternation; one model where they differ only in the "
+        "configurations trained); "
         "NaN without a baseline, before the last epoch, or where the two ran out of memory"
     ),
     "speed_vs_baseline_low": MetricSpec("the low end of speed_vs_baseline's 95% interval"),
