@@ -3,10 +3,12 @@ side by side on one machine (`python -m search.run` as users run it, each in a f
 folder, one after the other, `--repeats` times alternating which goes first).
 
 Columns: wall seconds of the whole command (start-up, search, ablations, report); trials
-(the search's, then the ablations'); for the run with ablations, the median width of the
-95% intervals per metric and how many effects are told from the seeds' noise. The ratio
-printed last is the median wall time with ablations over the median without (the issue's
-aim: at most 1.6).
+(the search's, then the ablations'); Tune's run time of the search and of its ablations;
+the trial seconds the ablations spent timing themselves against their base after their
+last epoch (`alternation trial-s`; two trials share the wall clock); for the run with
+ablations, the median width of the 95% intervals per metric and how many effects are told
+from the seeds' noise. The ratio printed last is the median wall time with ablations over
+the median without (the issue's aim: at most 1.6).
 
     python bench/ablation_cost.py [--config configs/cats_dogs.yaml] [--repeats 1]
         [key.path=value ...]
@@ -15,6 +17,7 @@ aim: at most 1.6).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -54,6 +57,11 @@ def one_search(config: str, overrides: list[str], folder: Path) -> dict[str, obj
     if "throughput_low" in trials:  # timed speeds (bench/speed_cost.py): their intervals
         width = (trials["throughput_high"] - trials["throughput_low"]) / trials["throughput"]
         row["throughput interval (% of speed)"] = 100 * float(width.median())
+    # Tune's own count of each phase: the search's tuning loop, then its ablations'
+    phases = re.findall(r"Total run time: ([0-9.]+) seconds", done.stdout + done.stderr)
+    row["search_s"] = float(phases[0]) if phases else math.nan
+    row["ablations_s"] = float(phases[1]) if len(phases) > 1 else math.nan
+    row["alternation trial-s"] = alternation_seconds(folder / "ray_results" / "bench")
     if (report / "effects.csv").exists():
         effects = pd.read_csv(report / "effects.csv")
         row["ablation_trials"] = len(pd.read_csv(report / "ablations.csv"))
@@ -62,6 +70,18 @@ def one_search(config: str, overrides: list[str], folder: Path) -> dict[str, obj
         row["told_from_noise"] = int(effects["verdict"].isin(["raises", "lowers"]).sum())
         row["effects"] = len(effects)
     return row
+
+
+def alternation_seconds(experiment: Path) -> float:
+    """The seconds the ablation trials spent timing themselves against their base after
+    their last epoch: each trial's last iteration less its median earlier one, summed
+    (trial seconds: two trials at a time share the wall clock)."""
+    total = 0.0
+    for results in (experiment / "ablations").glob("*/result.json"):
+        seconds = [json.loads(line)["time_this_iter_s"] for line in results.open() if line.strip()]
+        if len(seconds) > 1:
+            total += max(0.0, seconds[-1] - statistics.median(seconds[:-1]))
+    return total
 
 
 def side_by_side(

@@ -14,12 +14,13 @@ the layout (all trials contiguous), as until section 28; `tpe-rungs-2-4` stops t
 epochs 2 and 4 only; `tpe-amp-unprobed` samples AMP without timing bf16 first, as until
 section 31 (on a CPU that emulates bf16 the default leaves AMP out);
 `tpe-slow-starts-stopped` stops a trial still at chance at the first rung, as before
-section 33; `tpe-rungs-2-4-keep-0.6` keeps 0.6 of the trials at epochs 2 and 4.
+section 33; `tpe-keep-0.6` keeps 0.6 of the trials at each rung, `tpe-rungs-2-4-keep-0.6`
+0.6 at epochs 2 and 4 only.
 
     python bench/sampler_comparison.py [--config configs/cats_dogs.yaml] [--seeds 0 1 2]
         [--cases tpe random nsga2 tpe-no-stopping tpe-lr-per-32-images tpe-16-trials
          tpe-keep-0.4 tpe-augment tpe-contiguous tpe-rungs-2-4 tpe-amp-unprobed
-         tpe-slow-starts-stopped tpe-rungs-2-4-keep-0.6]
+         tpe-slow-starts-stopped tpe-keep-0.6 tpe-rungs-2-4-keep-0.6]
         [key.path=value ...]
 """
 
@@ -44,6 +45,7 @@ CASES: dict[str, list[str]] = {
     # the main config's trial count before 2026-11-27, and a harder stopping rule
     "tpe-16-trials": ["search.sampler=tpe", "search.num_samples=16"],
     "tpe-keep-0.4": ["search.sampler=tpe", "search.early_stopping.keep=0.4"],
+    "tpe-keep-0.6": ["search.sampler=tpe", "search.early_stopping.keep=0.6"],
     # augmentation sampled, as the main config did before 2026-11-27's section 25
     "tpe-augment": ["search.sampler=tpe", "space.augment={choice: [false, true]}"],
     # early stopping at epochs 2 and 4 only (no rung at the first epoch at full rate)
