@@ -72,21 +72,19 @@ class Rule:
     # the objectives a peer must be ahead on to stop a trial, or "auto" (the search's
     # default: best_val_acc where compared); None: any (the rule before `e055fab`)
     ahead_on: tuple[str, ...] | str | None = EarlyStoppingSection().ahead_on
-    # the first rungs at which a trial still at chance goes on (0: the rule before 2026-11-28)
+    # the first rungs at which a trial still at chance goes on (the search's default: 0)
     slow_start_rungs: int = EarlyStoppingSection().slow_start_rungs
 
     @classmethod
     def parse(cls, text: str) -> Rule:
         """`rungs:keep[:min_peers[:how[:objectives[:ahead_on[:slow_start_rungs]]]]]`, e.g.
-        `1,2,4:0.5` (on
-        evidence, ahead on accuracy, as the scheduler is now), `2,4:0.3:4`,
+        `1,2,4:0.5` (on evidence, ahead on accuracy, as the scheduler is now), `2,4:0.3:4`,
         `1,2,4:0.5:3:::any` (ahead on any objective, as before 2026-11-27),
         `1,2,4:0.5:3:values` (on the values alone, ahead on any, as before 2026-11-26's
         evening), `1,2,4:0.5:3:blind` (on the values, trials below the min accuracy
         compared on the objectives alone, as before 2026-11-25) or
         `1,2,4:0.5:3::throughput,best_val_acc` (compared on those objectives only) or
-        `1,2,4:0.5:3::::0` (a trial at chance stopped at the first rung, as before
-        2026-11-28)."""
+        `1,2,4:0.5:3::::1` (a trial still at chance goes on at the first rung)."""
         rungs, keep, min_peers, blind, compared_on, ahead, slow, *_ = [*text.split(":"), *[""] * 6]
         if blind not in ("", "blind", "values"):
             raise ValueError(

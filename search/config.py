@@ -51,8 +51,9 @@ class EarlyStoppingSection(BaseModel):
     # alone can then stop a slower trial as accurate so far)
     ahead_on: tuple[str, ...] | Literal["auto"] | None = Field("auto", min_length=1)
     # the first rungs at which a trial still at chance (below the min accuracy) goes on: it
-    # may be a slow starter, which the next rung tells; 0: stopped there like any behind
-    slow_start_rungs: int = Field(1, ge=0, **_STRICT_INT)
+    # may be a slow starter, which the next rung tells; 0: stopped there like any behind (a
+    # slow start spared is often a config that learns on some seeds only: RESULTS, 33)
+    slow_start_rungs: int = Field(0, ge=0, **_STRICT_INT)
 
     @field_validator("ahead_on", mode="before")
     @classmethod

@@ -29,12 +29,13 @@ rate (`rung_epoch`): a trial that warms up over 2 epochs meets rung 1 at epoch 3
 the trials at their first epoch at full rate. The detail says by how much, in standard
 errors, the trial trails the peer it trails most clearly.
 
-A slow start (`slow_start_rungs`; the search's default 1): at its first rung a trial still
-below the min accuracy goes on. There it has shown nothing either way: in three searches of
-the default space half the trials were still at chance at their first epoch at full rate,
-and a fifth of those ended at 0.80 or more, the most accurate of one search among them
-(docs/RESULTS.md, section 33). The next rung tells a slow start from a trial that learns
-nothing.
+A slow start (`slow_start_rungs`, off by default): at its first rung a trial still below
+the min accuracy goes on, and the next rung tells a slow start from a trial that learns
+nothing. In three searches of the default space half the trials were still at chance at
+their first epoch at full rate, and a fifth of those ended at 0.80 or more, the most
+accurate of one search among them; but such a config often learns on some seeds only, and
+searches that spared them chose knees that learned nothing on half their noise-floor seeds
+(docs/RESULTS.md, section 33).
 
 Ahead on accuracy (`ahead_on`; the search's default, `auto`, is `best_val_acc` where it is
 an objective): a peer stops a trial

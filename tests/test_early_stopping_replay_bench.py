@@ -80,14 +80,13 @@ def test_the_replay_counts_how_many_of_the_three_most_accurate_trials_a_rule_sto
     # at epoch 1, a b c have learned and d e f are at chance; in the end f is the best
     at_rung = {"a": 0.8, "b": 0.8, "c": 0.8, "d": 0.5, "e": 0.5, "f": 0.5}
     final = {"a": 0.81, "b": 0.80, "c": 0.70, "d": 0.60, "e": 0.60, "f": 0.90}
-    stops_slow_starts = Rule.parse("1:0.5:3::::0")  # as the search did before 2026-11-28
-    outcome = replay_bench.replay_rule(replayed_search(at_rung, final), stops_slow_starts,
+    outcome = replay_bench.replay_rule(replayed_search(at_rung, final), Rule.parse("1:0.5"),
                                        config)  # fmt: skip
     assert outcome.stopped >= 1 and outcome.most_accurate_stopped == 1  # f, slow to start
-    spared = replay_bench.replay_rule(replayed_search(at_rung, final), Rule.parse("1:0.5"),
-                                      config)  # fmt: skip
-    assert spared.stopped == 0  # at chance at the first rung: the default lets them go on
-    assert str(stops_slow_starts) == "rungs [1], keep 0.5, slow starts spared at 0 rungs"
+    spares_slow_starts = Rule.parse("1:0.5:3::::1")
+    spared = replay_bench.replay_rule(replayed_search(at_rung, final), spares_slow_starts, config)
+    assert spared.stopped == 0  # at chance at the first rung: a slow start goes on
+    assert str(spares_slow_starts) == "rungs [1], keep 0.5, slow starts spared at 1 rungs"
 
 
 def test_the_replay_says_when_it_stopped_a_front_trial_how_it_stood_then_and_what_it_held():
@@ -97,7 +96,7 @@ def test_the_replay_says_when_it_stopped_a_front_trial_how_it_stood_then_and_wha
     at_rung = {"a": 0.8, "b": 0.8, "c": 0.8, "d": 0.5, "e": 0.5, "f": 0.5}
     final = {"a": 0.81, "b": 0.80, "c": 0.70, "d": 0.60, "e": 0.60, "f": 0.90}
     search = replayed_search(at_rung, final)
-    outcome = replay_bench.replay_rule(search, Rule.parse("1:0.5:3::::0"), config)
+    outcome = replay_bench.replay_rule(search, Rule.parse("1:0.5"), config)
     assert outcome.stopped_at == {1: outcome.stopped}
     f = next(stopped for stopped in outcome.front_trials_stopped if stopped.trial_id == "f")
     assert (f.epoch, f.accuracy_then, f.best_val_acc) == (1, 0.5, 0.9)
@@ -113,7 +112,6 @@ def test_the_replay_leaves_a_warming_up_trial_alone_unless_told_to_judge_it():
     final = {"a": 0.81, "b": 0.80, "c": 0.70, "d": 0.60, "e": 0.60, "f": 0.90}
     search = replayed_search(at_rung, final)
     search.frame["config.warmup_epochs"] = 2  # every trial still warming up at epoch 1
-    stops_slow_starts = Rule.parse("1:0.5:3::::0")
-    assert replay_bench.replay_rule(search, stops_slow_starts, config).stopped == 0
-    judged = replay_bench.replay_rule(search, stops_slow_starts, config, judge_warmup=True)
+    assert replay_bench.replay_rule(search, Rule.parse("1:0.5"), config).stopped == 0
+    judged = replay_bench.replay_rule(search, Rule.parse("1:0.5"), config, judge_warmup=True)
     assert judged.stopped >= 1

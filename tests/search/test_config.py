@@ -271,7 +271,7 @@ def test_early_stopping_is_decided_by_accuracy_where_it_is_an_objective_else_by_
     assert stopping.effective_ahead_on({"peak_mem_mb": "min"}) is None
     anyone = load_config(path, ["search.early_stopping.ahead_on=null"]).search.early_stopping
     assert anyone.effective_ahead_on({"best_val_acc": "max"}) is None
-    assert stopping.slow_start_rungs == 1  # a trial at chance at its first rung goes on
+    assert stopping.slow_start_rungs == 0  # a trial at chance is stopped at its first rung
     problems = problems_of(path, ["search.early_stopping.slow_start_rungs=-1"])
     assert problems["search.early_stopping.slow_start_rungs"].startswith("must be >= 0, got -1")
 

@@ -310,7 +310,7 @@ def stopped_search(tmp_path_factory):
             [
                 "--config", str(CONFIGS / "smoke.yaml"), "--name", "early", "--num-samples", "2",
                 "search.max_concurrent_trials=1", "search.objectives={peak_mem_mb: min}",
-                "search.early_stopping={rungs: [1], min_peers: 2, slow_start_rungs: 0}",
+                "search.early_stopping={rungs: [1], min_peers: 2}",
                 "space.activation_checkpointing={grid: [true, false]}", "space.batch_size=null",
                 "train.batch_size=64", "space.optimizer=null", "space.lr=null",
             ]
