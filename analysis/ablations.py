@@ -164,9 +164,11 @@ def ablation_effects(
 ) -> pd.DataFrame:
     """One row per ablation and metric: `base`, `setting`, `change`, `status`, `metric`,
     `unit` (points or %), `effect`, `low`, `high`, `verdict`, `base_runs`, `measured`
-    (against the seeds' runs, in alternation, or by construction)."""
+    (against the seeds' runs, in alternation, or by construction), `base_accuracies` (the
+    base runs' `best_val_acc`, the base trial's first: whether its config learns on every
+    seed)."""
     columns = ["base", "setting", "change", "status", "metric", "unit", "effect", "low",
-               "high", "verdict", "base_runs", "measured"]  # fmt: skip
+               "high", "verdict", "base_runs", "measured", "base_accuracies"]  # fmt: skip
     rows = []
     changed = ablations[ablations[ABLATION_COLUMN] != NOISE_FLOOR] if len(ablations) else ablations
     for _, trial in changed.iterrows():
@@ -178,6 +180,7 @@ def ablation_effects(
         )
         status = str(trial.get("status", STATUS_OK))
         paired = paired_effect(trial) if status == STATUS_OK else None
+        accuracies = run_accuracies(runs)
         for metric in metrics:
             unit = _unit(metric)
             measured = "seeds"
@@ -191,8 +194,16 @@ def ablation_effects(
                 ablated = float(pd.to_numeric(trial.get(metric), errors="coerce"))
                 values = pd.to_numeric(runs.get(metric, pd.Series(dtype=float)), errors="coerce")
                 effect = one_effect(ablated, values.to_numpy(dtype=float), in_points(metric))
-            rows.append([base, setting, change, status, metric, unit, *effect, len(runs), measured])
+            rows.append([base, setting, change, status, metric, unit, *effect, len(runs), measured,
+                         accuracies])  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
+
+
+def run_accuracies(runs: pd.DataFrame) -> str:
+    """The runs' `best_val_acc` as text ("0.81 / 0.5 / 0.5"), in their order; empty
+    without the metric."""
+    values = pd.to_numeric(runs.get("best_val_acc", pd.Series(dtype=float)), errors="coerce")
+    return " / ".join(f"{value:.4g}" for value in values.dropna())
 
 
 def _unit(metric: str) -> str:
@@ -249,9 +260,14 @@ def answer(effects: pd.DataFrame, not_run: Mapping[str, str] | None = None) -> l
         runs = int(rows["base_runs"].max())
         paired = (rows["measured"] == "alternation").any() if "measured" in rows else False
         timing = "; speeds timed against it in alternation" if paired else ""
+        # each run's accuracy: a config that learns on some seeds only shows it here
+        accuracies = rows["base_accuracies"].iloc[0] if "base_accuracies" in rows else ""
+        reached = (
+            f", best_val_acc {accuracies}" if isinstance(accuracies, str) and accuracies else ""
+        )
         lines.append(
             f"Around trial {base} ({runs} run{'s' if runs != 1 else ''} of its config give "
-            f"the noise floor{timing}; {CONFIDENCE:.0%} intervals):"
+            f"the noise floor{reached}{timing}; {CONFIDENCE:.0%} intervals):"
         )
         lines += [sentence(group) for _, group in rows.groupby("change", sort=False)]
     for setting, why in (not_run or {}).items():

@@ -130,7 +130,10 @@ def test_the_answer_says_what_a_change_did_with_its_interval_and_what_stayed_in_
     )  # fmt: skip
     effects = ablation_effects(search, ablations, METRICS)
     lines = answer(effects, {"cudnn_benchmark": "it does nothing on the CPUs"})
-    assert lines[0].startswith("Around trial knee (3 runs of its config give the noise floor")
+    assert lines[0].startswith(
+        "Around trial knee (3 runs of its config give the noise floor, best_val_acc "
+        "0.7 / 0.71 / 0.69;"
+    )
     assert lines[1].startswith("amp: false -> true: raised throughput by 50.0% (+")
     assert "cut peak_mem_mb by 40.0%" in lines[1]
     assert lines[1].endswith("left best_val_acc within the noise.")
@@ -228,3 +231,18 @@ def test_the_search_keeps_every_column_of_its_own_even_one_never_measured():
     apart, _ = split_ablations(pd.concat([search, ablations], ignore_index=True))
     assert "noise_scale" in apart  # NaN in every trial, as in a search that measures no noise scale
     assert "config.seed" not in apart and "config.ablation" not in apart  # the ablations'
+
+
+def test_the_answer_shows_each_base_runs_accuracy_so_a_config_that_learns_on_one_seed_shows():
+    search, ablations = search_and_ablations(
+        [{"best_val_acc": 0.5}, {"best_val_acc": 0.5}],
+        [{"config.ablation": "amp=true", "best_val_acc": 0.79}],
+        base={"best_val_acc": 0.81},
+    )
+    effects = ablation_effects(search, ablations, METRICS)
+    assert set(effects["base_accuracies"]) == {"0.81 / 0.5 / 0.5"}
+    assert "noise floor, best_val_acc 0.81 / 0.5 / 0.5;" in answer(effects)[0]
+    without = ablation_effects(search.drop(columns="best_val_acc"),
+                               ablations.drop(columns="best_val_acc"), ["throughput"])  # fmt: skip
+    assert answer(without)[0].startswith("Around trial knee (3 runs of its config give the "
+                                         "noise floor; 95% intervals)")  # fmt: skip
