@@ -95,7 +95,7 @@ def base_runs(search: pd.DataFrame, ablations: pd.DataFrame, base: str) -> pd.Da
     floor = ablations[
         (ablations[ABLATION_OF_COLUMN] == base) & (ablations[ABLATION_COLUMN] == NOISE_FLOOR)
     ]
-    runs = pd.concat([same, floor])
+    runs = pd.concat([search[chosen], same[same["trial_id"].astype(str) != base], floor])
     return runs[runs["status"] == STATUS_OK]
 
 

@@ -78,8 +78,10 @@ def alternation_seconds(experiment: Path) -> float:
     (trial seconds: two trials at a time share the wall clock)."""
     total = 0.0
     for results in (experiment / "ablations").glob("*/result.json"):
-        seconds = [json.loads(line)["time_this_iter_s"] for line in results.open() if line.strip()]
-        if len(seconds) > 1:
+        reports = [json.loads(line) for line in results.open() if line.strip()]
+        timed = reports and math.isfinite(float(reports[-1].get("speed_vs_baseline") or "nan"))
+        if timed and len(reports) > 1:  # noise-floor runs time no alternation
+            seconds = [report["time_this_iter_s"] for report in reports]
             total += max(0.0, seconds[-1] - statistics.median(seconds[:-1]))
     return total
 

@@ -14,13 +14,14 @@ the layout (all trials contiguous), as until section 28; `tpe-rungs-2-4` stops t
 epochs 2 and 4 only; `tpe-amp-unprobed` samples AMP without timing bf16 first, as until
 section 31 (on a CPU that emulates bf16 the default leaves AMP out);
 `tpe-slow-starts-spared` lets a trial still at chance at its first rung go on (section
-33); `tpe-keep-0.6` keeps 0.6 of the trials at each rung, `tpe-rungs-2-4-keep-0.6` 0.6 at
-epochs 2 and 4 only.
+33); `tpe-keep-0.6` keeps 0.6 of the trials at each rung, `tpe-keep-0.6-slow-starts-spared`
+does both, `tpe-rungs-2-4-keep-0.6-slow-starts-spared` too at epochs 2 and 4 only.
 
     python bench/sampler_comparison.py [--config configs/cats_dogs.yaml] [--seeds 0 1 2]
         [--cases tpe random nsga2 tpe-no-stopping tpe-lr-per-32-images tpe-16-trials
          tpe-keep-0.4 tpe-augment tpe-contiguous tpe-rungs-2-4 tpe-amp-unprobed
-         tpe-slow-starts-spared tpe-keep-0.6 tpe-rungs-2-4-keep-0.6]
+         tpe-slow-starts-spared tpe-keep-0.6 tpe-keep-0.6-slow-starts-spared
+         tpe-rungs-2-4-keep-0.6-slow-starts-spared]
         [key.path=value ...]
 """
 
@@ -56,11 +57,17 @@ CASES: dict[str, list[str]] = {
     "tpe-amp-unprobed": ["search.sampler=tpe", "search.amp_probe=false"],
     # a trial still at chance at its first rung goes on (section 33)
     "tpe-slow-starts-spared": ["search.sampler=tpe", "search.early_stopping.slow_start_rungs=1"],
+    "tpe-keep-0.6-slow-starts-spared": [
+        "search.sampler=tpe",
+        "search.early_stopping.keep=0.6",
+        "search.early_stopping.slow_start_rungs=1",
+    ],
     # rungs at epochs 2 and 4, 0.6 of the trials kept at each
-    "tpe-rungs-2-4-keep-0.6": [
+    "tpe-rungs-2-4-keep-0.6-slow-starts-spared": [
         "search.sampler=tpe",
         "search.early_stopping.rungs=[2, 4]",
         "search.early_stopping.keep=0.6",
+        "search.early_stopping.slow_start_rungs=1",
     ],
 }
 DEFAULT_CASES = ["tpe", "random", "nsga2", "tpe-no-stopping", "tpe-lr-per-32-images"]

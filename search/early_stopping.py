@@ -31,7 +31,7 @@ errors, the trial trails the peer it trails most clearly.
 
 A slow start (`slow_start_rungs`, off by default): at its first rung a trial still below
 the min accuracy goes on, and the next rung tells a slow start from a trial that learns
-nothing. In three searches of the default space half the trials were still at chance at
+nothing. In three searches of the default space 40 of 72 trials were still at chance at
 their first epoch at full rate, and a fifth of those ended at 0.80 or more, the most
 accurate of one search among them; but such a config often learns on some seeds only, and
 searches that spared them chose knees that learned nothing on half their noise-floor seeds

@@ -99,6 +99,7 @@ def speed_against_baseline(
     ratio = SpeedRatio(math.nan, math.nan, math.nan, 0)
     device = trial.budget.device
     sides: dict[str, list[tuple[float, Callable[[], float]]]] = {}
+    blocks: dict[str, StepBlock] = {}
     try:
         baseline = trial.settings.baseline()
         configurations = {
@@ -108,7 +109,6 @@ def speed_against_baseline(
         shared = set(trial.settings.speed_baseline or ()) <= (
             CHOOSES_CONFIGURATIONS | SAME_WORK_PER_IMAGE
         )
-        blocks: dict[str, StepBlock] = {}
         for name, settings in (("changed", trial.settings), ("base", baseline)):
             if not shared:
                 blocks = {}  # this side's own model trains its configurations
@@ -130,6 +130,8 @@ def speed_against_baseline(
             raise
     finally:
         sides.clear()  # the fresh models go before the cache is emptied
+        blocks.clear()
+        fresh = splits = None  # the last references to a fresh model
         choose_kernels(trial.settings)
         release_memory(device)
     return {"speed_vs_baseline": ratio.ratio, "speed_vs_baseline_low": ratio.low,
