@@ -35,6 +35,7 @@ import pandas as pd
 from analysis.load import CONFIG_PREFIX, setting_columns
 from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY
 from trainables.settings import SAME_WORK_PER_IMAGE
+from trainables.speed import geometric_interval
 
 # the trial's own timed speed, before pooling (`analysis.repeats` spreads repeats by it)
 TRIAL_THROUGHPUT = "trial_throughput"
@@ -115,7 +116,7 @@ def _pool(frame: pd.DataFrame, rows: np.ndarray, compiled: np.ndarray) -> None:
     """Give the trials at positions `rows` their pooled speed, in place. `compiled`: per
     trial, whether torch.compile took some of its time to target (not all of it timed)."""
     own = frame[TRIAL_THROUGHPUT].to_numpy(dtype=float)[rows]
-    speed = float(np.exp(np.log(own).mean()))
+    speed = geometric_interval(own)[0]
     at = {"throughput": speed}
     for end, pick, figure in (("low", np.nanmin, own.min()), ("high", np.nanmax, own.max())):
         column = f"throughput_{end}"
