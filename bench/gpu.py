@@ -62,7 +62,7 @@ from on_device import PART_SECONDS, run_limited  # bench/, first on a script's p
 
 from analysis.load import PREDICTED_PEAK_COLUMN
 from trainables.classifier import fit_classifier
-from trainables.cuda import available, resolve_device, synchronize
+from trainables.cuda import MIB, available, resolve_device, synchronize
 from trainables.data import DataSettings, PreparedData, prepare_data
 from trainables.memory import CARD_PROBE_BATCHES, StepLine
 from trainables.metrics import STATUS_OOM, STATUS_ORDER
@@ -237,6 +237,9 @@ class LineError:
     label: str
     errors: dict[int, float]  # batch -> |predicted - measured| / measured
     out_of_memory: tuple[int, ...]  # batches the card could not hold (not scored)
+    # batch -> the CPU meter's peak at the search's driver (what a memory model on a card
+    # has before any trial of the group reported) / the measured reserved peak
+    meter_ratios: dict[int, float]
 
     def mape(self, batches: tuple[int, ...]) -> float:
         scored = [self.errors[b] for b in batches if b in self.errors]
@@ -246,8 +249,10 @@ class LineError:
 def line_errors(model: str, image_size: int) -> Iterator[LineError]:
     """For AMP x checkpointing: the reserved peak of a step at each of `MEMORY_BATCHES`
     (from an empty cache, as a trial's first step), and the line through the two probe
-    batches' peaks (`CARD_PROBE_BATCHES`) against it."""
-    from search.capacity import Prober
+    batches' peaks (`CARD_PROBE_BATCHES`) against it, and the CPU meter at the driver
+    (`search.feasibility.CpuMeterProbe`) against it."""
+    from search.capacity import NUM_CLASSES, Prober
+    from search.feasibility import CpuMeterProbe
 
     for amp in (False, True):
         for checkpointing in (False, True):
@@ -273,7 +278,12 @@ def line_errors(model: str, image_size: int) -> Iterator[LineError]:
             errors = {b: abs(line.at(b) - peak) / peak for b, peak in measured.items()}
             missing = tuple(b for b in MEMORY_BATCHES if b not in measured)
             del prober
-            yield LineError(label, errors, missing)
+            on_cpu = settings.model_copy(
+                update={"device": "cpu", "data": DataSettings(image_size=image_size)}
+            )
+            meter = CpuMeterProbe(NUM_CLASSES)(on_cpu)
+            ratios = {b: meter(b) * MIB / peak for b, peak in measured.items()}
+            yield LineError(label, errors, missing, ratios)
 
 
 def memory_part() -> Iterator[Row]:
@@ -289,6 +299,10 @@ def memory_part() -> Iterator[Row]:
                 "%", note),
             Row("memory", f"line MAPE, {result.label}, batches off the probes",
                 result.mape(held_out), "%", f"batches {list(held_out)}"),
+            Row("memory", f"the driver's CPU meter / the peak, {result.label}",
+                statistics.median(result.meter_ratios.values()), "ratio",
+                "median; by batch " + " ".join(f"{b}: {r:.2f}"
+                                               for b, r in result.meter_ratios.items())),
         ]  # fmt: skip
 
 
