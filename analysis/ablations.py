@@ -28,7 +28,7 @@ import pandas as pd
 from scipy import stats
 
 from analysis.flat import as_written
-from analysis.load import CONFIG_PREFIX, setting_columns
+from analysis.load import CONFIG_PREFIX, setting_columns, settings_key
 from trainables.metrics import (
     ABLATION,
     ABLATION_OF,
@@ -89,9 +89,8 @@ def base_runs(search: pd.DataFrame, ablations: pd.DataFrame, base: str) -> pd.Da
     chosen = search["trial_id"].astype(str) == base
     if not chosen.any():
         return search[chosen]
-    # compared as text, as `analysis.repeats` does: a setting may be a list
-    settings = search[columns].map(repr)
-    same = search[(settings == settings[chosen].iloc[0]).all(axis=1)]
+    settings = settings_key(search, columns)
+    same = search[settings == settings[chosen].iloc[0]]
     floor = ablations[
         (ablations[ABLATION_OF_COLUMN] == base) & (ablations[ABLATION_COLUMN] == NOISE_FLOOR)
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,13 @@ def setting_columns(frame: pd.DataFrame) -> list[str]:
         if column.startswith(CONFIG_PREFIX)
         and column.removeprefix(CONFIG_PREFIX) not in NOT_SETTINGS
     ]
+
+
+def settings_key(frame: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
+    """One text per row of its values in `columns`: rows equal in all of them share it.
+    As text because a setting may be a list (gap_epochs, recomputed_modules), which pandas
+    can neither group by nor compare by value."""
+    return frame[list(columns)].map(repr).agg("|".join, axis=1)
 
 
 def varied_settings(frame: pd.DataFrame) -> list[str]:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from analysis.load import setting_columns
+from analysis.load import setting_columns, settings_key
 from analysis.same_work import OWN_PREFIX
 from trainables.metrics import STATUS_ORDER
 
@@ -26,11 +26,12 @@ def aggregate_repeats(frame: pd.DataFrame, objectives: Mapping[str, str]) -> pd.
     A config is ok only if every seed was ok; otherwise it takes its worst status.
     """
     keys = setting_columns(frame)
-    # compared as text: a setting may be a list (gap_epochs, recomputed_modules)
-    settings = frame[keys].map(repr)
-    if not keys or not settings.duplicated(keep=False).any():
+    if not keys:
         return frame
-    groups = frame.groupby([settings[key] for key in keys], sort=False)
+    settings = settings_key(frame, keys)
+    if not settings.duplicated(keep=False).any():
+        return frame
+    groups = frame.groupby(settings, sort=False)
     rows = []
     for _, group in groups:
         row = group.iloc[0].to_dict()

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.load import CONFIG_PREFIX, setting_columns
+from analysis.load import CONFIG_PREFIX, setting_columns, settings_key
 from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY
 from trainables.settings import SAME_WORK_PER_IMAGE
 from trainables.speed import geometric_interval
@@ -81,8 +81,7 @@ def pool_same_work(frame: pd.DataFrame) -> pd.DataFrame:
     columns = work_columns(frame)
     if not columns or timed.sum() < 2:
         return frame
-    # compared as text, as `analysis.repeats` does: a setting may be a list
-    keys = frame[columns].map(repr).agg("|".join, axis=1)
+    keys = settings_key(frame, columns)
     epochs = frame["epoch"].map(repr) if "epoch" in frame else pd.Series("", index=frame.index)
     keys = keys.where(~on_schedule, keys + "|epochs=" + epochs)
     positions = pd.Series(np.arange(len(frame)), index=frame.index)  # labels may repeat

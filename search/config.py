@@ -630,6 +630,12 @@ def _early_stopping_problems(config: SearchConfig) -> list[Problem]:
             f"must be below train.epochs ({epochs}): a rung at the last epoch or later "
             f"saves nothing, got {late}",
         ))  # fmt: skip
+    rungs, spared = search.early_stopping.rungs, search.early_stopping.slow_start_rungs
+    if spared > len(rungs):
+        problems.append(Problem(
+            "search.early_stopping.slow_start_rungs",
+            f"must be at most the number of rungs ({len(rungs)}: {list(rungs)}), got {spared}",
+        ))  # fmt: skip
     unscored = [name for name in search.objectives if name in _NOT_EVERY_EPOCH]
     if unscored:
         problems.append(Problem(

@@ -117,6 +117,9 @@ class Prediction:
     predicted_mb: float
     allowed_mb: float
     basis: str  # what the line was fitted to
+    # From the meter and other groups' figures alone (no trial like it reported): it sizes a
+    # packed share, but no suggestion is refused on it.
+    borrowed: bool = False
 
     @property
     def over(self) -> bool:
@@ -140,9 +143,15 @@ class MemoryModel:
 
     The line is fitted to what the trials measured (`peak_reserved_mb` of their first,
     full-size step at the batch they ran, the CPU meter's figure of a step refused as out of
-    memory) by least squares once a group has two batches; where a `probe` is given (CPU
-    trials: the same meter the trial runs, measured at the driver on two tiny batches) the
-    line is exact from the start.
+    memory) by least squares once a group has two batches; where a `probe` is given (the
+    CPU meter, measured at the driver on two tiny batches) the line is exact from the start
+    for CPU trials, which that meter holds to their budget. On a card (given the meter where
+    trials are packed by memory: `search.tuner.memory_model`) the meter counts what
+    autograd keeps but not the allocator's rounding or cuDNN's workspaces: its line is below
+    the card's by a ratio nearly constant in the batch (0.60-0.88 on an H200 for ResNet-50,
+    docs/RESULTS.md section 35), so a group with one batch measured has the meter's line
+    scaled through it, and a group with none the meter's line scaled by the largest ratio
+    any group showed (`Prediction.borrowed`: it sizes packed shares, refuses nothing).
 
     The limit is the trial's budget on CPU (`on_gpu` False). On a card it is the GPU share
     or the budget less what the trial's process holds outside the allocator, which only a
@@ -163,6 +172,8 @@ class MemoryModel:
         self._on_gpu = on_gpu
         self._probed: dict[MemoryFootprint, Callable[[int], float] | None] = {}
         self._measured: dict[MemoryFootprint, dict[int, float]] = {}
+        # on a card: the largest measured peak / the meter's at its batch, over the groups
+        self._card_over_meter = 0.0
         self._limits: dict[float, float] = {}  # budget (inf: none) -> the allocator's limit
         self._card_mb = math.inf  # the smallest card a trial reported
         self._context_mb = 0.0  # the most a trial's process held outside the allocator
@@ -173,7 +184,7 @@ class MemoryModel:
         # A model saved before limits were learned: on CPU, as before, the budget; before
         # packing: a fixed share.
         defaults = {"_on_gpu": False, "_limits": {}, "_card_mb": math.inf, "_context_mb": 0.0,
-                    "packs_search": ""}  # fmt: skip
+                    "packs_search": "", "_card_over_meter": 0.0}  # fmt: skip
         self.__dict__.update({**defaults, **state})
         self._go_live()  # a search resumed: its shares come from the model it saved
 
@@ -196,6 +207,10 @@ class MemoryModel:
         if batch_size > 0 and math.isfinite(peak_mb) and peak_mb > 0:
             group = memory_group(MemoryFootprint.of(settings))
             self._measured.setdefault(group, {})[batch_size] = peak_mb
+            meter = self._meter(settings, group) if self._on_gpu else None
+            if meter is not None and meter(batch_size) > 0:
+                ratio = peak_mb / meter(batch_size)
+                self._card_over_meter = max(self._card_over_meter, ratio)
         if math.isfinite(limit_mb) and limit_mb > 0:
             budget = settings.memory_budget_mb or math.inf
             self._limits[budget] = min(limit_mb, self._limits.get(budget, math.inf))
@@ -242,19 +257,42 @@ class MemoryModel:
             return None
         footprint = MemoryFootprint.of(settings)
         group = memory_group(footprint)
+        batch = footprint.batch_size
+        fitted = self._fitted(group)
+        if self._on_gpu and fitted is not None:  # the card's own figures: no meter needed
+            return Prediction(batch, fitted(batch), allowed, FITTED)
+        meter = self._meter(settings, group)
+        if not self._on_gpu:  # the meter is what holds a CPU trial: exact where it runs
+            line, basis = (meter, METERED) if meter is not None else (fitted, FITTED)
+            return None if line is None else Prediction(batch, line(batch), allowed, basis)
+        if meter is None:
+            return None
+        measured = self._measured.get(group, {})
+        if measured:  # one batch of this group measured: the meter's line through it
+            (at, peak), *_ = measured.items()
+            scaled = meter(batch) * peak / meter(at)
+            return Prediction(batch, scaled, allowed, f"{METERED}, scaled to a trial like it")
+        if self._card_over_meter > 0:
+            scaled = meter(batch) * self._card_over_meter
+            basis = f"{METERED}, scaled as the trials on the card most needed"
+            return Prediction(batch, scaled, allowed, basis, borrowed=True)
+        return None
+
+    def _meter(
+        self, settings: TrainSettings, group: MemoryFootprint
+    ) -> Callable[[int], float] | None:
+        """The CPU meter's line for `group` (measured once, with `settings`), if any."""
         if self._probe is not None and group not in self._probed:
             self._probed[group] = self._probe(settings)
-        line, basis = self._probed.get(group), "the CPU meter at the driver"
-        if line is None:
-            line, basis = self._fitted(group), "a line through the trials' measured peaks"
-        if line is None:
-            return None
-        batch = footprint.batch_size
-        return Prediction(batch, line(batch), allowed, basis)
+        return self._probed.get(group)
 
     def _fitted(self, group: MemoryFootprint) -> Callable[[int], float] | None:
         points = self._measured.get(group, {})
         return _least_squares(points) if len(points) >= 2 else None
+
+
+METERED = "the CPU meter at the driver"
+FITTED = "a line through the trials' measured peaks"
 
 
 @dataclass(frozen=True)
@@ -311,7 +349,9 @@ class OomVerdict(NamedTuple):
 
     @property
     def runs_out(self) -> bool:
-        return self.failed_like is not None or bool(self.prediction and self.prediction.over)
+        predicted = self.prediction
+        over = predicted is not None and predicted.over and not predicted.borrowed
+        return self.failed_like is not None or over
 
 
 class OomForecast:

@@ -6,8 +6,11 @@ each trial asks Ray for the share its config needs: the memory model's predicted
 its first step (`search.feasibility.MemoryModel`, learned from the trials' reports), a
 margin, and what its process holds outside the allocator (the CUDA context and libraries,
 with the reserve for what they grow by), as a fraction of the card rounded up to
-`SHARE_STEP`. Until the model can predict a config (its memory group not measured yet, or
-no trial has reported the card), the trial gets the configured share (`resources.gpu`).
+`SHARE_STEP`. Until the model can predict a config (no trial has reported the card yet),
+the trial gets the configured share (`resources.gpu`); after the first report, a memory
+group no trial has run is sized by the driver's CPU meter scaled by the largest
+card-to-meter ratio the trials showed, so packing acts from the second trial on, not only
+on kinds of config seen twice.
 A share that proves too small ends as an out-of-memory trial, pruned; the model then
 holds that its config needs more than the limit it ran out under (with the margin), so
 the next config like it asks for more, where with a fixed share configs that need at

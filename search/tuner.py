@@ -84,13 +84,16 @@ def memory_model(
 ) -> MemoryModel | None:
     """What predicts a suggestion's memory: on CPU the trials' own meter, run at the driver;
     on GPUs a line through the reserved peaks the trials report, against the allocator limit
-    they report; packing by memory, it sizes the shares of search `search_name`."""
+    they report; packing by memory, it sizes the shares of search `search_name`, with the
+    meter's line scaled to the card before two of a kind have run."""
     if not config.search.predict_oom:
         return None
-    on_gpu = config.resources.gpu_share > 0
+    on_gpu, packs = config.resources.gpu_share > 0, config.resources.packs_by_memory
+    # On a card the meter costs the driver seconds a kind of config (ResNet-50 at 224 px:
+    # 2-13 s on 2 cores): paid where it sizes shares, not for a fixed share.
     return MemoryModel(
-        probe=None if on_gpu else CpuMeterProbe(num_classes), on_gpu=on_gpu,
-        packs_search=search_name if config.resources.packs_by_memory else "",
+        probe=CpuMeterProbe(num_classes) if packs or not on_gpu else None, on_gpu=on_gpu,
+        packs_search=search_name if packs else "",
     )  # fmt: skip
 
 

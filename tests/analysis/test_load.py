@@ -11,6 +11,7 @@ from analysis.load import (
     frame_from_tune,
     histories_from_mlflow,
     histories_from_tune,
+    settings_key,
     trial_seconds,
     trial_spans,
 )
@@ -20,6 +21,18 @@ METRICS = ("epoch", "val_acc", "throughput", "status", "status_detail")
 
 def test_flatten_joins_nested_keys_with_dots():
     assert flatten("", {"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
+
+
+def test_rows_equal_in_every_setting_share_a_key_lists_compared_by_value():
+    import pandas as pd
+
+    frame = pd.DataFrame({
+        "config.batch_size": [32, 32, 32, 64],
+        "config.gap_epochs": [[3, 4], [3, 4], [4], [3, 4]],
+        "config.seed": [0, 1, 2, 3],
+    })  # fmt: skip
+    keys = settings_key(frame, ["config.batch_size", "config.gap_epochs"])
+    assert keys[0] == keys[1] and len(set(keys)) == 3
 
 
 def write_trial(folder, name, config, results, error=None):

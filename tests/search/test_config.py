@@ -221,6 +221,10 @@ def test_early_stopping_rungs_must_increase_and_come_before_the_last_epoch(tmp_p
     assert "must be below train.epochs (4)" in late["search.early_stopping.rungs"]
     keep = problems_of(path, ["search.early_stopping={rungs: [2], keep: 0}"])
     assert "search.early_stopping.keep" in keep
+    spared = problems_of(path, ["search.early_stopping={rungs: [1, 2], slow_start_rungs: 3}"])
+    assert spared["search.early_stopping.slow_start_rungs"].startswith(
+        "must be at most the number of rungs (2: [1, 2]), got 3"
+    )
 
 
 def test_early_stopping_takes_its_defaults_and_can_be_turned_off(tmp_path):

@@ -121,6 +121,48 @@ def test_on_a_gpu_the_limit_is_learned_from_the_trials_reports_per_budget():
     assert model.predict(budgeted) is None  # another budget: its own limit, not yet known
 
 
+def meter_at_the_driver(settings: TrainSettings):
+    """A stand-in for the CPU meter's line: 200 MiB + 20 an image, 100 more with Adam."""
+    fixed = 300.0 if settings.optimizer == "adam" else 200.0
+    return lambda batch: fixed + 20.0 * batch
+
+
+RESNET50 = {"model": "resnet50", "batch_size": 64}
+
+
+def test_on_a_gpu_a_group_with_one_batch_measured_is_the_meters_line_scaled_through_it():
+    model = MemoryModel(probe=meter_at_the_driver, on_gpu=True)
+    settings = TrainSettings.from_config(RESNET50)
+    model.observe(settings, 16, 1.5 * (200 + 20 * 16), limit_mb=20_000.0)  # the card: 1.5x
+    prediction = model.predict(settings)
+    assert prediction.predicted_mb == pytest.approx(1.5 * (200 + 20 * 64))
+    assert "scaled to a trial like it" in prediction.basis and not prediction.borrowed
+    assert OomForecast(model).runs_out(settings.model_copy(update={"batch_size": 1024}))
+
+
+def test_on_a_gpu_a_group_none_reported_borrows_the_largest_ratio_and_refuses_nothing():
+    model = MemoryModel(probe=meter_at_the_driver, on_gpu=True)
+    adam = TrainSettings.from_config({**RESNET50, "optimizer": "adam", "batch_size": 1024})
+    assert model.predict(adam) is None  # no trial has reported: no limit, no ratio
+    sgd = TrainSettings.from_config(RESNET50)
+    model.observe(sgd, 16, 1.2 * (200 + 20 * 16), limit_mb=20_000.0)
+    amp = sgd.model_copy(update={"amp": True})
+    model.observe(amp, 32, 1.6 * (200 + 20 * 32), limit_mb=20_000.0)
+    prediction = model.predict(adam)
+    assert prediction.predicted_mb == pytest.approx(1.6 * (300 + 20 * 1024))
+    assert prediction.borrowed and prediction.over  # 33 GB predicted, 20 GB allowed
+    assert not OomForecast(model).runs_out(adam)  # another group's ratio refuses nothing
+
+
+def test_on_a_gpu_two_batches_measured_are_the_groups_own_line_whatever_the_meter_says():
+    model = MemoryModel(probe=meter_at_the_driver, on_gpu=True)
+    settings = TrainSettings.from_config(RESNET50)
+    for batch, peak in ((16, 1000.0), (64, 2920.0)):  # 360 + 40 MiB per image
+        model.observe(settings, batch, peak, limit_mb=20_000.0)
+    prediction = model.predict(settings.model_copy(update={"batch_size": 512}))
+    assert prediction.predicted_mb == 360 + 40 * 512 and "measured peaks" in prediction.basis
+
+
 def test_on_cpu_the_limit_is_the_budget_from_the_start():
     model = MemoryModel(probe=lambda settings: lambda batch: 10 + 0.5 * batch)
     settings = TrainSettings.from_config({"batch_size": 64, "memory_budget_mb": 40})

@@ -68,6 +68,38 @@ def test_a_config_the_model_cannot_predict_yet_has_no_share_of_its_own():
     assert MemoryModel(probe=lambda s: lambda b: 10.0 + b).share(adam) is None  # a CPU search
 
 
+def test_packed_a_group_no_trial_reported_gets_the_meters_share_scaled_as_the_card_showed():
+    """On an H200 the driver's CPU meter read 0.60-0.88 of a step's reserved peak
+    (docs/RESULTS.md section 35): a group first seen is sized by the largest such ratio
+    yet, not left at the fixed share until two of its trials have run."""
+    model = MemoryModel(probe=lambda settings: lambda batch: 300.0 + 30.0 * batch,
+                        on_gpu=True, packs_search="packing-borrowed")  # fmt: skip
+    model.observe(TrainSettings.from_config({**RESNET, "batch_size": 16}), 16,
+                  1.25 * (300 + 30 * 16), limit_mb=20_000.0, card_mb=CARD_MB,
+                  context_mb=CONTEXT_MB)  # fmt: skip
+    adam = {**RESNET, "batch_size": 32, "optimizer": "adam"}
+    share = model.share(TrainSettings.from_config(adam))
+    needed = 1.25 * (300 + 30 * 32) * (1 + MEMORY_MARGIN) + CONTEXT_MB
+    assert share * CARD_MB >= needed > (share - SHARE_STEP) * CARD_MB
+    assert PackedResources("packing-borrowed", cpu=1.0, default_gpu=0.25)(adam)["gpu"] == share
+    assert share == 0.03  # where the fixed share gives 0.25
+
+
+def test_a_packed_gpu_searchs_memory_model_meters_each_group_at_the_driver_a_fixed_one_not():
+    from search.tuner import memory_model
+
+    packed = memory_model(config_of({"gpu": 0.25, "pack": "memory"}), 2, "packing-metered")
+    fixed = memory_model(config_of({"gpu": 0.25}), 2)
+    sgd = TrainSettings.from_config({"model": "small_cnn", "batch_size": 16})
+    adam = sgd.model_copy(update={"optimizer": "adam", "batch_size": 64})
+    for model in (packed, fixed):
+        model.observe(sgd, 16, 64.0, limit_mb=20_000.0, card_mb=CARD_MB, context_mb=CONTEXT_MB)
+    predicted = packed.predict(adam)
+    assert predicted.borrowed and 0 < predicted.predicted_mb < 20_000
+    assert packed.share(sgd.model_copy(update={"batch_size": 64})) == SHARE_STEP
+    assert fixed.predict(adam) is None and fixed.predict(sgd) is None  # one batch: no line
+
+
 def test_packed_a_suggestion_is_over_only_where_it_passes_a_whole_card_less_the_context():
     model = learned_model(name="packing-limit")
     fits_the_card = TrainSettings.from_config({**RESNET, "batch_size": 1024})  # 41 GB
