@@ -336,13 +336,18 @@ def default_out(tags: Mapping[str, str], run_name: str) -> Path:
 
 def memory_prediction_error(frame: pd.DataFrame) -> tuple[int, float] | None:
     """(trials, median relative error) of the searcher's predicted step peak against the
-    `peak_mem_mb` the trials measured; None where nothing was predicted and measured. The
+    peak the trials measured; None where nothing was predicted and measured. On a card the
+    model predicts what the allocator reserves (`peak_reserved_mb`), above the tensors'
+    `peak_mem_mb`, so that is what it is held to where a trial reported it. The
     prediction is for the batch a trial starts with: trials whose last epoch ran another
     (AdaBatch grew it) are left out."""
     if PREDICTED_PEAK_COLUMN not in frame or "peak_mem_mb" not in frame:
         return None
     predicted = pd.to_numeric(frame[PREDICTED_PEAK_COLUMN], errors="coerce")
     measured = pd.to_numeric(frame["peak_mem_mb"], errors="coerce")
+    if "peak_reserved_mb" in frame:
+        reserved = pd.to_numeric(frame["peak_reserved_mb"], errors="coerce")
+        measured = reserved.where(reserved > 0, measured)
     both = predicted.notna() & measured.notna() & (measured > 0)
     started_with, ran_with = f"{CONFIG_PREFIX}batch_size", "physical_batch_size"
     if started_with in frame and ran_with in frame:

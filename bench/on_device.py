@@ -7,10 +7,10 @@ and this unpacks it before anything runs. Then:
 
     python3 bench/on_device.py --out $OUT      # in the device tool's run, carry [".bundle"]
 
-The defaults (the card's tests 140 s, the parts packing, oom and capacity, the suite 100 s)
-end inside one call's 600 s. Then, at once on the same warm machine, a second call:
-`--parts by_memory --card-tests '' --suite-timeout 0` (two searches, about 330 s), or the
-suite alone (`--parts --card-tests '' --workers 15 --suite-timeout 290`).
+The defaults (the card's tests 140 s, the part by_memory, the suite 100 s) end inside one
+call's 600 s. Then, at once on the same warm machine, a second call: the suite alone
+(`--parts --card-tests '' --workers 15 --suite-timeout 290`), or the parts measured before
+(`--parts packing oom capacity --card-tests '' --suite-timeout 0`, about 330 s).
 
 First the tests only a card can run (tests/trainables/test_on_a_real_card.py, one per
 technique), then the bench's parts, then the rest of the suite. Written to --out, seven files
@@ -45,10 +45,10 @@ REPO = Path(__file__).resolve().parents[1]
 BUNDLE = REPO / ".bundle" / "site.tar.xz"
 SITE = Path("/tmp/batchsearch-site")
 BUNDLE_PYTHON = (3, 12)  # the lent machine's, which bench/device_bundle.py builds for
-# What no card has measured yet, first (docs/RESULTS.md sections 9 and 20): the card, loop
-# and memory parts were measured on an H100; by_memory (two searches, about 300 s) is a call
-# of its own: `--parts by_memory --card-tests '' --suite-timeout 0`.
-DEFAULT_PARTS = ("packing", "oom", "capacity")
+# What no card has measured yet, first (docs/RESULTS.md section 35): packing by memory with
+# the shares the driver's meter sizes (two searches, about 240 s on an H200). The packing,
+# oom and capacity parts ran on an H200 at 83da029, the card, loop and memory parts earlier.
+DEFAULT_PARTS = ("by_memory",)
 # Each bench/gpu.py part's time limit, its process's start and CUDA's included (capacity:
 # the table's goal is 60 s on an H100-class card).
 PART_SECONDS = {"card": 45, "loop": 120, "memory": 50, "capacity": 80, "packing": 90,

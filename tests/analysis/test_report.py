@@ -355,6 +355,16 @@ def test_the_memory_models_error_is_the_median_relative_gap_over_trials_it_predi
     assert memory_prediction_error(grown) == (2, pytest.approx(0.175))  # the grown one is out
 
 
+def test_on_a_card_the_memory_models_error_is_against_what_the_allocator_reserved():
+    frame = pd.DataFrame({
+        "config.predicted_peak_mb": [1000.0, 2000.0],
+        "peak_mem_mb": [800.0, 1600.0],  # the tensors' peak, below what was reserved
+        "peak_reserved_mb": [1000.0, None],  # the second: a trial that reported none
+    })  # fmt: skip
+    count, error = memory_prediction_error(frame)
+    assert count == 2 and error == pytest.approx((0.0 + 0.25) / 2)
+
+
 def test_the_min_accuracy_is_chance_plus_five_points_for_the_searchs_classes():
     assert min_accuracy_from_parent({"num_classes": "10"}) == pytest.approx(0.15)
     assert min_accuracy_from_parent({"num_classes": "2"}) == pytest.approx(0.55)
