@@ -20,8 +20,8 @@
 4b. by_memory: the same shrunk configs/cats_dogs_gpu.yaml search (12 suggestions, 2
    epochs, one CPU a trial, as many at once as the card's shares allow) with a fixed quarter
    per trial and packed by predicted memory (`resources.pack: memory`): trials trained per
-   hour of wall time and trials ended out of memory (goal: more trials per hour, no more
-   OOMs).
+   hour of wall time, the most trials at once (whether packing acted) and trials ended out
+   of memory (goal: more trials per hour, no more OOMs).
 5. oom: a trial whose first step is over its share, from start to pruned report, in
    training steps of the same model (goal: 1 or less); and a shrunk
    configs/cats_dogs_gpu.yaml search with a budget the larger batches exceed: trials ended
@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -500,11 +501,21 @@ def by_memory_part(out_dir: Path) -> Iterator[Row]:
         per_hour[pack] = trained / seconds * 3600
         yield Row("by_memory", f"{pack}: trials trained per hour", per_hour[pack], "trials/h",
                   f"{trained} in {seconds:.0f} s; {what}")  # fmt: skip
+        # whether packing acted: a fixed quarter runs four at most (RESULTS 35: so did the
+        # packed search, whose model could size no share)
+        at_once = most_running((out_dir / f"{name}.log").read_text())
+        yield Row("by_memory", f"{pack}: most trials at once", at_once, "trials",
+                  "the search's progress lines")  # fmt: skip
         yield Row("by_memory", f"{pack}: trials ended out of memory",
                   int(statuses.get(STATUS_OOM, 0)), "trials", what)  # fmt: skip
     yield Row("by_memory", "trials per hour, packed by memory / a fixed quarter",
               per_hour["memory"] / per_hour["fixed"], "ratio",
               "one search each, fixed first; goal above 1 with no more OOMs")  # fmt: skip
+
+
+def most_running(log: str) -> int:
+    """The most trials a search's progress lines (`search.progress`) showed running."""
+    return max((int(count) for count in re.findall(r"(\d+) RUNNING", log)), default=0)
 
 
 # --- 5. out-of-memory trials on the card ----------------------------------------------------

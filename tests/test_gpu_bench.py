@@ -2,6 +2,7 @@
 code path of it), and each GPU-only figure says it was not measured and why."""
 
 import csv
+import importlib.util
 import subprocess
 import sys
 
@@ -36,8 +37,34 @@ def test_without_a_gpu_the_bench_runs_its_stand_in_and_names_what_it_could_not_m
         "AMP + activation checkpointing",
     ):
         assert 0 <= float(measured[f"line MAPE, {combination}, batches 16-512"]["value"]) < 5
+        # the stand-in's peak is the meter's own
+        meter = measured[f"the driver's CPU meter / the peak, {combination}"]
+        assert float(meter["value"]) == pytest.approx(1.0, abs=0.05)
     missing = {row["part"] for row in rows if not row["value"]}
     # "loop": its compiled row
     assert missing == {"card", "capacity", "packing", "by_memory", "oom", "loop"}
     assert all("needs a GPU" in row["note"] for row in rows if not row["value"])
     assert "not here" in finished.stdout
+
+
+def gpu_bench():
+    """bench/gpu.py as a module (it imports bench/on_device.py, beside it)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("gpu_bench", REPO / "bench" / "gpu.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    return module
+
+
+def test_a_packed_searchs_most_trials_at_once_are_read_from_its_progress_lines():
+    log = (
+        "== 0 s: 0 of 12 trials ended; 1 PENDING ==\n"
+        "== 45 s: 3 of 12 trials ended; 3 RUNNING, 1 PENDING, 3 TERMINATED ==\n"
+        "== 1 min 00 s: 6 of 12 trials ended; 11 RUNNING, 1 PENDING, 6 TERMINATED ==\n"
+    )
+    assert gpu_bench().most_running(log) == 11
+    assert gpu_bench().most_running("") == 0
