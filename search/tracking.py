@@ -268,10 +268,12 @@ class MlflowTrialCallback(tune.Callback):
         self.fixed_params = dict(fixed_params)  # the same for every trial
         self._client: MlflowClient | None = None
         self._runs: dict[str, str] = {}  # trial_id -> MLflow run id
+        self._last_epoch: dict[str, int] = {}  # MLflow run id -> last epoch in its history
 
     def __getstate__(self) -> dict[str, Any]:
-        # Tune saves callbacks with the experiment; a client is rebuilt after restore.
-        return {**self.__dict__, "_client": None}
+        # Tune saves callbacks with the experiment; a client is rebuilt after restore, and
+        # the last epochs are read again from MLflow: the saved ones may be older.
+        return {**self.__dict__, "_client": None, "_last_epoch": {}}
 
     @property
     def client(self) -> MlflowClient:
@@ -296,8 +298,16 @@ class MlflowTrialCallback(tune.Callback):
             self.client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
         else:
             run_id = self._create_run(trial)
+            self._last_epoch[run_id] = 0
         self._runs[trial.trial_id] = run_id
         return run_id
+
+    def last_epoch(self, run_id: str) -> int:
+        """The last epoch the run's history holds (0: none), read from MLflow on first use."""
+        if run_id not in self._last_epoch:
+            logged = self.client.get_run(run_id).data.metrics.get("epoch")
+            self._last_epoch[run_id] = int(logged) if logged is not None else 0
+        return self._last_epoch[run_id]
 
     def run_name(self, trial: Any) -> str:
         name = trial_run_name({**self.fixed_params, **trial.config}, trial.trial_id)
@@ -331,10 +341,17 @@ class MlflowTrialCallback(tune.Callback):
             # would empty its chart. Either is left out of the history: nothing was measured.
             if isinstance(result.get(name), int | float) and math.isfinite(result[name])
         ]
+        run_id = self.run_id_for(trial)
+        # Tune calls this before it registers the epoch's checkpoint: a trial killed in
+        # between resumes from the epoch before and reports this epoch again. Its history
+        # keeps the first report, so each epoch holds one value.
+        if step <= self.last_epoch(run_id):
+            metrics = []
+        else:
+            self._last_epoch[run_id] = step
         tags = [RunTag(name, str(result[name])) for name in TEXT_METRICS if result.get(name)]
         unmeasured = [name for name in NUMERIC_METRICS if _is_nan(result.get(name))]
         tags.append(RunTag(UNMEASURED_TAG, ",".join(unmeasured)))  # this report's, each time
-        run_id = self.run_id_for(trial)
         if result.get("status") in PRUNED_STATUSES:
             note = pruned_tags(result["status"], str(result.get("status_detail", "")))[NOTE_TAG]
             tags.append(RunTag(NOTE_TAG, note))

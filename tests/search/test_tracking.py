@@ -159,6 +159,24 @@ def test_a_restarted_search_continues_the_same_child_run_instead_of_a_new_one(pa
     assert len(client.get_metric_history(children[0].info.run_id, "epoch")) == 2
 
 
+def test_an_epoch_reported_again_after_a_trial_resumes_keeps_one_value_in_the_history(
+    parent, store
+):
+    # Tune logs a result before it registers the epoch's checkpoint: a trial killed in
+    # between resumes from the epoch before and reports the same epoch again.
+    callback = callback_for(parent, store)
+    trial = FakeTrial("abc")
+    callback.on_trial_start(0, [], trial)
+    for epoch in (1, 2, 2, 3):
+        callback.on_trial_result(0, [], trial, schema_result(epoch))
+    # A driver restored from a save taken after epoch 1 knows only its own past.
+    restored = pickle.loads(pickle.dumps(callback))
+    for epoch in (3, 4):
+        restored.on_trial_result(0, [], trial, schema_result(epoch))
+    history = MlflowClient(store).get_metric_history(callback.run_id_for(trial), "epoch")
+    assert sorted(m.step for m in history) == [1, 2, 3, 4]
+
+
 def test_the_parent_run_carries_the_config_as_params_and_ends_when_told(parent, store):
     client = MlflowClient(store)
     run = client.get_run(parent.run_id)
