@@ -16,8 +16,9 @@ in the row that measures it (`trainables.techniques.capacity_rows`: the baseline
 memory-saving techniques' rows run with it off), and there only to verify the batch the
 search found without it. On CPU the probe is the memory meter,
 whose parts are affine in the batch, measured on two tiny batches and solved exactly
-(`trainables.memory.MeteredStep`), so batches the host could not hold are never allocated.
-A line per probe is printed as it goes.
+(`trainables.memory.MeteredStep`), so batches the host could not hold are never allocated;
+the AMP rows' steps are timed there only where the CPU has fast bfloat16
+(`amp_steps_timed`). A line per probe is printed as it goes.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pathlib import Path
 import torch
 
 from search.config import ConfigError, SearchConfig, load_config, renamed_notes
+from search.devices import SLOW_AMP
 from search.errors import Problem
 from trainables.cuda import TorchCudaCard, available, resolve_device, synchronize
 from trainables.host_memory import give_back_freed_memory, hold_host_allocator
@@ -247,8 +249,10 @@ def autotuner_off() -> Iterator[None]:
 def measure_row(
     name: str, settings: TrainSettings, image_size: int, budget_mb: float, steps: int,
     host_limit_mb: float, card: TorchCudaCard | None = None,
-    say: Callable[[str], None] | None = None,
+    say: Callable[[str], None] | None = None, timed_here: bool = True,
 ) -> CapacityRow:  # fmt: skip
+    """The row's largest batch, and its step time there; `timed_here`: False leaves a CPU
+    row's step time unmeasured (NaN, `timed_batch_size` 0), a card's is always measured."""
     started = time.perf_counter()
     prober = Prober(settings, image_size, budget_mb, card=card, say=say)
     if prober.on_card and torch.backends.cudnn.benchmark:
@@ -278,12 +282,15 @@ def measure_row(
                                seconds)  # fmt: skip
         largest, step_seconds, measured_mb = trained
         timed = largest
-    else:
+    elif timed_here:
         step_seconds, measured_mb = prober.time_steps(timed, steps)
+    else:
+        step_seconds, timed = math.nan, 0
     peak_mb = measured_mb if prober.on_card else prober.peak_bytes(largest) / MIB
     seconds = time.perf_counter() - started
-    return CapacityRow(name, largest, 1, largest, step_seconds * largest / timed, peak_mb,
-                       timed, predicted, probes, seconds)  # fmt: skip
+    step_time_s = step_seconds * largest / timed if timed else math.nan
+    return CapacityRow(name, largest, 1, largest, step_time_s, peak_mb, timed, predicted,
+                       probes, seconds)  # fmt: skip
 
 
 # A probe that fits at the very edge of the budget can leave no room for the timed steps
@@ -350,9 +357,11 @@ def capacity_table(
     say: Callable[[str], None] = print,
     card: TorchCudaCard | None = None,
     base: TrainSettings | None = None,
+    time_amp: bool = True,
 ) -> list[CapacityRow]:
     """A row per technique of `capacity_rows`; `base`: the config's train settings on this
-    machine (`machine_settings`), when the caller has them already."""
+    machine (`machine_settings`), when the caller has them already; `time_amp`: False
+    leaves the AMP rows' step times unmeasured on a CPU (`amp_steps_timed`)."""
     base = base or machine_settings(config)
     rows = []
     for name, switches in capacity_rows():  # the technique table's; the seed's baseline
@@ -360,7 +369,8 @@ def capacity_table(
         settings = base.model_copy(update={**switches, "accumulation_steps": 1})
         say(f"  {name}:")
         row = measure_row(name, settings, config.data.image_size, budget_mb, steps,
-                          host_limit_mb, card=card, say=say)  # fmt: skip
+                          host_limit_mb, card=card, say=say,
+                          timed_here=time_amp or not settings.amp)  # fmt: skip
         say(
             f"  {name}: largest batch {row.max_batch_size} (predicted "
             f"{row.predicted_batch_size}; {row.probes} probes, {row.seconds:.1f} s)"
@@ -408,7 +418,9 @@ def render(rows: list[CapacityRow]) -> str:
         values = asdict(row)
         cells = [format(values[name], spec) for name, spec in COLUMNS]
         cells[0] = f"{row.technique:{widths[0]}s}"
-        if row.timed_batch_size != row.max_batch_size:
+        if math.isnan(row.step_time_s):
+            cells[4] = f"{'untimed':>8s}"
+        elif row.timed_batch_size != row.max_batch_size:
             cells[4] = "~" + cells[4].lstrip()
             cells[4] = f"{cells[4]:>8s}"
         lines.append(" ".join(cells))
@@ -421,6 +433,28 @@ def write_csv(rows: list[CapacityRow], path: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(asdict(rows[0])))
         writer.writeheader()
         writer.writerows(asdict(row) for row in rows)
+
+
+def amp_steps_timed(config: SearchConfig, card: TorchCudaCard | None, threads: int) -> bool:
+    """Whether the AMP rows' steps are timed: on a card always; on a CPU where a probe
+    (`trainables.amp_probe`, of the small CNN: fast bfloat16 is the CPU's, not the model's)
+    finds bf16 autocast training at `SLOW_AMP` of float32's speed or more, or where
+    `search.amp_probe` is off. A CPU that emulates bf16 took minutes a row to time steps
+    whose speed tells nothing of a card's (ResNet-50: about 20 minutes for the table, on
+    AVX2 only); their largest batches are the meter's either way."""
+    if card is not None or not config.search.amp_probe:
+        return True
+    from trainables.amp_probe import cpu_amp_speed
+
+    speed = cpu_amp_speed("small_cnn", 32, threads=threads)
+    if speed >= SLOW_AMP:
+        return True
+    print(
+        f"AMP's step times are left untimed: bf16 autocast trained at {speed:.2f}x float32's "
+        "speed on this CPU (a probe of the small CNN; it has no fast bfloat16); "
+        "search.amp_probe=false times them anyway"
+    )
+    return False
 
 
 def on_this_machine(settings: TrainSettings) -> TrainSettings:
@@ -492,15 +526,18 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(error.render(), file=sys.stderr)
         return EXIT_USAGE
-    torch.set_num_threads(max(1, min(int(config.resources.cpu), os.cpu_count() or 1)))
+    threads = max(1, min(int(config.resources.cpu), os.cpu_count() or 1))
+    torch.set_num_threads(threads)
     hold_host_allocator()  # its timed steps run as a trial's do (trainables.host_memory)
     device = "CPU (memory meter)" if card is None else card.describe()["device_name"]
     print(
         f"Capacity of {config.train.get('model', 'small_cnn')} at {config.data.image_size} px "
         f"under {budget:.0f} MiB per trial, {device}:"
     )
+    time_amp = amp_steps_timed(config, card, threads)
     rows = capacity_table(config, budget, args.accumulation_steps, args.steps,
-                          args.host_limit_mb, card=card, base=settings)  # fmt: skip
+                          args.host_limit_mb, card=card, base=settings,
+                          time_amp=time_amp)  # fmt: skip
     out = (
         Path(args.out)
         if args.out

@@ -194,6 +194,32 @@ def test_the_capacity_table_measures_a_torchvision_model_and_its_checkpointed_bl
     assert batch[together] > batch["activation checkpointing"]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="measures with the CPU meter")
+@pytest.mark.parametrize("probe_off", [False, True])
+def test_on_a_cpu_that_emulates_bf16_the_amp_rows_keep_their_batches_but_go_untimed(
+    tmp_path, capsys, monkeypatch, probe_off
+):
+    import trainables.amp_probe
+
+    probed = []
+    monkeypatch.setattr(
+        trainables.amp_probe, "cpu_amp_speed", lambda *a, **k: probed.append(a) or 0.12
+    )
+    out = tmp_path / "capacity.csv"
+    args = ["--config", str(CONFIGS / "memory_budget.yaml"), "--out", str(out), "--steps", "1"]
+    assert main([*args, *(["search.amp_probe=false"] if probe_off else [])]) == 0
+    rows = list(csv.DictReader(out.open()))
+    printed = capsys.readouterr().out
+    untimed = {row["technique"] for row in rows if math.isnan(float(row["step_time_s"]))}
+    if probe_off:  # timed anyway, and no probe asked
+        assert not untimed and not probed
+        return
+    amp_rows = {row["technique"] for row in rows if "AMP" in row["technique"]}
+    assert untimed == amp_rows and len(amp_rows) >= 2  # the last row is AMP's, accumulated
+    assert all(int(row["max_batch_size"]) > 0 for row in rows)
+    assert "untimed" in printed and "search.amp_probe=false times them anyway" in printed
+
+
 def test_without_a_budget_on_a_cpu_machine_the_command_says_which_key_to_set(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU supplies the budget")
