@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from search.config import ConfigError, SearchConfig, load_config, renamed_notes
-from search.devices import SLOW_AMP
+from search.devices import slow_cpu_amp
 from search.errors import Problem
 from trainables.cuda import TorchCudaCard, available, resolve_device, synchronize
 from trainables.host_memory import give_back_freed_memory, hold_host_allocator
@@ -438,22 +438,16 @@ def write_csv(rows: list[CapacityRow], path: Path) -> None:
 def amp_steps_timed(config: SearchConfig, card: TorchCudaCard | None, threads: int) -> bool:
     """Whether the AMP rows' steps are timed: on a card always; on a CPU where a probe
     (`trainables.amp_probe`, of the small CNN: fast bfloat16 is the CPU's, not the model's)
-    finds bf16 autocast training at `SLOW_AMP` of float32's speed or more, or where
+    finds bf16 autocast fast enough (`search.devices.slow_cpu_amp`, the search's rule), or where
     `search.amp_probe` is off. A CPU that emulates bf16 took minutes a row to time steps
     whose speed tells nothing of a card's (ResNet-50: about 20 minutes for the table, on
     AVX2 only); their largest batches are the meter's either way."""
     if card is not None or not config.search.amp_probe:
         return True
-    from trainables.amp_probe import cpu_amp_speed
-
-    speed = cpu_amp_speed("small_cnn", 32, threads=threads)
-    if speed >= SLOW_AMP:
+    slow = slow_cpu_amp("small_cnn", 32, threads)
+    if slow is None:
         return True
-    print(
-        f"AMP's step times are left untimed: bf16 autocast trained at {speed:.2f}x float32's "
-        "speed on this CPU (a probe of the small CNN; it has no fast bfloat16); "
-        "search.amp_probe=false times them anyway"
-    )
+    print(f"AMP's step times are left untimed: {slow}; search.amp_probe=false times them anyway")
     return False
 
 

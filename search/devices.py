@@ -80,19 +80,27 @@ def leave_out_slow_amp(config: SearchConfig, options: RunOptions) -> SearchConfi
         or {value for _, value in sampled.candidates()} != {False, True}
     ):
         return config
-    from trainables.amp_probe import PROBE_BATCH, cpu_amp_speed
-
     model = first_model(config)
     threads = int(config.train.get("num_threads") or max(1, int(config.resources.cpu)))
     print(f"Timing AMP against float32 on this CPU ({model}; search.amp_probe) ...", flush=True)
-    speed = cpu_amp_speed(model, config.data.image_size, threads=threads)
-    if speed >= SLOW_AMP:
+    slow = slow_cpu_amp(model, config.data.image_size, threads)
+    if slow is None:
         return config
-    return config.without_sampled(
-        "amp",
+    return config.without_sampled("amp", f"{slow}; search.amp_probe=false samples it anyway")
+
+
+def slow_cpu_amp(model: str, image_size: int, threads: int) -> str | None:
+    """Why AMP does not pay on this CPU: bf16 autocast trained `model` at under `SLOW_AMP`
+    of float32's speed in a probe (`trainables.amp_probe`); None where it is fast enough."""
+    from trainables.amp_probe import PROBE_BATCH, cpu_amp_speed
+
+    speed = cpu_amp_speed(model, image_size, threads=threads)
+    if speed >= SLOW_AMP:
+        return None
+    return (
         f"bf16 autocast trained at {speed:.2f}x float32's speed on this CPU (a probe of "
         f"{model}, batch {PROBE_BATCH}, {threads} thread{'s' if threads > 1 else ''}): it "
-        "has no fast bfloat16; search.amp_probe=false samples it anyway",
+        "has no fast bfloat16"
     )
 
 
