@@ -74,18 +74,25 @@ class Rule:
     ahead_on: tuple[str, ...] | str | None = EarlyStoppingSection().ahead_on
     # the first rungs at which a trial still at chance goes on (the search's default: 0)
     slow_start_rungs: int = EarlyStoppingSection().slow_start_rungs
+    # rungs after which a trial still at chance is stopped by one peer above it (the
+    # search's default: 1); None: judged as any trial (the rule before 2026-11-28)
+    at_chance_after: int | None = EarlyStoppingSection().at_chance_after
 
     @classmethod
     def parse(cls, text: str) -> Rule:
-        """`rungs:keep[:min_peers[:how[:objectives[:ahead_on[:slow_start_rungs]]]]]`, e.g.
+        """`rungs:keep[:min_peers[:how[:objectives[:ahead_on[:slow_start_rungs
+        [:at_chance_after]]]]]]]`, e.g.
         `1,2,4:0.5` (on evidence, ahead on accuracy, as the scheduler is now), `2,4:0.3:4`,
         `1,2,4:0.5:3:::any` (ahead on any objective, as before 2026-11-27),
         `1,2,4:0.5:3:values` (on the values alone, ahead on any, as before 2026-11-26's
         evening), `1,2,4:0.5:3:blind` (on the values, trials below the min accuracy
         compared on the objectives alone, as before 2026-11-25) or
         `1,2,4:0.5:3::throughput,best_val_acc` (compared on those objectives only) or
-        `1,2,4:0.5:3::::1` (a trial still at chance goes on at the first rung)."""
-        rungs, keep, min_peers, blind, compared_on, ahead, slow, *_ = [*text.split(":"), *[""] * 6]
+        `1,2,4:0.5:3::::1` (a trial still at chance goes on at the first rung) or
+        `1,2,4:0.5:3:::::none` (a trial still at chance after the first rung judged as any,
+        as before 2026-11-28)."""
+        fields = [*text.split(":"), *[""] * 7]
+        rungs, keep, min_peers, blind, compared_on, ahead, slow, chance, *_ = fields
         if blind not in ("", "blind", "values"):
             raise ValueError(
                 f"the fourth field of a rule is 'values', 'blind' or nothing, got {blind!r}"
@@ -104,7 +111,9 @@ class Rule:
             on_evidence=not blind,
             ahead_on=ahead_on,
             slow_start_rungs=int(slow or default.slow_start_rungs),
-        )
+            at_chance_after=(None if chance == "none"
+                             else int(chance) if chance else default.at_chance_after),
+        )  # fmt: skip
 
     def objectives(self, searched: Mapping[str, str]) -> dict[str, str]:
         """The search's objectives this rule compares trials on at a rung."""
@@ -141,6 +150,10 @@ class Rule:
             compared += f", ahead on {' or '.join(self.ahead_on)}"
         if self.slow_start_rungs != EarlyStoppingSection().slow_start_rungs:
             compared += f", slow starts spared at {self.slow_start_rungs} rungs"
+        if self.at_chance_after != EarlyStoppingSection().at_chance_after:
+            after = self.at_chance_after
+            compared += (", at chance judged as any" if after is None
+                         else f", at chance stopped after {after} rungs")  # fmt: skip
         return f"rungs {list(self.rungs)}, keep {self.keep:g}{peers}{blind}{compared}"
 
 
@@ -254,6 +267,7 @@ def replay_rule(
         compared, rule.rungs, rule.keep, rule.min_peers, min_accuracy,
         split_sizes=search.split_sizes if rule.on_evidence else None,
         ahead_on=rule.ahead_on_within(compared), slow_start_rungs=rule.slow_start_rungs,
+        at_chance_after=rule.at_chance_after,
     )  # fmt: skip
     warmups = None if judge_warmup else search.warmup_epochs()
     stops = replay(scheduler, search.histories, search.last_epochs(), warmups)

@@ -43,24 +43,28 @@ def step():
 for _ in range(10):
     step()
 faults, started = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
-for _ in range(60):
+for _ in range({steps}):
     step()
 seconds = time.perf_counter() - started
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-print(json.dumps({{"images_per_s": 60 * {batch} * {accumulation} / seconds,
-                  "faults_per_step": faults / 60}}))
+print(json.dumps({{"images_per_s": {steps} * {batch} * {accumulation} / seconds,
+                  "faults_per_step": faults / {steps}}}))
 """
 HELD = "assert hold_host_allocator()"
 # the hold before section 27: glibc's two thresholds, blocks above 32 MiB still mapped apart
 THRESHOLDS_ONLY = "from trainables.host_memory import fix_thresholds; assert fix_thresholds()"
 SIDES = {"left alone": "", "thresholds only": THRESHOLDS_ONLY, "held": HELD}
 KNEE_STEP = (32, 4)  # the main search's knee: batches of 32, 4 a step
+TIMED_STEPS = 60  # after 10 warm-up steps: enough for a speed; a page count needs fewer
 
 
-def one_run(before: str = "", batch: int = 32, accumulation: int = 4) -> dict[str, float]:
+def one_run(
+    before: str = "", batch: int = 32, accumulation: int = 4, steps: int = TIMED_STEPS
+) -> dict[str, float]:
     """The loop in a fresh process after `before`, on batches of `batch`, `accumulation` a
-    step: its images per second and minor page faults a step."""
-    source = LOOP.format(before=before, batch=batch, accumulation=accumulation)
+    step, `steps` steps timed after the warm-up: its images per second and minor page
+    faults a step."""
+    source = LOOP.format(before=before, batch=batch, accumulation=accumulation, steps=steps)
     done = subprocess.run([sys.executable, "-c", source], cwd=REPO,
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:

@@ -123,6 +123,7 @@ class ParetoEarlyStopping(FIFOScheduler):
     split_sizes: Mapping[str, int] | None = None
     ahead_on: tuple[str, ...] | None = None
     slow_start_rungs: int = 0
+    at_chance_after: int | None = None
 
     def __init__(
         self,
@@ -134,6 +135,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         split_sizes: Mapping[str, int] | None = None,
         ahead_on: Sequence[str] | None = None,
         slow_start_rungs: int = 0,
+        at_chance_after: int | None = None,
     ) -> None:
         """`min_accuracy`: the `best_val_acc` below which the report keeps a trial off the
         front (`trainables.metrics.min_accuracy_for` the data's classes); None: none.
@@ -142,7 +144,9 @@ class ParetoEarlyStopping(FIFOScheduler):
         trial is then stopped only on evidence; None: on the values alone. `ahead_on`: the
         objectives a peer must be ahead on to stop a trial (behind on none); None: any.
         `slow_start_rungs`: at that many first rungs a trial below the min accuracy goes
-        on (a slow starter is still at chance there)."""
+        on (a slow starter is still at chance there). `at_chance_after`: after that many
+        rungs a trial still below the min accuracy is stopped by one peer above it beyond
+        the noise, whatever `keep` and `min_peers`; None: judged as any trial."""
         unknown = [name for name in ahead_on or () if name not in objectives]
         if ahead_on is not None and not ahead_on:
             raise ValueError("ahead_on names no objective (None: any objective decides)")
@@ -159,6 +163,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         self.split_sizes = dict(split_sizes) if split_sizes else None
         self.ahead_on = tuple(ahead_on) if ahead_on is not None else None
         self.slow_start_rungs = slow_start_rungs
+        self.at_chance_after = at_chance_after
         self.stopped: dict[str, str] = {}  # trial id -> why
         self.seen: dict[int, dict[str, RungRecord]] = {}  # rung -> trial -> its standing
 
@@ -197,12 +202,17 @@ class ParetoEarlyStopping(FIFOScheduler):
         peers = self.seen.setdefault(rung, {})
         dominating = rung_verdict(record, peers, self.keep, self.min_peers,
                                   self.accuracy_column, self.decisive_columns)  # fmt: skip
+        rung_index = self.rungs.index(rung)
+        # kept by the share or too few peers, but still at chance where others learn
+        at_chance = dominating is None and self.still_at_chance(record, rung_index)
+        if at_chance:
+            dominating = self.clearly_learning(record, peers)
         peers[trial_id] = record
         if dominating is None or epoch == last_epoch:  # nothing left to save
             return False
-        if not record.above_min_accuracy and self.rungs.index(rung) < self.slow_start_rungs:
+        if not record.above_min_accuracy and rung_index < self.slow_start_rungs:
             return False  # at chance: not learning yet, or a slow start the next rung tells
-        where = f"rung {self.rungs.index(rung) + 1} of {len(self.rungs)}"
+        where = f"rung {rung_index + 1} of {len(self.rungs)}"
         if warmup_epochs:
             where += f", its epoch {rung} at full rate after {warmup_epochs} of warmup"
         how = f"dominated on {', '.join(self.objectives)} by"
@@ -216,12 +226,40 @@ class ParetoEarlyStopping(FIFOScheduler):
                 f"best_val_acc {float(result['best_val_acc']):.3f} below the min accuracy "
                 f"{self.min_accuracy:.3f} (so behind every trial above it), dominated by"
             )
+        if at_chance:
+            how = (
+                f"still at chance, best_val_acc {float(result['best_val_acc']):.3f} below "
+                f"the min accuracy {self.min_accuracy:.3f} after {rung_index} "
+                f"rung{'s' if rung_index > 1 else ''} (stopped by any trial above it beyond "
+                "the noise), dominated by"
+            )
         self.stopped[trial_id] = (
             f"stopped at epoch {epoch} ({where}): {how} "
             f"{len(dominating)} of the {len(peers) - 1} trials that reached it before "
             f"({', '.join(sorted(dominating))}){self.trailing(record, dominating, peers)}"
         )
         return True
+
+    def still_at_chance(self, record: RungRecord, rung_index: int) -> bool:
+        """Whether `record`, at the rung `rung_index` (from 0), is a trial still below the
+        min accuracy after `at_chance_after` rungs: one peer above it stops it."""
+        return (
+            self.at_chance_after is not None
+            and self.min_accuracy is not None
+            and not record.above_min_accuracy
+            and rung_index >= max(self.at_chance_after, self.slow_start_rungs)
+        )
+
+    def clearly_learning(
+        self, record: RungRecord, peers: Mapping[str, RungRecord]
+    ) -> list[str] | None:
+        """The peers above the min accuracy that dominate `record` (across the min
+        accuracy: more accurate beyond the noise, where the records carry errors), keep
+        and min peers aside; None: none does."""
+        learning = {peer: kept for peer, kept in peers.items() if kept.above_min_accuracy}
+        return rung_verdict(record, learning, keep=0.0, min_peers=2,
+                            accuracy_column=self.accuracy_column,
+                            decisive=self.decisive_columns)  # fmt: skip
 
     @property
     def decisive_columns(self) -> list[int] | None:

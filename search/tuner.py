@@ -139,6 +139,7 @@ def build_tuner(
             split_sizes=split_sizes(config, data),  # a trial is stopped on evidence
             ahead_on=search.early_stopping.effective_ahead_on(config.objectives),
             slow_start_rungs=search.early_stopping.slow_start_rungs,
+            at_chance_after=search.early_stopping.at_chance_after,
         )
         callbacks = [EarlyStoppedStatus(scheduler), *callbacks]  # first: it marks the result
     return tune.Tuner(
