@@ -37,6 +37,16 @@ accurate of one search among them; but such a config often learns on some seeds 
 searches that spared them chose knees that learned nothing on half their noise-floor seeds
 (docs/RESULTS.md, section 33).
 
+Still at chance (`at_chance_after`, the search's default 1; off by default here): after
+that many rungs (and any slow start) a trial still below the min accuracy is stopped as
+soon as one peer at the rung is above the min accuracy beyond the noise, whatever `keep`
+and `min_peers`; between rungs, against the peers at the last rung it passed (a trial
+that reached a rung before any peer meets them there, having trained longer). The share
+kept is for trials that may still reach the front; with few peers at a rung (the first
+trials of a search meet only each other) it let trials that learned nothing run all their
+epochs. In three searches run whole, the trials still at chance at their second or third
+rung ended at 0.725 or less (docs/RESULTS.md, section 37).
+
 Ahead on accuracy (`ahead_on`; the search's default, `auto`, is `best_val_acc` where it is
 an objective): a peer stops a trial
 only where it is ahead on one of those objectives (beyond the noise) and behind on none.
@@ -144,9 +154,10 @@ class ParetoEarlyStopping(FIFOScheduler):
         trial is then stopped only on evidence; None: on the values alone. `ahead_on`: the
         objectives a peer must be ahead on to stop a trial (behind on none); None: any.
         `slow_start_rungs`: at that many first rungs a trial below the min accuracy goes
-        on (a slow starter is still at chance there). `at_chance_after`: after that many
-        rungs a trial still below the min accuracy is stopped by one peer above it beyond
-        the noise, whatever `keep` and `min_peers`; None: judged as any trial."""
+        on (a slow starter is still at chance there). `at_chance_after`: from the rung after
+        that many on (and at the epochs after it), a trial still below the min accuracy is
+        stopped by one peer above it beyond the noise, whatever `keep` and `min_peers`;
+        None: judged as any trial."""
         unknown = [name for name in ahead_on or () if name not in objectives]
         if ahead_on is not None and not ahead_on:
             raise ValueError("ahead_on names no objective (None: any objective decides)")
@@ -181,23 +192,24 @@ class ParetoEarlyStopping(FIFOScheduler):
         with why. Every result of every trial passes here, in the order the results
         arrive: a trial is compared with those before it. A rung counts a trial's epochs
         at its full rate (`rung_epoch`): one that warms up over 2 epochs meets rung 1 at
-        epoch 3, among the trials at their first epoch at full rate."""
+        epoch 3, among the trials at their first epoch at full rate. Between rungs, a trial
+        still at chance is compared with the peers at the last rung it passed
+        (`still_at_chance`): a trial that reached a rung before any peer did meets them
+        there, having trained longer than they had."""
         epoch = result.get("epoch")
         if epoch is None or result.get("status", STATUS_OK) != STATUS_OK:
             return False
-        rung_at = {rung_epoch(rung, warmup_epochs): rung for rung in self.rungs}
-        if epoch not in rung_at:
-            return False
-        values = tuple(minimised(result, self.objectives))
-        if any(math.isnan(value) for value in values):
+        record = self.record_of(result)
+        if record is None:
             # not comparable (an objective this trial does not report at the rung): it
             # goes on, and is not a peer whose NaN would count as the worst value
             return False
-        errors = ()
-        if self.split_sizes is not None:
-            errors = tuple(standard_error(name, result, self.split_sizes)
-                           for name in self.objectives)  # fmt: skip
-        record = RungRecord(values, self.above_min_accuracy(result), errors)
+        rung_at = self.rung_epochs(warmup_epochs)
+        if epoch not in rung_at:
+            accuracy = float(result.get("best_val_acc", math.nan))
+            return epoch != last_epoch and self.still_at_chance_after(
+                trial_id, record, accuracy, epoch, warmup_epochs
+            )
         rung = rung_at[epoch]
         peers = self.seen.setdefault(rung, {})
         dominating = rung_verdict(record, peers, self.keep, self.min_peers,
@@ -227,18 +239,64 @@ class ParetoEarlyStopping(FIFOScheduler):
                 f"{self.min_accuracy:.3f} (so behind every trial above it), dominated by"
             )
         if at_chance:
-            how = (
-                f"still at chance, best_val_acc {float(result['best_val_acc']):.3f} below "
-                f"the min accuracy {self.min_accuracy:.3f} after {rung_index} "
-                f"rung{'s' if rung_index > 1 else ''} (stopped by any trial above it beyond "
-                "the noise), dominated by"
-            )
+            how = self.at_chance_how(float(result["best_val_acc"]), rung_index)
         self.stopped[trial_id] = (
             f"stopped at epoch {epoch} ({where}): {how} "
             f"{len(dominating)} of the {len(peers) - 1} trials that reached it before "
             f"({', '.join(sorted(dominating))}){self.trailing(record, dominating, peers)}"
         )
         return True
+
+    def record_of(self, result: Mapping[str, Any]) -> RungRecord | None:
+        """A result's standing: its objectives, whether it is above the min accuracy and,
+        on evidence, each objective's standard error; None where an objective is NaN."""
+        values = tuple(minimised(result, self.objectives))
+        if any(math.isnan(value) for value in values):
+            return None
+        errors = ()
+        if self.split_sizes is not None:
+            errors = tuple(standard_error(name, result, self.split_sizes)
+                           for name in self.objectives)  # fmt: skip
+        return RungRecord(values, self.above_min_accuracy(result), errors)
+
+    def rung_epochs(self, warmup_epochs: int) -> dict[int, int]:
+        """The epoch at which a trial warming up over `warmup_epochs` meets each rung."""
+        return {rung_epoch(rung, warmup_epochs): rung for rung in self.rungs}
+
+    def still_at_chance_after(
+        self, trial_id: str, record: RungRecord, accuracy: float, epoch: int, warmup_epochs: int
+    ) -> bool:
+        """Between rungs: whether the trial, still at chance (`accuracy`) at `epoch`, is
+        stopped by a peer above the min accuracy beyond the noise at the last rung it
+        passed (a peer there had trained no longer than it has now)."""
+        passed = [rung for epoch_at, rung in self.rung_epochs(warmup_epochs).items()
+                  if epoch_at < epoch]  # fmt: skip
+        if not passed:
+            return False
+        rung = max(passed)
+        rung_index = self.rungs.index(rung)
+        if not self.still_at_chance(record, rung_index):
+            return False
+        peers = {peer: kept for peer, kept in self.seen.get(rung, {}).items() if peer != trial_id}
+        dominating = self.clearly_learning(record, peers)
+        if dominating is None:
+            return False
+        self.stopped[trial_id] = (
+            f"stopped at epoch {epoch} (after rung {rung_index + 1} of {len(self.rungs)}): "
+            f"{self.at_chance_how(accuracy, rung_index)} "
+            f"{len(dominating)} of the {len(peers)} trials at that rung "
+            f"({', '.join(sorted(dominating))}){self.trailing(record, dominating, peers)}"
+        )
+        return True
+
+    def at_chance_how(self, accuracy: float, rung_index: int) -> str:
+        """Why a trial still at chance after `rung_index` rungs was stopped, up to whom."""
+        return (
+            f"still at chance, best_val_acc {accuracy:.3f} below the min "
+            f"accuracy {self.min_accuracy:.3f} after {rung_index} "
+            f"rung{'s' if rung_index > 1 else ''} (stopped by any trial above it beyond the "
+            "noise), dominated by"
+        )
 
     def still_at_chance(self, record: RungRecord, rung_index: int) -> bool:
         """Whether `record`, at the rung `rung_index` (from 0), is a trial still below the

@@ -115,3 +115,10 @@ def test_the_replay_leaves_a_warming_up_trial_alone_unless_told_to_judge_it():
     assert replay_bench.replay_rule(search, Rule.parse("1:0.5"), config).stopped == 0
     judged = replay_bench.replay_rule(search, Rule.parse("1:0.5"), config, judge_warmup=True)
     assert judged.stopped >= 1
+
+
+def test_a_rule_stops_trials_still_at_chance_after_its_first_rung_as_the_search_does_or_not():
+    assert Rule.parse("1,2,4:0.5").at_chance_after == 1
+    before = Rule.parse("1,2,4:0.5:3:::::none")
+    assert before.at_chance_after is None and "at chance judged as any" in str(before)
+    assert Rule.parse("1,2,4:0.5:3:::::2").at_chance_after == 2

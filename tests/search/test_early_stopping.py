@@ -4,8 +4,10 @@ the status every reader of a stopped trial sees."""
 from types import SimpleNamespace
 
 import pytest
+from pydantic import ValidationError
 from ray.tune.schedulers import TrialScheduler
 
+from search.config import EarlyStoppingSection
 from search.early_stopping import (
     EarlyStoppedStatus,
     ParetoEarlyStopping,
@@ -585,3 +587,120 @@ def test_a_search_started_before_slow_starts_resumes_stopping_them_at_the_first_
     assert in_turn(scheduler, ("a", 1300, 0.80), ("b", 1250, 0.75), ("slow", 1280, 0.51)) == (
         "STOP"
     )
+
+
+# --- still at chance after the first rung ----------------------------------------------------
+
+
+def at_rung_two(scheduler: ParetoEarlyStopping, *trials: tuple[str, float]) -> str:
+    """Each (trial, accuracy) reports its second epoch, as fast as the others, in turn: the
+    scheduler's decision on the last."""
+    for trial, accuracy in trials:
+        decision = scheduler.on_trial_result(
+            None, fake_trial(trial), timed(2, 1300, accuracy, 0.01)
+        )
+    return decision
+
+
+def test_after_its_first_rung_a_trial_still_at_chance_is_stopped_by_one_peer_clearly_above():
+    # two of three at chance: the share kept (ceil(0.5 x 3) ahead) would let both go on
+    scheduler = evidence_scheduler(rungs=[1, 2], at_chance_after=1)
+    assert at_rung_two(scheduler, ("learns", 0.75), ("also at chance", 0.50), ("b", 0.50)) == (
+        "STOP"
+    )
+    assert scheduler.stopped["b"].startswith(
+        "stopped at epoch 2 (rung 2 of 2): still at chance, best_val_acc 0.500 below the min "
+        "accuracy 0.550 after 1 rung (stopped by any trial above it beyond the noise), "
+        "dominated by 1 of the 2 trials that reached it before (learns); it trails learns "
+        "most on best_val_acc: 0.5 against 0.75, "
+    )
+    # one peer is evidence enough: fewer trials at the rung than min_peers
+    alone = evidence_scheduler(rungs=[1, 2], at_chance_after=1)
+    assert at_rung_two(alone, ("learns", 0.75), ("b", 0.50)) == "STOP"
+
+
+def test_a_trial_still_at_chance_goes_on_where_no_peer_is_clearly_above_it():
+    # 0.56 is above the min accuracy but within the noise of 0.50 on 400 images
+    scheduler = evidence_scheduler(rungs=[1, 2], at_chance_after=1)
+    assert at_rung_two(scheduler, ("barely", 0.56), ("b", 0.50)) == "CONTINUE"
+    # nor is one at chance stopped by a peer at chance a little ahead of it
+    assert at_rung_two(scheduler, ("c", 0.54)) == "CONTINUE"
+    assert not scheduler.stopped
+
+
+def test_at_its_first_rung_a_trial_at_chance_keeps_the_share_and_the_min_peers():
+    scheduler = evidence_scheduler(rungs=[1, 2], at_chance_after=1)
+    assert in_turn(scheduler, ("learns", 1300, 0.75), ("b", 1300, 0.50)) == "CONTINUE"
+
+
+def test_without_at_chance_after_a_trial_still_at_chance_is_judged_as_any():
+    for scheduler in (
+        evidence_scheduler(rungs=[1, 2], at_chance_after=None),
+        evidence_scheduler(rungs=[1, 2]),  # the scheduler alone: as before
+    ):
+        assert at_rung_two(scheduler, ("learns", 0.75), ("at chance", 0.50), ("b", 0.50)) == (
+            "CONTINUE"
+        )
+
+
+def test_a_slow_start_spared_is_stopped_still_at_chance_only_after_it():
+    scheduler = evidence_scheduler(rungs=[1, 2, 4], slow_start_rungs=2, at_chance_after=1)
+    assert at_rung_two(scheduler, ("learns", 0.75), ("b", 0.50)) == "CONTINUE"
+    for trial_id, accuracy in (("learns", 0.80), ("b", 0.50)):
+        decision = scheduler.on_trial_result(
+            None, fake_trial(trial_id), timed(4, 1300, accuracy, 0.01)
+        )
+    assert decision == "STOP" and "still at chance" in scheduler.stopped["b"]
+
+
+def test_a_search_started_before_at_chance_after_resumes_with_the_rule_it_began_with():
+    scheduler = evidence_scheduler(rungs=[1, 2], at_chance_after=1)
+    del scheduler.at_chance_after  # as unpickled from a search saved before it was kept
+    assert at_rung_two(scheduler, ("learns", 0.75), ("at chance", 0.50), ("b", 0.50)) == (
+        "CONTINUE"
+    )
+
+
+def test_the_search_stops_trials_still_at_chance_after_the_first_rung_unless_told_not_to():
+    assert EarlyStoppingSection().at_chance_after == 1
+    assert EarlyStoppingSection(at_chance_after=None).at_chance_after is None
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        EarlyStoppingSection(at_chance_after=0)
+
+
+def test_a_trial_at_chance_that_reached_its_rung_first_meets_its_peers_there_at_a_later_epoch():
+    scheduler = evidence_scheduler(rungs=[1, 2, 4], at_chance_after=1)
+    first = fake_trial("first")
+    for epoch in (1, 2):  # alone at both rungs: nobody to compare with
+        assert scheduler.on_trial_result(None, first, timed(epoch, 1300, 0.50, 0.01)) == (
+            "CONTINUE"
+        )
+    for epoch, accuracy in ((1, 0.60), (2, 0.75)):
+        scheduler.on_trial_result(None, fake_trial("learns"), timed(epoch, 1300, accuracy, 0.01))
+    assert scheduler.on_trial_result(None, first, timed(3, 1300, 0.50, 0.01)) == "STOP"
+    assert scheduler.stopped["first"].startswith(
+        "stopped at epoch 3 (after rung 2 of 3): still at chance, best_val_acc 0.500 below the "
+        "min accuracy 0.550 after 1 rung (stopped by any trial above it beyond the noise), "
+        "dominated by 1 of the 1 trials at that rung (learns); it trails learns most on "
+        "best_val_acc: 0.5 against 0.75"
+    )
+
+
+def test_between_rungs_a_trial_still_at_chance_is_stopped_only_past_its_second_rung():
+    scheduler = evidence_scheduler(rungs=[2, 4], at_chance_after=1)
+    scheduler.on_trial_result(None, fake_trial("learns"), timed(2, 1300, 0.80, 0.01))
+    for trial_id, epoch, accuracy in (("before its first rung", 1, 0.50),
+                                      ("between its first rungs", 3, 0.50),
+                                      ("learning", 3, 0.62)):  # fmt: skip
+        decision = scheduler.on_trial_result(
+            None, fake_trial(trial_id), timed(epoch, 1300, accuracy, 0.01)
+        )
+        assert decision == "CONTINUE", trial_id  # rung 2 is its first: judged as any
+    for epoch in (4, 5):
+        scheduler.on_trial_result(None, fake_trial("learns"), timed(epoch, 1300, 0.82, 0.01))
+    assert scheduler.on_trial_result(None, fake_trial("late"), timed(5, 1300, 0.50, 0.01)) == (
+        "STOP"
+    )  # past rung 4, its second: against the peers there
+    assert scheduler.on_trial_result(None, fake_trial("last"), timed(8, 1300, 0.50, 0.01)) == (
+        "CONTINUE"
+    )  # at its last epoch nothing is left to save
