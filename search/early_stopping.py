@@ -37,15 +37,16 @@ accurate of one search among them; but such a config often learns on some seeds 
 searches that spared them chose knees that learned nothing on half their noise-floor seeds
 (docs/RESULTS.md, section 33).
 
-Still at chance (`at_chance_after`, the search's default 1; off by default here): after
-that many rungs (and any slow start) a trial still below the min accuracy is stopped as
-soon as one peer at the rung is above the min accuracy beyond the noise, whatever `keep`
-and `min_peers`; between rungs, against the peers at the last rung it passed (a trial
-that reached a rung before any peer meets them there, having trained longer). The share
-kept is for trials that may still reach the front; with few peers at a rung (the first
-trials of a search meet only each other) it let trials that learned nothing run all their
-epochs. In three searches run whole, the trials still at chance at their second or third
-rung ended at 0.725 or less (docs/RESULTS.md, section 37).
+Still at chance (`at_chance_after`, the search's default 1; off by default here): from
+the rung after that many on (and after any slow start) a trial still below the min
+accuracy is stopped as soon as one peer at the rung is above the min accuracy beyond the
+noise, whatever `keep` and `min_peers`; between rungs, against the peers at the last
+rung it passed (a trial that reached a rung before any peer meets them there, having
+trained longer). The share kept is for trials that may still reach the front; with few
+peers at a rung (the first trials of a search meet only each other) it let trials that
+learned nothing run all their epochs. In three searches run whole, the trials still at
+chance at their second or third rung ended at 0.725 or less (docs/RESULTS.md, section
+37).
 
 Ahead on accuracy (`ahead_on`; the search's default, `auto`, is `best_val_acc` where it is
 an objective): a peer stops a trial
@@ -194,7 +195,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         at its full rate (`rung_epoch`): one that warms up over 2 epochs meets rung 1 at
         epoch 3, among the trials at their first epoch at full rate. Between rungs, a trial
         still at chance is compared with the peers at the last rung it passed
-        (`still_at_chance`): a trial that reached a rung before any peer did meets them
+        (`still_at_chance_after`): a trial that reached a rung before any peer did meets them
         there, having trained longer than they had."""
         epoch = result.get("epoch")
         if epoch is None or result.get("status", STATUS_OK) != STATUS_OK:
@@ -239,7 +240,7 @@ class ParetoEarlyStopping(FIFOScheduler):
                 f"{self.min_accuracy:.3f} (so behind every trial above it), dominated by"
             )
         if at_chance:
-            how = self.at_chance_how(float(result["best_val_acc"]), rung_index)
+            how = self.at_chance_how(float(result["best_val_acc"]), passed=rung_index)
         self.stopped[trial_id] = (
             f"stopped at epoch {epoch} ({where}): {how} "
             f"{len(dominating)} of the {len(peers) - 1} trials that reached it before "
@@ -283,18 +284,18 @@ class ParetoEarlyStopping(FIFOScheduler):
             return False
         self.stopped[trial_id] = (
             f"stopped at epoch {epoch} (after rung {rung_index + 1} of {len(self.rungs)}): "
-            f"{self.at_chance_how(accuracy, rung_index)} "
+            f"{self.at_chance_how(accuracy, passed=rung_index + 1)} "
             f"{len(dominating)} of the {len(peers)} trials at that rung "
             f"({', '.join(sorted(dominating))}){self.trailing(record, dominating, peers)}"
         )
         return True
 
-    def at_chance_how(self, accuracy: float, rung_index: int) -> str:
-        """Why a trial still at chance after `rung_index` rungs was stopped, up to whom."""
+    def at_chance_how(self, accuracy: float, passed: int) -> str:
+        """Why a trial still at chance after `passed` rungs was stopped, up to whom."""
         return (
             f"still at chance, best_val_acc {accuracy:.3f} below the min "
-            f"accuracy {self.min_accuracy:.3f} after {rung_index} "
-            f"rung{'s' if rung_index > 1 else ''} (stopped by any trial above it beyond the "
+            f"accuracy {self.min_accuracy:.3f} after {passed} "
+            f"rung{'s' if passed > 1 else ''} (stopped by any trial above it beyond the "
             "noise), dominated by"
         )
 

@@ -680,7 +680,7 @@ def test_a_trial_at_chance_that_reached_its_rung_first_meets_its_peers_there_at_
     assert scheduler.on_trial_result(None, first, timed(3, 1300, 0.50, 0.01)) == "STOP"
     assert scheduler.stopped["first"].startswith(
         "stopped at epoch 3 (after rung 2 of 3): still at chance, best_val_acc 0.500 below the "
-        "min accuracy 0.550 after 1 rung (stopped by any trial above it beyond the noise), "
+        "min accuracy 0.550 after 2 rungs (stopped by any trial above it beyond the noise), "
         "dominated by 1 of the 1 trials at that rung (learns); it trails learns most on "
         "best_val_acc: 0.5 against 0.75"
     )
