@@ -18,7 +18,9 @@ stopped, and at which epochs (epoch: trials), trial seconds kept (of the whole s
 trial seconds), hypervolume kept, trials of the whole front stopped, and of its three most
 accurate trials (issue 37's aim: none). `--detail` adds a line for each front trial a rule
 stops: its accuracy when stopped, where it ended (best_val_acc, gen_gap) and the share of
-the search's hypervolume it holds alone. `--judge-warmup` replays as the replay did before
+the search's hypervolume it holds alone. Each search's line says where its trials run
+whole that were still at chance at their second rung or later ended (what
+`search.early_stopping.at_chance_after` stops). `--judge-warmup` replays as the replay did before
 2026-11-27 (`597cdd1`): every trial judged at every rung, inside its lr warmup too. A
 rule is ahead on accuracy as the search's default is (`search.early_stopping.ahead_on`);
 `:::any` after its min peers lets any objective decide, as before `e055fab`.
@@ -49,7 +51,7 @@ from analysis.load import frame_from_tune, histories_from_tune, trial_seconds
 from analysis.pareto import declared_bounds, hypervolume, mark_front
 from analysis.same_work import pool_same_work
 from search.config import EarlyStoppingSection, SearchConfig, load_config
-from search.early_stopping import ParetoEarlyStopping, replay
+from search.early_stopping import ParetoEarlyStopping, replay, rung_epoch
 from trainables.metrics import METRICS, STATUS_STOPPED_EARLY, min_accuracy_for
 from trainables.settings import DEFAULT_EPOCHS, TrainSettings
 
@@ -211,6 +213,26 @@ class Search:
 
     def last_epochs(self) -> dict[str, int]:
         return self.setting_of_each_trial("epochs")
+
+    def still_at_chance_finals(self, rungs: tuple[int, ...]) -> list[float]:
+        """Where the trials run whole that were still below the min accuracy at one of
+        `rungs` after the first (counted at full rate, `rung_epoch`) ended: what
+        `at_chance_after` stops (docs/RESULTS.md, section 37)."""
+        warmups, last = self.warmup_epochs(), self.last_epochs()
+        accuracy = self.histories.set_index(["trial_id", "epoch"])["best_val_acc"]
+        finals = []
+        for trial, ended in zip(self.frame["trial_id"], self.frame["best_val_acc"], strict=True):
+            epochs = [rung_epoch(rung, warmups[trial]) for rung in rungs[1:]]
+            whole = (trial, last[trial]) in accuracy.index
+            if whole and any(accuracy.get((trial, epoch), 1.0) < self.min_accuracy
+                             for epoch in epochs):  # fmt: skip
+                finals.append(float(ended))
+        return sorted(finals)
+
+
+def rungs_of(config: SearchConfig) -> tuple[int, ...]:
+    """The rungs of the config's early stopping (the search's default where it has none)."""
+    return (config.search.early_stopping or EarlyStoppingSection()).rungs
 
 
 def split_sizes_of(config: SearchConfig, classes: int) -> dict[str, int]:
@@ -383,6 +405,11 @@ def main() -> None:
         if (search.frame.get("status") == STATUS_STOPPED_EARLY).any():
             print(f"  {search.name} ran with early stopping: its stopped trials cannot go "
                   "further here, so a rule that stops fewer looks like its own")  # fmt: skip
+        finals = search.still_at_chance_finals(rungs_of(config))
+        if finals:
+            print(f"  {len(finals)} run whole were still at chance at their second rung or "
+                  f"later, and ended at {finals[0]:.4g}-{finals[-1]:.4g} (median "
+                  f"{statistics.median(finals):.4g})")  # fmt: skip
     header = ["rule", "search", "stopped", "at epoch (epoch: trials)", "seconds kept",
               "hypervolume kept", "front stopped",
               f"{MOST_ACCURATE} most accurate stopped"]  # fmt: skip
