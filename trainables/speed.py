@@ -66,7 +66,10 @@ MIN_BLOCK_SECONDS = 0.02  # a block's steps take at least this: the clock and a 
 WARMUP_STEPS = 2
 WINDOW_BLOCKS = 6  # blocks of one held window (an epoch's share of a crowded device)
 MIN_WINDOWS = 3  # held windows, in as many epochs, before a precise speed stops them
-PAIRED_BLOCK_SECONDS = 0.1  # a side's block in an alternation: long enough to even out steps
+# a side's blocks in a round of an alternation, together: long enough to even out steps. A
+# side of several configurations (AdaBatch's batches) gives each its share of it
+# (`paired_block_steps`), so its round is no longer than one configuration's
+PAIRED_BLOCK_SECONDS = 0.1
 MIN_ROUNDS = 4  # rounds of an alternation (both sides once each) before it may stop
 
 
@@ -281,6 +284,15 @@ def paired_ratio(
 # A side of an alternation: its configurations, each (share of its images, a block of its
 # steps that returns the seconds it took per image).
 Side = Sequence[tuple[float, Callable[[], float]]]
+
+
+def paired_block_steps(seconds_per_step: float, share: float) -> int:
+    """Steps of a configuration's block in an alternation: its `share` of its side's images
+    of `PAIRED_BLOCK_SECONDS`, at least one step. Each configuration's block weighs in its
+    side's seconds per image by its share, and a block's noise falls with the square root
+    of its length: blocks in proportion to their shares give a round of several
+    configurations the precision of one configuration's block as long as all of them."""
+    return max(1, math.ceil(PAIRED_BLOCK_SECONDS * share / max(seconds_per_step, 1e-6)))
 
 
 def seconds_per_image(side: Side, seconds: Mapping[int, float]) -> float:

@@ -24,10 +24,10 @@ from trainables.oom import is_out_of_memory, release_memory
 from trainables.schedules import EpochSchedule, epoch_schedule
 from trainables.settings import CHOOSES_CONFIGURATIONS, SAME_WORK_PER_IMAGE, TrainSettings
 from trainables.speed import (
-    PAIRED_BLOCK_SECONDS,
     ConfigSpeed,
     SpeedRatio,
     SpeedWindow,
+    paired_block_steps,
     time_in_alternation,
 )
 from trainables.training import (
@@ -165,18 +165,22 @@ def alternation_side(
     blocks: dict[str, StepBlock],
 ) -> list[tuple[float, Callable[[], float]]]:
     """A side of an alternation: for each configuration (key -> images), its share and a
-    block of its steps, sized to `PAIRED_BLOCK_SECONDS` by two warm-up blocks; a
-    configuration already in `blocks` (the other side's, trained alike) keeps its block,
-    and a new one is added there."""
+    block of its steps (`paired_block_steps`: its share of the side's round), sized by
+    the second of two warm-up steps; a configuration already in `blocks` (the other
+    side's, trained alike) keeps its block, and a new one is added there."""
     side = []
+    images_in_all = sum(configurations.values())
     for key, images in configurations.items():
         if key not in blocks:
             batch_size, accumulation_steps = ConfigSpeed.parts(key)
             schedule = EpochSchedule(batch_size, accumulation_steps, lr=0.0, growths=0)
             block = StepBlock(trial, splits, schedule)
-            block.train(2)  # allocations, the autotuner's search, compiling: off the clock
-            per_step = block.train(2) * block.images_per_step
-            block.steps = max(1, math.ceil(PAIRED_BLOCK_SECONDS / max(per_step, 1e-6)))
+            # the first step allocates, searches the autotuner, compiles: off the clock; the
+            # second sizes the block (four steps did until 2026-11-28: at AdaBatch's batch
+            # 256 a second a side, docs/RESULTS.md section 38)
+            block.train(1)
+            per_step = block.train(1) * block.images_per_step
+            block.steps = paired_block_steps(per_step, images / images_in_all)
             blocks[key] = block
         side.append((images, blocks[key]))
     return side

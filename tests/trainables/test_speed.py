@@ -9,12 +9,14 @@ from trainables.speed import (
     MIN_BLOCKS,
     MIN_ROUNDS,
     MIN_WINDOWS,
+    PAIRED_BLOCK_SECONDS,
     WARMUP_STEPS,
     WINDOW_BLOCKS,
     ConfigSpeed,
     SpeedWindow,
     estimate,
     median_interval,
+    paired_block_steps,
     paired_ratio,
     time_in_alternation,
 )
@@ -356,6 +358,17 @@ def test_an_alternation_weighs_a_sides_configurations_by_their_images_and_stops_
     assert 2 <= rounds.now < 2 + 0.3 * 2 and ratio.rounds >= MIN_ROUNDS  # stopped at 2 s
     assert ratio.low < ratio.ratio < ratio.high
     assert 0.01 / (0.75 * 0.01 + 0.25 * 0.03) <= ratio.ratio <= 1.0
+
+
+def test_a_sides_blocks_share_one_blocks_seconds_by_their_images_each_at_least_a_step():
+    step = PAIRED_BLOCK_SECONDS / 40
+    assert paired_block_steps(step, share=1.0) == 40  # one configuration: the whole block
+    # AdaBatch's four batches, a quarter of the images each, steps twice as long each time
+    steps = [paired_block_steps(step * 2**grown, share=0.25) for grown in range(4)]
+    assert steps == [10, 5, 3, 2]
+    assert sum(n * step * 2**grown for grown, n in enumerate(steps)) < 1.3 * PAIRED_BLOCK_SECONDS
+    assert paired_block_steps(2 * PAIRED_BLOCK_SECONDS, share=0.25) == 1  # a step too long
+    assert paired_block_steps(0.0, share=0.5) >= 1
 
 
 def test_a_held_window_notes_the_programs_outside_the_search_it_began_beside():
