@@ -201,16 +201,22 @@ class ParetoEarlyStopping(FIFOScheduler):
         if epoch is None or result.get("status", STATUS_OK) != STATUS_OK:
             return False
         record = self.record_of(result)
+        rung_at = self.rung_epochs(warmup_epochs)
+        if epoch not in rung_at:
+            # between rungs only a trial still at chance is judged, on its accuracy alone:
+            # an objective it does not report at this epoch (a gap whose best epoch went
+            # unscored) does not keep it from that
+            record = record or self.record_at_chance(result)
+            accuracy = float(result.get("best_val_acc", math.nan))
+            return (
+                record is not None
+                and epoch != last_epoch
+                and self.still_at_chance_after(trial_id, record, accuracy, epoch, warmup_epochs)
+            )
         if record is None:
             # not comparable (an objective this trial does not report at the rung): it
             # goes on, and is not a peer whose NaN would count as the worst value
             return False
-        rung_at = self.rung_epochs(warmup_epochs)
-        if epoch not in rung_at:
-            accuracy = float(result.get("best_val_acc", math.nan))
-            return epoch != last_epoch and self.still_at_chance_after(
-                trial_id, record, accuracy, epoch, warmup_epochs
-            )
         rung = rung_at[epoch]
         peers = self.seen.setdefault(rung, {})
         dominating = rung_verdict(record, peers, self.keep, self.min_peers,
@@ -254,11 +260,25 @@ class ParetoEarlyStopping(FIFOScheduler):
         values = tuple(minimised(result, self.objectives))
         if any(math.isnan(value) for value in values):
             return None
-        errors = ()
-        if self.split_sizes is not None:
-            errors = tuple(standard_error(name, result, self.split_sizes)
-                           for name in self.objectives)  # fmt: skip
-        return RungRecord(values, self.above_min_accuracy(result), errors)
+        return RungRecord(values, self.above_min_accuracy(result), self.errors_of(result))
+
+    def errors_of(self, result: Mapping[str, Any]) -> tuple[float, ...]:
+        """Each objective's standard error in `result`, on evidence; else none (exact)."""
+        if self.split_sizes is None:
+            return ()
+        return tuple(standard_error(name, result, self.split_sizes) for name in self.objectives)
+
+    def record_at_chance(self, result: Mapping[str, Any]) -> RungRecord | None:
+        """A result below the min accuracy as a record, whatever its other objectives (NaN
+        counts as the worst, and across the min accuracy only the accuracy decides); None
+        where it is not below it, or has no accuracy."""
+        accuracy = float(result.get("best_val_acc", math.nan))
+        if self.min_accuracy is None or self.accuracy_column is None:
+            return None
+        if not accuracy < self.min_accuracy:  # NaN too
+            return None
+        return RungRecord(tuple(minimised(result, self.objectives)), False,
+                          self.errors_of(result))  # fmt: skip
 
     def rung_epochs(self, warmup_epochs: int) -> dict[int, int]:
         """The epoch at which a trial warming up over `warmup_epochs` meets each rung."""

@@ -1,6 +1,7 @@
 """Multi-objective early stopping: the rung rule alone, the scheduler over fake trials, and
 the status every reader of a stopped trial sees."""
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -704,3 +705,19 @@ def test_between_rungs_a_trial_still_at_chance_is_stopped_only_past_its_second_r
     assert scheduler.on_trial_result(None, fake_trial("last"), timed(8, 1300, 0.50, 0.01)) == (
         "CONTINUE"
     )  # at its last epoch nothing is left to save
+
+
+def test_between_rungs_a_trial_still_at_chance_is_judged_on_accuracy_whatever_it_left_unscored():
+    """A gap whose best epoch went unscored is NaN between rungs: below the min accuracy
+    only the accuracy decides, so a trial still at chance is stopped all the same; a trial
+    above it with an objective missing is judged at no epoch between rungs."""
+    scheduler = evidence_scheduler(rungs=[2, 4], at_chance_after=1)
+    for epoch in (2, 4):
+        scheduler.on_trial_result(None, fake_trial("learns"), timed(epoch, 1300, 0.82, 0.01))
+    unscored = {**timed(5, 1300, 0.50, 0.01), "gen_gap": math.nan}
+    assert scheduler.on_trial_result(None, fake_trial("at chance"), unscored) == "STOP"
+    assert "still at chance, best_val_acc 0.500" in scheduler.stopped["at chance"]
+    above = {**timed(5, 1300, 0.60, 0.01), "gen_gap": math.nan}
+    assert scheduler.on_trial_result(None, fake_trial("above"), above) == "CONTINUE"
+    no_accuracy = {**timed(5, 1300, math.nan, 0.01)}
+    assert scheduler.on_trial_result(None, fake_trial("unscored"), no_accuracy) == "CONTINUE"
