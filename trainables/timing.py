@@ -176,8 +176,8 @@ def alternation_side(
             schedule = EpochSchedule(batch_size, accumulation_steps, lr=0.0, growths=0)
             block = StepBlock(trial, splits, schedule)
             # the first step allocates, searches the autotuner, compiles: off the clock; the
-            # second sizes the block (four steps did until 2026-11-28: at AdaBatch's batch
-            # 256 a second a side, docs/RESULTS.md section 38)
+            # second sizes the block (four steps did until 2026-11-28: about a second a side
+            # at AdaBatch's four batches, docs/RESULTS.md section 38)
             block.train(1)
             per_step = block.train(1) * block.images_per_step
             block.steps = paired_block_steps(per_step, images / images_in_all)
