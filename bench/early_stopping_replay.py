@@ -99,6 +99,11 @@ class Rule:
             raise ValueError(
                 f"the fourth field of a rule is 'values', 'blind' or nothing, got {blind!r}"
             )
+        if chance not in ("", "none") and not (chance.isdigit() and int(chance) >= 1):
+            raise ValueError(
+                f"the eighth field of a rule is a number of rungs (1 or more), 'none' or "
+                f"nothing, got {chance!r}"
+            )
         default = EarlyStoppingSection()
         ahead_on = default.ahead_on if not blind else None  # the older rules': any
         if ahead:
@@ -219,7 +224,9 @@ class Search:
         `rungs` after the first (counted at full rate, `rung_epoch`) ended: what
         `at_chance_after` stops (docs/RESULTS.md, section 37)."""
         warmups, last = self.warmup_epochs(), self.last_epochs()
-        accuracy = self.histories.set_index(["trial_id", "epoch"])["best_val_acc"]
+        # a trial resumed from a checkpoint reports its epochs after it again: the last counts
+        reported = self.histories.drop_duplicates(["trial_id", "epoch"], keep="last")
+        accuracy = reported.set_index(["trial_id", "epoch"])["best_val_acc"]
         finals = []
         for trial, ended in zip(self.frame["trial_id"], self.frame["best_val_acc"], strict=True):
             epochs = [rung_epoch(rung, warmups[trial]) for rung in rungs[1:]]

@@ -271,7 +271,8 @@ class ParetoEarlyStopping(FIFOScheduler):
     def record_at_chance(self, result: Mapping[str, Any]) -> RungRecord | None:
         """A result below the min accuracy as a record, whatever its other objectives (NaN
         counts as the worst, and across the min accuracy only the accuracy decides); None
-        where it is not below it, or has no accuracy."""
+        where it is not below it, has no accuracy, or the search has no min accuracy or
+        does not seek best_val_acc."""
         accuracy = float(result.get("best_val_acc", math.nan))
         if self.min_accuracy is None or self.accuracy_column is None:
             return None

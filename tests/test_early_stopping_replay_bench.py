@@ -122,6 +122,9 @@ def test_a_rule_stops_trials_still_at_chance_after_its_first_rung_as_the_search_
     before = Rule.parse("1,2,4:0.5:3:::::none")
     assert before.at_chance_after is None and "at chance judged as any" in str(before)
     assert Rule.parse("1,2,4:0.5:3:::::2").at_chance_after == 2
+    for wrong in ("0", "-1", "one"):
+        with pytest.raises(ValueError, match="eighth field"):
+            Rule.parse(f"1,2,4:0.5:3:::::{wrong}")
 
 
 def test_the_replay_says_where_the_trials_still_at_chance_after_their_first_rung_ended():
@@ -133,3 +136,18 @@ def test_the_replay_says_where_the_trials_still_at_chance_after_their_first_rung
     assert search.still_at_chance_finals((1,)) == []  # no second rung: nothing to say
     search.frame["config.warmup_epochs"] = 1  # rung 2 at epoch 3, which none reached
     assert search.still_at_chance_finals((1, 2)) == []
+
+
+def test_a_trial_resumed_from_its_checkpoint_counts_its_epochs_last_reported():
+    """A resumed trial reports the epochs after its checkpoint again: the last report of an
+    epoch is the one the search kept."""
+    from dataclasses import replace
+
+    import pandas as pd
+
+    at_rung = {"a": 0.8, "b": 0.8, "c": 0.8, "d": 0.5, "e": 0.5, "f": 0.5}
+    final = {"a": 0.81, "b": 0.80, "c": 0.70, "d": 0.52, "e": 0.50, "f": 0.90}
+    search = replayed_search(at_rung, final)
+    again = search.histories[search.histories["trial_id"] == "d"].assign(best_val_acc=0.8)
+    resumed = replace(search, histories=pd.concat([search.histories, again], ignore_index=True))
+    assert resumed.still_at_chance_finals((1, 2)) == [0.50]  # d learned, as last reported

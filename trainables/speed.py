@@ -68,7 +68,8 @@ WINDOW_BLOCKS = 6  # blocks of one held window (an epoch's share of a crowded de
 MIN_WINDOWS = 3  # held windows, in as many epochs, before a precise speed stops them
 # a side's blocks in a round of an alternation, together: long enough to even out steps. A
 # side of several configurations (AdaBatch's batches) gives each its share of it
-# (`paired_block_steps`), so its round is no longer than one configuration's
+# (`paired_block_steps`), so its round lasts about one block where its steps are short (a
+# configuration whose one step is longer than its share takes that step)
 PAIRED_BLOCK_SECONDS = 0.1
 MIN_ROUNDS = 4  # rounds of an alternation (both sides once each) before it may stop
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 
 import torch
@@ -109,6 +109,8 @@ def speed_against_baseline(
         shared = set(trial.settings.speed_baseline or ()) <= (
             CHOOSES_CONFIGURATIONS | SAME_WORK_PER_IMAGE
         )
+        # a block both sides train is sized for the side it weighs most in
+        shares = largest_shares(configurations.values()) if shared else None
         for name, settings in (("changed", trial.settings), ("base", baseline)):
             if not shared:
                 blocks = {}  # this side's own model trains its configurations
@@ -117,7 +119,7 @@ def speed_against_baseline(
                                     None)  # fmt: skip
                 fresh.gate = trial.gate  # its warm-up steps too keep out of a neighbour's window
                 splits = TrialData.of(data, device, settings)
-            sides[name] = alternation_side(fresh, splits, configurations[name], blocks)
+            sides[name] = alternation_side(fresh, splits, configurations[name], blocks, shares)
         gate = trial.gate or gate_of(device_key(device))
         crowded = device.type == "cuda" or gate.crowded(os.cpu_count() or 1)
         with gate.exclusive() if crowded else nullcontext():
@@ -158,18 +160,30 @@ def scheduled_configurations(
     return images
 
 
+def largest_shares(sides: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """Each configuration's largest share of the images of a side that trains it."""
+    shares: dict[str, float] = {}
+    for images in sides:
+        total = sum(images.values())
+        for key, count in images.items():
+            shares[key] = max(shares.get(key, 0.0), count / total)
+    return shares
+
+
 def alternation_side(
     trial: TrialInProgress,
     splits: TrialData,
     configurations: dict[str, float],
     blocks: dict[str, StepBlock],
+    shares: Mapping[str, float] | None = None,
 ) -> list[tuple[float, Callable[[], float]]]:
     """A side of an alternation: for each configuration (key -> images), its share and a
-    block of its steps (`paired_block_steps`: its share of the side's round), sized by
+    block of its steps (`paired_block_steps`: its share of the side's round, or of
+    `shares` where given: a block both sides train weighs most in one of them), sized by
     the second of two warm-up steps; a configuration already in `blocks` (the other
     side's, trained alike) keeps its block, and a new one is added there."""
     side = []
-    images_in_all = sum(configurations.values())
+    shares = shares or largest_shares([configurations])
     for key, images in configurations.items():
         if key not in blocks:
             batch_size, accumulation_steps = ConfigSpeed.parts(key)
@@ -180,7 +194,7 @@ def alternation_side(
             # at AdaBatch's four batches, docs/RESULTS.md section 38)
             block.train(1)
             per_step = block.train(1) * block.images_per_step
-            block.steps = paired_block_steps(per_step, images / images_in_all)
+            block.steps = paired_block_steps(per_step, shares[key])
             blocks[key] = block
         side.append((images, blocks[key]))
     return side

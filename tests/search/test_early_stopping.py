@@ -625,7 +625,7 @@ def test_a_trial_still_at_chance_goes_on_where_no_peer_is_clearly_above_it():
     scheduler = evidence_scheduler(rungs=[1, 2], at_chance_after=1)
     assert at_rung_two(scheduler, ("barely", 0.56), ("b", 0.50)) == "CONTINUE"
     # nor is one at chance stopped by a peer at chance a little ahead of it
-    assert at_rung_two(scheduler, ("c", 0.54)) == "CONTINUE"
+    assert at_rung_two(scheduler, ("ahead", 0.54), ("c", 0.50)) == "CONTINUE"
     assert not scheduler.stopped
 
 
@@ -721,3 +721,16 @@ def test_between_rungs_a_trial_still_at_chance_is_judged_on_accuracy_whatever_it
     assert scheduler.on_trial_result(None, fake_trial("above"), above) == "CONTINUE"
     no_accuracy = {**timed(5, 1300, math.nan, 0.01)}
     assert scheduler.on_trial_result(None, fake_trial("unscored"), no_accuracy) == "CONTINUE"
+
+
+def test_between_rungs_a_slow_start_is_spared_until_its_rungs_are_passed():
+    """Slow starts spared at the first two rungs: between the second and the third a trial
+    still at chance goes on; past the third it is stopped by a peer clearly above it."""
+    scheduler = evidence_scheduler(rungs=[1, 2, 4], at_chance_after=1, slow_start_rungs=2)
+    for epoch in (1, 2):
+        scheduler.on_trial_result(None, fake_trial("learns"), timed(epoch, 1300, 0.82, 0.01))
+    slow = timed(3, 1300, 0.50, 0.01)
+    assert scheduler.on_trial_result(None, fake_trial("slow"), slow) == "CONTINUE"
+    scheduler.on_trial_result(None, fake_trial("learns"), timed(4, 1300, 0.84, 0.01))
+    late = timed(5, 1300, 0.50, 0.01)
+    assert scheduler.on_trial_result(None, fake_trial("late"), late) == "STOP"

@@ -368,7 +368,6 @@ def test_a_sides_blocks_share_one_blocks_seconds_by_their_images_each_at_least_a
     assert steps == [10, 5, 3, 2]
     assert sum(n * step * 2**grown for grown, n in enumerate(steps)) < 1.3 * PAIRED_BLOCK_SECONDS
     assert paired_block_steps(2 * PAIRED_BLOCK_SECONDS, share=0.25) == 1  # a step too long
-    assert paired_block_steps(0.0, share=0.5) >= 1
 
 
 def test_a_held_window_notes_the_programs_outside_the_search_it_began_beside():

@@ -90,6 +90,26 @@ def test_a_baseline_of_another_batch_has_one_fresh_model_train_both_sides(data, 
     assert last["speed_vs_baseline"] > 0 and len(started) == 2
 
 
+def test_a_block_both_sides_train_is_sized_for_the_side_it_weighs_most_in(data, monkeypatch):
+    """Batch 8 grown to 16 against batch 16 throughout: batch 16 is half the grown side's
+    images and all of the baseline's, so its block is the baseline's whole 0.1 s."""
+    import trainables.timing as timing
+
+    sized, real_steps = [], timing.paired_block_steps
+
+    def recorded(seconds_per_step, share):
+        sized.append(share)
+        return real_steps(seconds_per_step, share)
+
+    monkeypatch.setattr(timing, "paired_block_steps", recorded)
+    grown = settings(epochs=2, adabatch_growth=2, adabatch_interval=1, speed_baseline_s=0.5,
+                     speed_baseline={"batch_size": 16, "adabatch_growth": 1})  # fmt: skip
+    fit_classifier(grown, data, Reports())
+    assert sorted(sized) == [0.5, 1.0]  # batch 8: half of one side; batch 16: all of the other
+    shares = timing.largest_shares([{"8x1": 1.0, "16x1": 3.0}, {"16x1": 2.0}])
+    assert shares == {"8x1": 0.25, "16x1": 1.0}
+
+
 def test_a_baseline_changes_only_settings_of_a_step_and_keeps_their_rules():
     with pytest.raises(ValidationError, match="not epochs"):
         TrainSettings(speed_baseline={"epochs": 3})
