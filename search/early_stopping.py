@@ -211,7 +211,7 @@ class ParetoEarlyStopping(FIFOScheduler):
             return (
                 record is not None
                 and epoch != last_epoch
-                and self.still_at_chance_after(trial_id, record, accuracy, epoch, warmup_epochs)
+                and self.still_at_chance_after(trial_id, record, accuracy, epoch, rung_at)
             )
         if record is None:
             # not comparable (an objective this trial does not report at the rung): it
@@ -286,13 +286,18 @@ class ParetoEarlyStopping(FIFOScheduler):
         return {rung_epoch(rung, warmup_epochs): rung for rung in self.rungs}
 
     def still_at_chance_after(
-        self, trial_id: str, record: RungRecord, accuracy: float, epoch: int, warmup_epochs: int
+        self,
+        trial_id: str,
+        record: RungRecord,
+        accuracy: float,
+        epoch: int,
+        rung_at: Mapping[int, int],
     ) -> bool:
         """Between rungs: whether the trial, still at chance (`accuracy`) at `epoch`, is
         stopped by a peer above the min accuracy beyond the noise at the last rung it
-        passed (a peer there had trained no longer than it has now)."""
-        passed = [rung for epoch_at, rung in self.rung_epochs(warmup_epochs).items()
-                  if epoch_at < epoch]  # fmt: skip
+        passed (`rung_at`: the epoch at which it meets each rung, `rung_epochs`; a peer
+        there had trained no longer than it has now)."""
+        passed = [rung for epoch_at, rung in rung_at.items() if epoch_at < epoch]
         if not passed:
             return False
         rung = max(passed)
