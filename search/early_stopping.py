@@ -213,9 +213,12 @@ class ParetoEarlyStopping(FIFOScheduler):
                 and epoch != last_epoch
                 and self.still_at_chance_after(trial_id, record, accuracy, epoch, rung_at)
             )
+        # still at chance, an objective it does not report at the rung (a gap whose best
+        # epoch went unscored) is judged on its accuracy alone, as between rungs; above the
+        # min accuracy such a trial is not comparable: it goes on, and is not a peer whose
+        # NaN would count as the worst value
+        record = record or self.record_at_chance(result)
         if record is None:
-            # not comparable (an objective this trial does not report at the rung): it
-            # goes on, and is not a peer whose NaN would count as the worst value
             return False
         rung = rung_at[epoch]
         peers = self.seen.setdefault(rung, {})

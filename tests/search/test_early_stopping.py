@@ -723,6 +723,21 @@ def test_between_rungs_a_trial_still_at_chance_is_judged_on_accuracy_whatever_it
     assert scheduler.on_trial_result(None, fake_trial("unscored"), no_accuracy) == "CONTINUE"
 
 
+def test_at_a_rung_a_trial_still_at_chance_is_judged_on_accuracy_whatever_it_left_unscored():
+    """At its second rung a trial still at chance whose gap went unscored (NaN) is stopped
+    by a peer clearly above it, as between rungs, and stays a peer at the rung; one above
+    the min accuracy with a gap missing goes on and is nobody's peer."""
+    scheduler = evidence_scheduler(rungs=[2, 4], at_chance_after=1)
+    for epoch in (2, 4):
+        scheduler.on_trial_result(None, fake_trial("learns"), timed(epoch, 1300, 0.82, 0.01))
+    unscored = {**timed(4, 1300, 0.50, 0.01), "gen_gap": math.nan}
+    assert scheduler.on_trial_result(None, fake_trial("at chance"), unscored) == "STOP"
+    assert "still at chance, best_val_acc 0.500" in scheduler.stopped["at chance"]
+    above = {**timed(4, 1300, 0.60, 0.01), "gen_gap": math.nan}
+    assert scheduler.on_trial_result(None, fake_trial("above"), above) == "CONTINUE"
+    assert set(scheduler.seen[4]) == {"learns", "at chance"}
+
+
 def test_between_rungs_a_slow_start_is_spared_until_its_rungs_are_passed():
     """Slow starts spared at the first two rungs: between the second and the third a trial
     still at chance goes on; past the third it is stopped by a peer clearly above it."""
