@@ -1,0 +1,187 @@
+"""Where runs of one search part, and how much a speed's noise sways the sampler: read off
+the searches' own Optuna studies (`optuna.db` in each results folder).
+
+Two runs of the same command and seed train the same configs to the same accuracies as long
+as the sampler suggests the same ones; what it suggests depends on the trials told before
+each ask and on what they were told, and the told speeds move by a few percent from run to
+run (docs/RESULTS.md, section 39). With two or more folders this prints, trial by trial in
+the order the sampler asked, the first trial whose config differs and whether the runs knew
+the same trials when they asked it (the same trials known: the told values decided; others:
+which trials had ended, or were stopped, decided), and the configs each pair shares. For
+each folder it then asks a fresh sampler of the config's kind (one seed for both asks) for
+each trial after its start-up, given the trials told before that ask, once with their
+speeds as measured and `--repeats` times with each speed times a log-normal factor of
+`--sigma` (0.02: the spread of one config's speed between runs, section 39): the share of
+asks whose suggestion moves.
+
+    python bench/search_paths.py --from RUN1/ray_results/NAME [RUN2/ray_results/NAME ...]
+        [--config configs/cats_dogs.yaml] [--sigma 0.02] [--repeats 20] [key.path=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from search.config import load_config
+from search.optuna_search import build_sampler, startup_trials
+from search.tuner import OPTUNA_STORAGE
+
+REPO = Path(__file__).resolve().parents[1]
+TOLD = (TrialState.COMPLETE, TrialState.PRUNED)  # what a sampler learns from
+
+
+def study_of(folder: Path) -> list[FrozenTrial]:
+    """The trials of the one study in `folder`'s Optuna storage, in the order asked."""
+    storage = f"sqlite:///{(folder / OPTUNA_STORAGE).resolve()}"
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    return sorted(study.get_trials(deepcopy=False), key=lambda trial: trial.number)
+
+
+def config_key(trial: FrozenTrial) -> tuple:
+    """A trial's sampled config, comparable between runs."""
+    return tuple(sorted(trial.params.items()))
+
+
+def known_before(trials: Sequence[FrozenTrial], asked: FrozenTrial) -> list[FrozenTrial]:
+    """The trials told to the sampler before it asked `asked`: ended before it started."""
+    start = asked.datetime_start
+    return [
+        trial
+        for trial in trials
+        if trial.state in TOLD and trial.datetime_complete and trial.datetime_complete <= start
+    ]
+
+
+def first_parting(runs: Sequence[Sequence[FrozenTrial]]) -> int | None:
+    """The number of the first trial whose config is not the same in every run."""
+    for number in range(min(map(len, runs))):
+        if len({config_key(trials[number]) for trials in runs}) > 1:
+            return number
+    return None
+
+
+def knew_the_same(runs: Sequence[Sequence[FrozenTrial]], number: int) -> bool:
+    """Whether every run had been told the same trials when it asked trial `number`."""
+    known = [
+        frozenset(trial.number for trial in known_before(trials, trials[number])) for trials in runs
+    ]
+    return len(set(known)) == 1
+
+
+def jittered(trial: FrozenTrial, column: int, factor: float) -> FrozenTrial:
+    """`trial` as told to a fresh study, its value in `column` (a speed) times `factor`."""
+    values = None
+    if trial.state == TrialState.COMPLETE:
+        values = list(trial.values)
+        values[column] *= factor
+    return optuna.trial.create_trial(
+        state=trial.state, values=values, params=trial.params,
+        distributions=trial.distributions, user_attrs=trial.user_attrs,
+        constraints=trial.constraints or None,
+    )  # fmt: skip
+
+
+def suggestion(
+    known: Sequence[FrozenTrial],
+    directions: Sequence[optuna.study.StudyDirection],
+    sampler: optuna.samplers.BaseSampler,
+    distributions: Mapping[str, optuna.distributions.BaseDistribution],
+) -> dict:
+    """What `sampler` asks next of a fresh study told `known`."""
+    study = optuna.create_study(directions=list(directions), sampler=sampler)
+    study.add_trials(known)
+    return study.ask(dict(distributions)).params
+
+
+def speed_sway(
+    trials: Sequence[FrozenTrial],
+    directions: Sequence[optuna.study.StudyDirection],
+    make_sampler,
+    startup: int,
+    column: int,
+    sigma: float,
+    repeats: int,
+    rng: np.random.Generator,
+) -> tuple[int, int]:
+    """Of the asks after `startup` trials were told: (moved, asked) suggestions, each ask
+    `repeats` times with every told speed (`column`) jittered by log-normal `sigma`."""
+    moved = asked = 0
+    distributions = next(t.distributions for t in trials if t.distributions)
+    for trial in trials:
+        known = known_before(trials, trial)
+        if len(known) < startup:
+            continue
+        as_measured = suggestion([jittered(t, column, 1.0) for t in known], directions,
+                                 make_sampler(), distributions)  # fmt: skip
+        for _ in range(repeats):
+            factors = np.exp(rng.normal(0.0, sigma, len(known)))
+            told = [jittered(t, column, float(f)) for t, f in zip(known, factors, strict=True)]
+            moved += suggestion(told, directions, make_sampler(), distributions) != as_measured
+            asked += 1
+    return moved, asked
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--from", dest="folders", type=Path, nargs="+", required=True,
+                        help="runs' results folders (ray_results/NAME)")  # fmt: skip
+    parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
+    parser.add_argument("--sigma", type=float, default=0.02,
+                        help="log-normal spread of a told speed between runs")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=20, help="jittered asks per ask")
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value")
+    args = parser.parse_args()
+    search = load_config(args.config, args.overrides).search
+    names = list(search.objectives)
+    speed = next((name for name in ("throughput",) if name in names), None)
+    runs = [study_of(folder) for folder in args.folders]
+
+    if len(runs) > 1:
+        parting = first_parting(runs)
+        if parting is None:
+            print(f"{len(args.folders)} runs: the same config at every trial")
+        else:
+            why = "the same trials known: the told values decided"
+            if not knew_the_same(runs, parting):
+                why = "other trials known: which had ended, or were stopped, decided"
+            print(f"{len(args.folders)} runs: the same configs up to trial {parting - 1}, "
+                  f"parted at trial {parting} ({why})")  # fmt: skip
+        for (a, first), (b, second) in itertools.combinations(enumerate(runs, 1), 2):
+            common = {config_key(t) for t in first} & {config_key(t) for t in second}
+            print(f"runs {a} and {b}: {len(common)} configs in common "
+                  f"(of {len(first)} and {len(second)})")  # fmt: skip
+
+    if speed is None:
+        print("no speed among the objectives: nothing to jitter")
+        return
+    column = names.index(speed)
+    directions = [optuna.study.StudyDirection.MAXIMIZE if d == "max"
+                  else optuna.study.StudyDirection.MINIMIZE
+                  for d in search.objectives.values()]  # fmt: skip
+    startup = startup_trials(search.sampler, search.num_samples)
+    rng = np.random.default_rng(0)
+    for index, (folder, trials) in enumerate(zip(args.folders, runs, strict=True), 1):
+        moved, asked = speed_sway(
+            trials, directions,
+            lambda: build_sampler(search.sampler, search.num_samples, search.seed),
+            startup, column, args.sigma, args.repeats, rng,
+        )  # fmt: skip
+        share = moved / asked if asked else math.nan
+        print(f"run {index} ({folder}): speeds jittered by {args.sigma:.1%}: the suggestion "
+              f"moved in {moved} of {asked} asks ({share:.2f})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""`bench/search_paths.py`: where runs of one search part, and how much a told speed's noise
+moves the sampler's next suggestion, read off Optuna studies written here."""
+
+import datetime
+import importlib.util
+import sys
+
+import numpy as np
+import optuna
+from optuna.distributions import FloatDistribution
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
+
+from search.optuna_search import build_sampler
+from search.tuner import OPTUNA_STORAGE
+from tests.conftest import REPO
+
+spec = importlib.util.spec_from_file_location("search_paths", REPO / "bench" / "search_paths.py")
+paths = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = paths
+spec.loader.exec_module(paths)
+
+DIRECTIONS = [StudyDirection.MAXIMIZE, StudyDirection.MAXIMIZE]  # speed, accuracy
+SPACE = {"x": FloatDistribution(0.0, 1.0)}
+START = datetime.datetime(2026, 11, 28, 12, 0, 0)
+
+
+def trial(number: int, x: float, speed: float, accuracy: float, ended: int | None = None):
+    """A trial asked at second `number` that ended at second `ended` (default: at once)."""
+    made = optuna.trial.create_trial(
+        state=TrialState.COMPLETE, values=[speed, accuracy], params={"x": x},
+        distributions=SPACE,
+    )  # fmt: skip
+    made.number = number
+    made.datetime_start = START + datetime.timedelta(seconds=number)
+    end = number + 0.5 if ended is None else ended
+    made.datetime_complete = START + datetime.timedelta(seconds=end)
+    return made
+
+
+def study(xs, speeds=None, ended=None):
+    speeds = speeds or [1000.0] * len(xs)
+    ended = ended or {}
+    return [
+        trial(i, x, speed, 0.8, ended.get(i))
+        for i, (x, speed) in enumerate(zip(xs, speeds, strict=True))
+    ]
+
+
+def test_runs_part_at_the_first_trial_whose_config_differs():
+    first = study([0.1, 0.2, 0.3, 0.4])
+    assert paths.first_parting([first, study([0.1, 0.2, 0.3, 0.4])]) is None
+    assert paths.first_parting([first, study([0.1, 0.2, 0.35, 0.4])]) == 2
+
+
+def test_runs_knew_the_same_trials_only_where_the_same_had_ended_before_the_ask():
+    quick = study([0.1, 0.2, 0.3])
+    slow = study([0.1, 0.2, 0.3], ended={1: 5})  # trial 1 ended after trial 2 was asked
+    assert paths.knew_the_same([quick, study([0.1, 0.2, 0.3])], 2)
+    assert not paths.knew_the_same([quick, slow], 2)
+    assert [t.number for t in paths.known_before(slow, slow[2])] == [0]
+
+
+def test_a_study_is_read_from_the_results_folder_in_the_order_asked(tmp_path):
+    storage = f"sqlite:///{tmp_path / OPTUNA_STORAGE}"
+    written = optuna.create_study(directions=DIRECTIONS, storage=storage, study_name="run")
+    written.add_trials(study([0.5, 0.25, 0.75]))
+    read = paths.study_of(tmp_path)
+    assert [t.params["x"] for t in read] == [0.5, 0.25, 0.75]
+    assert [t.number for t in read] == [0, 1, 2]
+
+
+def sway(trials, sigma):
+    make = lambda: build_sampler("tpe", 24, 0)  # noqa: E731 (start-up: 8 trials)
+    return paths.speed_sway(trials, DIRECTIONS, make, 8, 0, sigma, 10, np.random.default_rng(0))
+
+
+def test_speeds_as_measured_ask_the_same_and_speeds_a_hair_apart_move_the_suggestion():
+    """Ten trials equally accurate, two of them the fastest a thousandth apart: which is the
+    sampler's best, and where it samples next, is the jitter's."""
+    xs = [0.05, 0.95, 0.5, 0.3, 0.7, 0.15, 0.85, 0.4, 0.6, 0.25, 0.75]
+    speeds = [500.0, 1000.0, 600.0, 550.0, 650.0, 520.0, 999.0, 580.0, 620.0, 540.0, 640.0]
+    trials = study(xs, speeds)
+    assert sway(trials, 0.0) == (0, 30)  # asks 8, 9, 10: ten times each
+    moved, asked = sway(trials, 0.02)
+    assert asked == 30 and moved >= 5
