@@ -14,8 +14,8 @@ speeds as measured and `--repeats` times with each speed times a log-normal fact
 `--sigma` (0.02: the spread of one config's speed between runs, section 39): the share of
 asks whose suggestion moves.
 
-    python bench/search_paths.py --from RUN1/ray_results/NAME [RUN2/ray_results/NAME ...]
-        [--config configs/cats_dogs.yaml] [--sigma 0.02] [--repeats 20] [key.path=value ...]
+    python bench/search_paths.py [--config configs/cats_dogs.yaml] [--sigma 0.02]
+        [--repeats 20] [key.path=value ...] --from RUN1/ray_results/NAME [RUN2/... ...]
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ TOLD = (TrialState.COMPLETE, TrialState.PRUNED)  # what a sampler learns from
 
 def study_of(folder: Path) -> list[FrozenTrial]:
     """The trials of the one study in `folder`'s Optuna storage, in the order asked."""
-    storage = f"sqlite:///{(folder / OPTUNA_STORAGE).resolve()}"
+    path = folder / OPTUNA_STORAGE
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such file (a search's results folder, ray_results/NAME, "
+                         "holds its study there)")  # fmt: skip
+    storage = f"sqlite:///{path.resolve()}"
     (summary,) = optuna.get_all_study_summaries(storage)
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
     return sorted(study.get_trials(deepcopy=False), key=lambda trial: trial.number)

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import optuna
+import pytest
 from optuna.distributions import FloatDistribution
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
@@ -68,6 +69,11 @@ def test_a_study_is_read_from_the_results_folder_in_the_order_asked(tmp_path):
     read = paths.study_of(tmp_path)
     assert [t.params["x"] for t in read] == [0.5, 0.25, 0.75]
     assert [t.number for t in read] == [0, 1, 2]
+
+
+def test_a_folder_without_a_study_is_named_in_one_line(tmp_path):
+    with pytest.raises(SystemExit, match=f"{tmp_path / OPTUNA_STORAGE}: no such file"):
+        paths.study_of(tmp_path)
 
 
 def sway(trials, sigma):
