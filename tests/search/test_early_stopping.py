@@ -707,35 +707,24 @@ def test_between_rungs_a_trial_still_at_chance_is_stopped_only_past_its_second_r
     )  # at its last epoch nothing is left to save
 
 
-def test_between_rungs_a_trial_still_at_chance_is_judged_on_accuracy_whatever_it_left_unscored():
-    """A gap whose best epoch went unscored is NaN between rungs: below the min accuracy
-    only the accuracy decides, so a trial still at chance is stopped all the same; a trial
-    above it with an objective missing is judged at no epoch between rungs."""
+@pytest.mark.parametrize("epoch", [4, 5], ids=["at its second rung", "after it"])
+def test_a_trial_still_at_chance_is_judged_on_accuracy_whatever_it_left_unscored(epoch):
+    """A gap whose best epoch went unscored is NaN: below the min accuracy only the accuracy
+    decides, so a trial still at chance is stopped by a peer clearly above it all the same
+    (at the rung it stays a peer there); a trial above the min accuracy with an objective
+    missing goes on, and is nobody's peer; one without an accuracy is not judged."""
     scheduler = evidence_scheduler(rungs=[2, 4], at_chance_after=1)
-    for epoch in (2, 4):
-        scheduler.on_trial_result(None, fake_trial("learns"), timed(epoch, 1300, 0.82, 0.01))
-    unscored = {**timed(5, 1300, 0.50, 0.01), "gen_gap": math.nan}
+    for rung in (2, 4):
+        scheduler.on_trial_result(None, fake_trial("learns"), timed(rung, 1300, 0.82, 0.01))
+    unscored = {**timed(epoch, 1300, 0.50, 0.01), "gen_gap": math.nan}
     assert scheduler.on_trial_result(None, fake_trial("at chance"), unscored) == "STOP"
     assert "still at chance, best_val_acc 0.500" in scheduler.stopped["at chance"]
-    above = {**timed(5, 1300, 0.60, 0.01), "gen_gap": math.nan}
+    above = {**timed(epoch, 1300, 0.60, 0.01), "gen_gap": math.nan}
     assert scheduler.on_trial_result(None, fake_trial("above"), above) == "CONTINUE"
-    no_accuracy = {**timed(5, 1300, math.nan, 0.01)}
+    no_accuracy = {**timed(epoch, 1300, math.nan, 0.01)}
     assert scheduler.on_trial_result(None, fake_trial("unscored"), no_accuracy) == "CONTINUE"
-
-
-def test_at_a_rung_a_trial_still_at_chance_is_judged_on_accuracy_whatever_it_left_unscored():
-    """At its second rung a trial still at chance whose gap went unscored (NaN) is stopped
-    by a peer clearly above it, as between rungs, and stays a peer at the rung; one above
-    the min accuracy with a gap missing goes on and is nobody's peer."""
-    scheduler = evidence_scheduler(rungs=[2, 4], at_chance_after=1)
-    for epoch in (2, 4):
-        scheduler.on_trial_result(None, fake_trial("learns"), timed(epoch, 1300, 0.82, 0.01))
-    unscored = {**timed(4, 1300, 0.50, 0.01), "gen_gap": math.nan}
-    assert scheduler.on_trial_result(None, fake_trial("at chance"), unscored) == "STOP"
-    assert "still at chance, best_val_acc 0.500" in scheduler.stopped["at chance"]
-    above = {**timed(4, 1300, 0.60, 0.01), "gen_gap": math.nan}
-    assert scheduler.on_trial_result(None, fake_trial("above"), above) == "CONTINUE"
-    assert set(scheduler.seen[4]) == {"learns", "at chance"}
+    at_the_rung = {"learns", "at chance"} if epoch == 4 else {"learns"}
+    assert set(scheduler.seen[4]) == at_the_rung
 
 
 def test_between_rungs_a_slow_start_is_spared_until_its_rungs_are_passed():
