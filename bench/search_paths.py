@@ -3,16 +3,19 @@ the searches' own Optuna studies (`optuna.db` in each results folder).
 
 Two runs of the same command and seed train the same configs to the same accuracies as long
 as the sampler suggests the same ones; what it suggests depends on the trials told before
-each ask and on what they were told, and the told speeds move by a few percent from run to
-run (docs/RESULTS.md, section 39). With two or more folders this prints, trial by trial in
-the order the sampler asked, the first trial whose config differs and whether the runs knew
-the same trials when they asked it (the same trials known: the told values decided; others:
-which trials had ended, or were stopped, decided), and the configs each pair shares. For
-each folder it then asks a fresh sampler of the config's kind (one seed for both asks) for
-each trial after its start-up, given the trials told before that ask, once with their
-speeds as measured and `--repeats` times with each speed times a log-normal factor of
-`--sigma` (0.02: the spread of one config's speed between runs, section 39): the share of
-asks whose suggestion moves.
+each ask (which had ended, or were stopped, by then) and on what they were told, and the
+told speeds move by a few percent from run to run (docs/RESULTS.md, section 39). With two
+or more folders this prints, trial by trial in the order the sampler asked, the first
+trial whose config differs and whether the runs had been told the same trials, in the same
+states, when they asked it (yes: the told values decided; no: which trials had ended, or
+were stopped, decided), and the configs each pair shares. For each folder it then asks a
+fresh TPE sampler of the config's settings and seed, for each trial it sampled after its
+start-up, given what the run's sampler saw at that ask (the trials told, and those still
+running), once with the speeds as measured and `--repeats` times with each speed times a
+log-normal factor of `--sigma` (0.02: about the spread of one config's speed between runs,
+section 39): the share of asks whose suggestion moves. A fresh sampler stands in for the
+run's, which had drawn for every ask before: this measures how much the told speeds sway
+a sampler given what the run's knew, not what the run's would have asked.
 
     python bench/search_paths.py [--config configs/cats_dogs.yaml] [--sigma 0.02]
         [--repeats 20] [key.path=value ...] --from RUN1/ray_results/NAME [RUN2/... ...]
@@ -23,7 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -38,15 +41,19 @@ REPO = Path(__file__).resolve().parents[1]
 TOLD = (TrialState.COMPLETE, TrialState.PRUNED)  # what a sampler learns from
 
 
-def study_of(folder: Path) -> list[FrozenTrial]:
-    """The trials of the one study in `folder`'s Optuna storage, in the order asked."""
+def study_of(folder: Path) -> optuna.Study:
+    """The one study in `folder`'s Optuna storage."""
     path = folder / OPTUNA_STORAGE
     if not path.is_file():
         raise SystemExit(f"{path}: no such file (a search's results folder, ray_results/NAME, "
                          "holds its study there)")  # fmt: skip
     storage = f"sqlite:///{path.resolve()}"
     (summary,) = optuna.get_all_study_summaries(storage)
-    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    return optuna.load_study(study_name=summary.study_name, storage=storage)
+
+
+def asked_in_order(study: optuna.Study) -> list[FrozenTrial]:
+    """The study's trials in the order the sampler asked them."""
     return sorted(study.get_trials(deepcopy=False), key=lambda trial: trial.number)
 
 
@@ -65,6 +72,20 @@ def known_before(trials: Sequence[FrozenTrial], asked: FrozenTrial) -> list[Froz
     ]
 
 
+def running_at(trials: Sequence[FrozenTrial], asked: FrozenTrial) -> list[FrozenTrial]:
+    """The trials asked before `asked` and not yet told when it was asked: TPE counts them
+    among its worse trials (Optuna's `constant_liar`, on by default since 5.0)."""
+    start = asked.datetime_start
+    return [
+        trial
+        for trial in trials
+        if trial.number != asked.number
+        and trial.datetime_start is not None
+        and trial.datetime_start < start
+        and (trial.datetime_complete is None or trial.datetime_complete > start)
+    ]
+
+
 def first_parting(runs: Sequence[Sequence[FrozenTrial]]) -> int | None:
     """The number of the first trial whose config is not the same in every run."""
     for number in range(min(map(len, runs))):
@@ -74,15 +95,22 @@ def first_parting(runs: Sequence[Sequence[FrozenTrial]]) -> int | None:
 
 
 def knew_the_same(runs: Sequence[Sequence[FrozenTrial]], number: int) -> bool:
-    """Whether every run had been told the same trials when it asked trial `number`."""
+    """Whether every run had been told the same trials, each as the same state (a trial
+    stopped early in one run and run whole in another differs), when it asked `number`."""
     known = [
-        frozenset(trial.number for trial in known_before(trials, trials[number])) for trials in runs
+        frozenset((trial.number, trial.state) for trial in known_before(trials, trials[number]))
+        for trials in runs
     ]
     return len(set(known)) == 1
 
 
-def jittered(trial: FrozenTrial, column: int, factor: float) -> FrozenTrial:
-    """`trial` as told to a fresh study, its value in `column` (a speed) times `factor`."""
+def as_seen(trial: FrozenTrial, column: int, factor: float, running: bool = False) -> FrozenTrial:
+    """`trial` as the sampler saw it, for a fresh study: still running, or told with its
+    value in `column` (a speed) times `factor` and everything else as it was."""
+    if running:
+        return optuna.trial.create_trial(
+            state=TrialState.RUNNING, params=trial.params, distributions=trial.distributions
+        )
     values = None
     if trial.state == TrialState.COMPLETE:
         values = list(trial.values)
@@ -95,41 +123,53 @@ def jittered(trial: FrozenTrial, column: int, factor: float) -> FrozenTrial:
 
 
 def suggestion(
-    known: Sequence[FrozenTrial],
+    seen: Sequence[FrozenTrial],
     directions: Sequence[optuna.study.StudyDirection],
     sampler: optuna.samplers.BaseSampler,
     distributions: Mapping[str, optuna.distributions.BaseDistribution],
 ) -> dict:
-    """What `sampler` asks next of a fresh study told `known`."""
+    """What `sampler` asks next of a fresh study that holds `seen`."""
     study = optuna.create_study(directions=list(directions), sampler=sampler)
-    study.add_trials(known)
+    study.add_trials(seen)
     return study.ask(dict(distributions)).params
+
+
+def sampled(trial: FrozenTrial) -> bool:
+    """Whether the sampler chose any of the trial's params (not a grid point or a repeat
+    enqueued whole)."""
+    return not set(trial.params) <= set(trial.system_attrs.get("fixed_params", {}))
 
 
 def speed_sway(
     trials: Sequence[FrozenTrial],
     directions: Sequence[optuna.study.StudyDirection],
-    make_sampler,
+    make_sampler: Callable[[], optuna.samplers.BaseSampler],
     startup: int,
     column: int,
     sigma: float,
     repeats: int,
     rng: np.random.Generator,
 ) -> tuple[int, int]:
-    """Of the asks after `startup` trials were told: (moved, asked) suggestions, each ask
-    `repeats` times with every told speed (`column`) jittered by log-normal `sigma`."""
+    """Of the sampled asks after `startup` trials were told: (moved, asked), each ask made
+    of a fresh sampler (`make_sampler`, seeded alike every time) given what the run's
+    sampler saw then (the trials told, and those still running), once as measured and
+    `repeats` times with every told speed (`column`) times a log-normal factor of `sigma`.
+    The run's own sampler had drawn for every ask before: a fresh one measures how much
+    the told speeds sway a sampler there, not what the run's would have asked."""
     moved = asked = 0
     distributions = next(t.distributions for t in trials if t.distributions)
     for trial in trials:
         known = known_before(trials, trial)
-        if len(known) < startup:
+        if len(known) < startup or not sampled(trial):
             continue
-        as_measured = suggestion([jittered(t, column, 1.0) for t in known], directions,
-                                 make_sampler(), distributions)  # fmt: skip
+        running = [as_seen(t, column, 1.0, running=True) for t in running_at(trials, trial)]
+        as_measured = suggestion([*(as_seen(t, column, 1.0) for t in known), *running],
+                                 directions, make_sampler(), distributions)  # fmt: skip
         for _ in range(repeats):
             factors = np.exp(rng.normal(0.0, sigma, len(known)))
-            told = [jittered(t, column, float(f)) for t, f in zip(known, factors, strict=True)]
-            moved += suggestion(told, directions, make_sampler(), distributions) != as_measured
+            told = [as_seen(t, column, float(f)) for t, f in zip(known, factors, strict=True)]
+            moved += (suggestion([*told, *running], directions, make_sampler(), distributions)
+                      != as_measured)  # fmt: skip
             asked += 1
     return moved, asked
 
@@ -149,8 +189,16 @@ def main() -> None:
     args = parser.parse_args()
     search = load_config(args.config, args.overrides).search
     names = list(search.objectives)
-    speed = next((name for name in ("throughput",) if name in names), None)
-    runs = [study_of(folder) for folder in args.folders]
+    wanted = [optuna.study.StudyDirection.MAXIMIZE if direction == "max"
+              else optuna.study.StudyDirection.MINIMIZE
+              for direction in search.objectives.values()]  # fmt: skip
+    studies = [study_of(folder) for folder in args.folders]
+    for folder, study in zip(args.folders, studies, strict=True):
+        if list(study.directions) != wanted:
+            raise SystemExit(f"{folder}: its study's directions are not those of "
+                             f"{args.config}'s objectives ({search.objectives}): pass the "
+                             "config it ran with as --config")  # fmt: skip
+    runs = [asked_in_order(study) for study in studies]
 
     if len(runs) > 1:
         parting = first_parting(runs)
@@ -167,24 +215,22 @@ def main() -> None:
             print(f"runs {a} and {b}: {len(common)} configs in common "
                   f"(of {len(first)} and {len(second)})")  # fmt: skip
 
-    if speed is None:
-        print("no speed among the objectives: nothing to jitter")
+    if "throughput" not in names or search.sampler != "tpe":
+        print("the speeds' sway is measured for TPE with throughput among its objectives: "
+              f"here {search.sampler}, {', '.join(names)}")  # fmt: skip
         return
-    column = names.index(speed)
-    directions = [optuna.study.StudyDirection.MAXIMIZE if d == "max"
-                  else optuna.study.StudyDirection.MINIMIZE
-                  for d in search.objectives.values()]  # fmt: skip
+    column = names.index("throughput")
     startup = startup_trials(search.sampler, search.num_samples)
     rng = np.random.default_rng(0)
     for index, (folder, trials) in enumerate(zip(args.folders, runs, strict=True), 1):
         moved, asked = speed_sway(
-            trials, directions,
+            trials, wanted,
             lambda: build_sampler(search.sampler, search.num_samples, search.seed),
             startup, column, args.sigma, args.repeats, rng,
         )  # fmt: skip
         share = moved / asked if asked else math.nan
-        print(f"run {index} ({folder}): speeds jittered by {args.sigma:.1%}: the suggestion "
-              f"moved in {moved} of {asked} asks ({share:.2f})")  # fmt: skip
+        print(f"run {index} ({folder}): told speeds jittered by {args.sigma:.1%}, a fresh "
+              f"sampler's suggestion moved in {moved} of {asked} asks ({share:.2f})")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -213,10 +213,11 @@ class ParetoEarlyStopping(FIFOScheduler):
                 and epoch != last_epoch
                 and self.still_at_chance_after(trial_id, record, accuracy, epoch, rung_at)
             )
-        # still at chance, an objective it does not report at the rung (a gap whose best
-        # epoch went unscored) is judged on its accuracy alone, as between rungs; above the
-        # min accuracy such a trial is not comparable: it goes on, and is not a peer whose
-        # NaN would count as the worst value
+        # still at chance, a trial that does not report an objective at the rung (a gap
+        # whose best epoch went unscored) is judged all the same, the NaN its worst (ahead on
+        # accuracy, the default: on its accuracy alone), as between rungs; above the min
+        # accuracy it is not comparable: it goes on, and is not a peer whose NaN would count
+        # as the worst value
         record = record or self.record_at_chance(result)
         if record is None:
             return False

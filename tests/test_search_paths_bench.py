@@ -39,6 +39,15 @@ def trial(number: int, x: float, speed: float, accuracy: float, ended: int | Non
     return made
 
 
+def pruned(told):
+    """`told` as a trial stopped early: PRUNED, no values."""
+    made = optuna.trial.create_trial(state=TrialState.PRUNED, params=told.params,
+                                     distributions=SPACE)  # fmt: skip
+    made.number, made.datetime_start = told.number, told.datetime_start
+    made.datetime_complete = told.datetime_complete
+    return made
+
+
 def study(xs, speeds=None, ended=None):
     speeds = speeds or [1000.0] * len(xs)
     ended = ended or {}
@@ -54,21 +63,43 @@ def test_runs_part_at_the_first_trial_whose_config_differs():
     assert paths.first_parting([first, study([0.1, 0.2, 0.35, 0.4])]) == 2
 
 
-def test_runs_knew_the_same_trials_only_where_the_same_had_ended_before_the_ask():
+def test_runs_knew_the_same_trials_only_where_the_same_had_ended_alike_before_the_ask():
     quick = study([0.1, 0.2, 0.3])
     slow = study([0.1, 0.2, 0.3], ended={1: 5})  # trial 1 ended after trial 2 was asked
     assert paths.knew_the_same([quick, study([0.1, 0.2, 0.3])], 2)
     assert not paths.knew_the_same([quick, slow], 2)
     assert [t.number for t in paths.known_before(slow, slow[2])] == [0]
+    stopped = study([0.1, 0.2, 0.3])
+    stopped[1] = pruned(stopped[1])  # stopped early in one run, run whole in the other
+    assert not paths.knew_the_same([quick, stopped], 2)
 
 
-def test_a_study_is_read_from_the_results_folder_in_the_order_asked(tmp_path):
+def test_a_trial_asked_before_and_not_yet_told_is_seen_running():
+    trials = study([0.1, 0.2, 0.3, 0.4], ended={1: 5})
+    assert [t.number for t in paths.running_at(trials, trials[3])] == [1]
+    seen = paths.as_seen(trials[1], 0, 2.0, running=True)
+    assert seen.state == TrialState.RUNNING and seen.values is None
+    assert seen.params == trials[1].params
+
+
+def test_a_told_trial_is_seen_with_its_speed_alone_scaled():
+    told = trial(0, 0.3, 1000.0, 0.8)
+    told.set_constraint("min_accuracy", 0.1)
+    seen = paths.as_seen(told, 0, 1.5)
+    assert seen.values == [1500.0, 0.8]
+    assert (seen.state, seen.params, seen.constraints) == (
+        TrialState.COMPLETE, {"x": 0.3}, {"min_accuracy": 0.1},
+    )  # fmt: skip
+    assert paths.as_seen(pruned(told), 0, 1.5).values is None
+
+
+def test_a_study_is_read_from_the_results_folder(tmp_path):
     storage = f"sqlite:///{tmp_path / OPTUNA_STORAGE}"
     written = optuna.create_study(directions=DIRECTIONS, storage=storage, study_name="run")
     written.add_trials(study([0.5, 0.25, 0.75]))
     read = paths.study_of(tmp_path)
-    assert [t.params["x"] for t in read] == [0.5, 0.25, 0.75]
-    assert [t.number for t in read] == [0, 1, 2]
+    assert read.directions == DIRECTIONS
+    assert [t.params["x"] for t in paths.asked_in_order(read)] == [0.5, 0.25, 0.75]
 
 
 def test_a_folder_without_a_study_is_named_in_one_line(tmp_path):
@@ -90,3 +121,12 @@ def test_speeds_as_measured_ask_the_same_and_speeds_a_hair_apart_move_the_sugges
     assert sway(trials, 0.0) == (0, 30)  # asks 8, 9, 10: ten times each
     moved, asked = sway(trials, 0.02)
     assert asked == 30 and moved >= 5
+
+
+def test_a_point_enqueued_whole_was_not_the_samplers_choice():
+    enqueued = optuna.trial.create_trial(
+        state=TrialState.COMPLETE, values=[1.0, 0.8], params={"x": 0.3}, distributions=SPACE,
+        system_attrs={"fixed_params": {"x": 0.3}},
+    )  # fmt: skip
+    assert not paths.sampled(enqueued)
+    assert paths.sampled(trial(0, 0.3, 1.0, 0.8))
