@@ -8,7 +8,9 @@ told speeds move by a few percent from run to run (docs/RESULTS.md, section 39).
 or more folders this prints, trial by trial in the order the sampler asked, the first
 trial whose config differs and whether the runs had been told the same trials, in the same
 states, when they asked it (yes: the told values decided; no: which trials had ended, or
-were stopped, decided), and the configs each pair shares. For each folder it then asks a
+were stopped, decided), for the trials every run had told whole by then whether their other
+objectives were the same and how far apart their speeds were, and the configs each pair
+shares. For each folder it then asks a
 fresh TPE sampler of the config's settings and seed, for each trial it sampled after its
 start-up, given what the run's sampler saw at that ask (the trials told, and those still
 running), once with the speeds as measured and `--repeats` times with each speed times a
@@ -102,6 +104,28 @@ def knew_the_same(runs: Sequence[Sequence[FrozenTrial]], number: int) -> bool:
         for trials in runs
     ]
     return len(set(known)) == 1
+
+
+def told_apart(
+    runs: Sequence[Sequence[FrozenTrial]], number: int, column: int
+) -> tuple[bool, float, int | None]:
+    """Of the trials every run had told as COMPLETE when it asked `number`: whether their
+    values other than `column` (the speed) were the same in every run, and their speeds'
+    widest spread between runs (the largest over the smallest, less 1) and whose it was."""
+    told = [{t.number: t for t in known_before(trials, trials[number])} for trials in runs]
+    common = sorted(set.intersection(*(set(known) for known in told)))
+    same, widest, whose = True, 0.0, None
+    for trial in common:
+        if any(known[trial].state != TrialState.COMPLETE for known in told):
+            continue
+        values = [known[trial].values for known in told]
+        others = {tuple(v for i, v in enumerate(vals) if i != column) for vals in values}
+        same = same and len(others) == 1
+        speeds = [vals[column] for vals in values]
+        spread = max(speeds) / min(speeds) - 1
+        if spread > widest:
+            widest, whose = spread, trial
+    return same, widest, whose
 
 
 def as_seen(trial: FrozenTrial, column: int, factor: float, running: bool = False) -> FrozenTrial:
@@ -210,6 +234,12 @@ def main() -> None:
                 why = "other trials known: which had ended, or were stopped, decided"
             print(f"{len(args.folders)} runs: the same configs up to trial {parting - 1}, "
                   f"parted at trial {parting} ({why})")  # fmt: skip
+            if "throughput" in names:
+                same, widest, whose = told_apart(runs, parting, names.index("throughput"))
+                others = "the same" if same else "not the same"
+                print(f"  the trials told whole by then: their other objectives {others} "
+                      f"in every run, their speeds up to {widest:.1%} apart "
+                      f"(trial {whose})")  # fmt: skip
         for (a, first), (b, second) in itertools.combinations(enumerate(runs, 1), 2):
             common = {config_key(t) for t in first} & {config_key(t) for t in second}
             print(f"runs {a} and {b}: {len(common)} configs in common "

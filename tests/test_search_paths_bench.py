@@ -93,6 +93,15 @@ def test_a_told_trial_is_seen_with_its_speed_alone_scaled():
     assert paths.as_seen(pruned(told), 0, 1.5).values is None
 
 
+def test_what_runs_had_told_differs_only_in_the_speeds_and_by_how_much():
+    first = study([0.1, 0.2, 0.3], speeds=[1000.0, 2000.0, 3000.0])
+    second = study([0.1, 0.2, 0.3], speeds=[1010.0, 2100.0, 1.0])  # trial 2 asked after 0, 1
+    same, widest, whose = paths.told_apart([first, second], 2, column=0)
+    assert same and whose == 1 and widest == pytest.approx(0.05)
+    second[0] = trial(0, 0.1, 1010.0, 0.9)  # another accuracy told
+    assert not paths.told_apart([first, second], 2, column=0)[0]
+
+
 def test_a_study_is_read_from_the_results_folder(tmp_path):
     storage = f"sqlite:///{tmp_path / OPTUNA_STORAGE}"
     written = optuna.create_study(directions=DIRECTIONS, storage=storage, study_name="run")
