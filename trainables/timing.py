@@ -180,8 +180,8 @@ def alternation_side(
     """A side of an alternation: for each configuration (key -> images), its share and a
     block of its steps (`paired_block_steps`: its share of the side's round, or of
     `shares` where given: a block both sides train weighs most in one of them), sized by
-    the second of two warm-up steps; a configuration already in `blocks` (the other
-    side's, trained alike) keeps its block, and a new one is added there."""
+    its one warm-up step; a configuration already in `blocks` (the other side's, trained
+    alike) keeps its block, and a new one is added there."""
     side = []
     shares = shares or largest_shares([configurations])
     for key, images in configurations.items():
@@ -189,10 +189,11 @@ def alternation_side(
             batch_size, accumulation_steps = ConfigSpeed.parts(key)
             schedule = EpochSchedule(batch_size, accumulation_steps, lr=0.0, growths=0)
             block = StepBlock(trial, splits, schedule)
-            # the first step allocates, searches the autotuner, compiles: off the clock; the
-            # second sizes the block (four steps did until 2026-11-28: about a second a side
-            # at AdaBatch's four batches, docs/RESULTS.md section 38)
-            block.train(1)
+            # the first step allocates, searches the autotuner, compiles: off the clock, and
+            # it sizes the block. Slower than the steps after it, it sizes a block short,
+            # which costs precision, not truth: a block weighs by its images, not its length.
+            # Without the second step that sized it until 2026-11-28 the alternations take
+            # about 0.82x the time (docs/RESULTS.md, section 40; four steps before section 38)
             per_step = block.train(1) * block.images_per_step
             block.steps = paired_block_steps(per_step, shares[key])
             blocks[key] = block
