@@ -24,8 +24,11 @@ SEARCH = ["--config", SMOKE, "--name", NAME]
 # The smoke space (batch_size, optimizer, lr) with AMP, activation checkpointing and
 # gradient clipping (a setting unset, null, or a norm): one noise-floor seed and one change
 # of each. AMP is sampled whatever this CPU does with bf16 (where it emulates it, the
-# search's probe would leave AMP out: tests/search/test_devices.py).
+# search's probe would leave AMP out: tests/search/test_devices.py); 16 px images keep its
+# emulated steps short.
+IMAGE_SIZE = 16
 SPACE = [
+    f"data.image_size={IMAGE_SIZE}",
     "search.amp_probe=false",
     "space.amp={choice: [false, true]}",
     "space.activation_checkpointing={choice: [false, true]}",
@@ -146,7 +149,7 @@ def test_the_memory_effects_of_amp_and_checkpointing_agree_with_the_capacity_pro
     batch = int(trial.physical_batch_size)
     changed = {**base, setting: not base[setting]}
     probed = [
-        Prober(TrainSettings.from_config(config), 32, None).peak_bytes(batch)
+        Prober(TrainSettings.from_config(config), IMAGE_SIZE, None).peak_bytes(batch)
         for config in (base, changed)
     ]
     assert np.sign(row.effect) == np.sign(probed[1] - probed[0]) != 0
