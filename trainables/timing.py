@@ -119,7 +119,9 @@ def speed_against_baseline(
                                     None)  # fmt: skip
                 fresh.gate = trial.gate  # its warm-up steps too keep out of a neighbour's window
                 splits = TrialData.of(data, device, settings)
-            sides[name] = alternation_side(fresh, splits, configurations[name], blocks, shares)
+            sides[name] = alternation_side(
+                fresh, splits, configurations[name], blocks, shares, known=trial.speeds
+            )
         gate = trial.gate or gate_of(device_key(device))
         crowded = device.type == "cuda" or gate.crowded(os.cpu_count() or 1)
         with gate.exclusive() if crowded else nullcontext():
@@ -176,12 +178,14 @@ def alternation_side(
     configurations: dict[str, float],
     blocks: dict[str, StepBlock],
     shares: Mapping[str, float] | None = None,
+    known: ConfigSpeed | None = None,
 ) -> list[tuple[float, Callable[[], float]]]:
     """A side of an alternation: for each configuration (key -> images), its share and a
     block of its steps (`paired_block_steps`: its share of the side's round, or of
-    `shares` where given: a block both sides train weighs most in one of them), sized by
-    its one warm-up step; a configuration already in `blocks` (the other side's, trained
-    alike) keeps its block, and a new one is added there."""
+    `shares` where given: a block both sides train weighs most in one of them), after one
+    warm-up step; sized by the speed `known` has for the configuration (the trial that
+    trained it), else by that step. A configuration already in `blocks` (the other
+    side's, trained alike) keeps its block, and a new one is added there."""
     side = []
     shares = shares or largest_shares([configurations])
     for key, images in configurations.items():
@@ -189,12 +193,16 @@ def alternation_side(
             batch_size, accumulation_steps = ConfigSpeed.parts(key)
             schedule = EpochSchedule(batch_size, accumulation_steps, lr=0.0, growths=0)
             block = StepBlock(trial, splits, schedule)
-            # the first step allocates, searches the autotuner, compiles: off the clock, and
-            # it sizes the block. Slower than the steps after it, it sizes a block short,
-            # which costs precision, not truth: a block weighs by its images, not its length.
-            # Without the second step that sized it until 2026-11-28 the alternations take
-            # about 0.82x the time (docs/RESULTS.md, section 40; four steps before section 38)
-            per_step = block.train(1) * block.images_per_step
+            # the first step allocates, searches the autotuner, compiles: off the clock. A
+            # block's length sets its precision, not its truth (it weighs by its images),
+            # so a speed the trial measured of the configuration (with its own settings,
+            # or the other side's: near enough) sizes it; else this step, slower than the
+            # steps after it, sizes it short. A second step that sized it until 2026-11-28
+            # made the alternations at an AdaBatch knee 1.2x as long (RESULTS.md, section 40)
+            first = block.train(1) * block.images_per_step
+            speed = known.of(key) if known is not None else None
+            measured = speed is not None and speed.images_per_s > 0  # NaN: none
+            per_step = block.images_per_step / speed.images_per_s if measured else first
             block.steps = paired_block_steps(per_step, shares[key])
             blocks[key] = block
         side.append((images, blocks[key]))

@@ -110,6 +110,33 @@ def test_a_block_both_sides_train_is_sized_for_the_side_it_weighs_most_in(data, 
     assert shares == {"8x1": 0.25, "16x1": 1.0}
 
 
+def test_a_block_is_sized_by_the_speed_its_trial_measured_else_by_its_warm_up_step(
+    data, monkeypatch
+):
+    """Batch 8 against batch 16: the trial timed batch 8 over its epoch, so that block is
+    sized by that speed; batch 16 it never trained, so by its one warm-up step."""
+    import trainables.timing as timing
+
+    sized, seen = [], {}
+    real_steps, real_side = timing.paired_block_steps, timing.alternation_side
+
+    def recorded(seconds_per_step, share):
+        sized.append(seconds_per_step)
+        return real_steps(seconds_per_step, share)
+
+    def side(*args, known=None, **kwargs):
+        seen["known"] = known
+        return real_side(*args, known=known, **kwargs)
+
+    monkeypatch.setattr(timing, "paired_block_steps", recorded)
+    monkeypatch.setattr(timing, "alternation_side", side)
+    fit_classifier(settings(epochs=1, speed_baseline={"batch_size": 16}, speed_baseline_s=0.5),
+                   data, Reports())  # fmt: skip
+    trained = seen["known"].of("8x1")
+    assert sized[0] == pytest.approx(8 / trained.images_per_s)  # the changed side first
+    assert seen["known"].of("16x1") is None and sized[1] > 0
+
+
 def test_a_baseline_changes_only_settings_of_a_step_and_keeps_their_rules():
     with pytest.raises(ValidationError, match="not epochs"):
         TrainSettings(speed_baseline={"epochs": 3})
