@@ -13,7 +13,10 @@ from step to step, as the warm one did. A block above the largest mmap threshold
 takes (32 MiB) was still mapped afresh every time, and a batch of 256 of the small CNN
 allocates activations that large: it faulted in about 49,000 pages a step and trained at
 0.65x its speed (section 27); so no block is mapped apart (`M_MMAP_MAX` 0): every block
-comes from the heap, which keeps what it held up to the trim threshold.
+comes from the heap, which keeps what it held up to the trim threshold. That threshold was
+256 MiB until 2026-11-28, and a batch of 512 frees more at the end of its step: the heap's
+top went back to the system every step and was faulted in again, about 52,000 pages a step
+(docs/RESULTS.md, section 41). It is now the largest glibc takes (2 GiB).
 
 Tune trains a function trainable on a thread of its worker, and glibc gives a new thread an
 arena of its own, whose extra heaps it unmaps as soon as they are empty, whatever the
@@ -38,7 +41,9 @@ _M_MMAP_MAX = -4
 # The largest mmap threshold glibc takes on 64-bit (half its heap's largest size): blocks
 # up to 32 MiB come from the heap. Past the trim threshold the heap's free top goes back.
 MMAP_THRESHOLD_BYTES = 32 << 20
-TRIM_THRESHOLD_BYTES = 256 << 20
+# mallopt takes an int: 2 GiB less a byte. A step that frees more (a large model's large
+# batch on a CPU) gives the rest back and faults it in again, in a step of seconds.
+TRIM_THRESHOLD_BYTES = (1 << 31) - 1
 # For the environment of the processes trials run in (a search passes it in Ray's runtime
 # environment): every thread allocates from the main arena.
 WORKER_ENV = {"MALLOC_ARENA_MAX": "1"}

@@ -49,10 +49,13 @@ LARGE_HELD_AT_MOST = 2500
 COUNTED_STEPS = 10
 
 
-def pages_faulted_a_step(before: str, batch: int | None = None) -> float:
+def pages_faulted_a_step(
+    before: str, batch: int | None = None, channels_last: bool = False
+) -> float:
     """At the knee's step, or on batches of `batch`, one a step (as the bench's --batch-size)."""
     batch, accumulation = bench.KNEE_STEP if batch is None else (batch, 1)
-    return bench.one_run(before, batch, accumulation, COUNTED_STEPS)["faults_per_step"]
+    run = bench.one_run(before, batch, accumulation, COUNTED_STEPS, channels_last)
+    return run["faults_per_step"]
 
 
 def test_left_alone_glibc_faults_in_thousands_of_pages_a_step_and_held_almost_none():
@@ -65,6 +68,15 @@ def test_held_a_batch_whose_activations_pass_32_mib_reuses_the_heap_too():
     # counted steps (blocks over glibc's largest mmap threshold mapped afresh), held none
     assert pages_faulted_a_step(bench.THRESHOLDS_ONLY, batch=256) > 10 * LARGE_HELD_AT_MOST
     assert pages_faulted_a_step(bench.HELD, batch=256) < LARGE_HELD_AT_MOST
+
+
+def test_held_a_batch_that_frees_more_than_256_mib_at_its_steps_end_keeps_its_heap():
+    # channels-last batches of 512: the trim threshold at 256 MiB (the hold until
+    # 2026-11-28) gave the heap's top back and faulted in about 52,000 pages a step; held,
+    # it keeps it
+    before = pages_faulted_a_step(bench.TRIM_AT_256_MIB, batch=512, channels_last=True)
+    assert before > 10 * LARGE_HELD_AT_MOST
+    assert pages_faulted_a_step(bench.HELD, batch=512, channels_last=True) < LARGE_HELD_AT_MOST
 
 
 def test_a_trial_holds_its_process_allocator(tmp_path):
