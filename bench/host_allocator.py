@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"median {side:15s} {value:7.0f} images/s, "
               f"{value / medians['left alone']:.3f} of left alone")  # fmt: skip
     print(f"held / thresholds only: {medians['held'] / medians['thresholds only']:.3f}")
+    print(f"held / trim at 256 MiB: {medians['held'] / medians['trim at 256 MiB']:.3f}")
     return 0
 
 
