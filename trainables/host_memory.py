@@ -15,7 +15,7 @@ allocates activations that large: it faulted in about 49,000 pages a step and tr
 0.65x its speed (section 27); so no block is mapped apart (`M_MMAP_MAX` 0): every block
 comes from the heap, which keeps what it held up to the trim threshold. That threshold was
 256 MiB until 2026-11-28, and a batch of 512 frees more at the end of its step: the heap's
-top went back to the system every step and was faulted in again, about 52,000 pages a step
+top went back to the system every step and was faulted in again, 23,000-67,000 pages a step
 (docs/RESULTS.md, section 41). It is now the largest glibc takes (2 GiB).
 
 Tune trains a function trainable on a thread of its worker, and glibc gives a new thread an
