@@ -5,6 +5,8 @@ import importlib.util
 import json
 import sys
 
+import torch
+
 import trainables.classifier as classifier
 from tests.conftest import CONFIGS, REPO
 from trainables.settings import SAME_WORK_PER_IMAGE
@@ -37,7 +39,11 @@ def test_the_default_knees_timed_ablations_are_those_that_change_a_steps_work():
 def test_a_knee_of_the_smoke_search_is_trained_and_timed_against_each_change(capsys, monkeypatch):
     monkeypatch.setattr(classifier, "speed_against_baseline", classifier.speed_against_baseline)
     knee = {"batch_size": 16, "optimizer": "sgd", "lr": 0.01}
-    bench.worker(str(CONFIGS / "smoke.yaml"), knee, [])
+    threads = torch.get_num_threads()
+    try:
+        bench.worker(str(CONFIGS / "smoke.yaml"), knee, [])  # one thread, as a trial's
+    finally:
+        torch.set_num_threads(threads)
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [row["ablation"] for row in rows] == ['{"batch_size": 16}', '{"optimizer": "sgd"}']
     for row in rows:
