@@ -64,17 +64,14 @@ def knee_settings(
 
 
 def slow_amp_left_out(config_path: str) -> list[str]:
-    """["amp"] where the search would leave AMP out of its space on this CPU (its probe)."""
+    """The sampled settings a new search of the config leaves out on this machine
+    (`search.devices.leave_out_slow_amp`: AMP where this CPU emulates bf16)."""
+    from search.cli import RunOptions
     from search.config import load_config
-    from search.devices import first_model, slow_cpu_amp
+    from search.devices import leave_out_slow_amp
 
-    config = load_config(config_path)
-    sampled = config.space.get("amp")
-    if not config.search.amp_probe or sampled is None or len(sampled.candidates()) < 2:
-        return []
-    slow = slow_cpu_amp(first_model(config), config.data.image_size, 1)
-    print(f"AMP: {slow or 'sampled'}", flush=True)
-    return ["amp"] if slow else []
+    on_cpu = load_config(config_path).with_cards(0)  # the bench's trials train on the CPU
+    return list(leave_out_slow_amp(on_cpu, RunOptions()).left_out)
 
 
 def worker(config_path: str, given: dict[str, object], left_out: list[str]) -> None:
