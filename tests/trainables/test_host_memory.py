@@ -72,10 +72,9 @@ def test_held_a_batch_whose_activations_pass_32_mib_reuses_the_heap_too():
 
 def test_held_a_batch_that_frees_more_than_256_mib_at_its_steps_end_keeps_its_heap():
     # channels-last batches of 512: the trim threshold at 256 MiB (the hold until
-    # 2026-11-28) gave the heap's top back and faulted in 23,000-67,000 pages a step; held,
-    # it keeps it
-    before = pages_faulted_a_step(bench.TRIM_AT_256_MIB, batch=512, channels_last=True)
-    assert before > 4 * LARGE_HELD_AT_MOST  # run to run the trimmed side varies 3x
+    # 2026-11-28) gave the heap's top back and faulted in 23,000-67,000 pages a step in the
+    # bench's runs, but none in one CI process (whether the freed top passes 256 MiB varies
+    # with the heap's layout), so only the held side is asserted
     assert pages_faulted_a_step(bench.HELD, batch=512, channels_last=True) < LARGE_HELD_AT_MOST
 
 
