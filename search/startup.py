@@ -113,7 +113,11 @@ def start_ray(address: str | None) -> None:
         # Ray's own services listen on the machine's address (Ray turns a loopback node
         # address into a reachable one); its token authentication, on by default since
         # 2.59, guards them and is never turned off here. No dashboard is started.
+        # "local": an instance of this search's own, as --address's help promises. A bare
+        # init would first join the cluster whose address `ray start` left in Ray's temp
+        # folder, and wait for ever where that cluster died without `ray stop`.
         ray.init(
+            address="local",
             include_dashboard=False,
             log_to_driver=False,  # trial errors still reach the terminal through Tune
             ignore_reinit_error=True,

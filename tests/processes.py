@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,13 @@ def importable(*folders: Path) -> str:
     was given (on the lent GPU machine the project's packages are there, not installed)."""
     inherited = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
     return os.pathsep.join([str(REPO), *map(str, folders), *inherited])
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (bound, then let go)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def cli_env(ray_tmp: Path | None = None, **extra: str) -> dict[str, str]:

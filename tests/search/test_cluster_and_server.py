@@ -2,7 +2,6 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from search.run import main
 from tests.conftest import CONFIGS
+from tests.processes import free_port
 
 pytestmark = pytest.mark.slow
 SMOKE = str(CONFIGS / "smoke.yaml")
@@ -49,12 +49,6 @@ def test_a_search_on_a_two_node_cluster_runs_trials_on_both_nodes(
     nodes = {run.data.tags["node"] for run in runs if "node" in run.data.tags}
     (worker,) = two_node_cluster.worker_nodes
     assert nodes == {two_node_cluster.head_node.node_id, worker.node_id}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

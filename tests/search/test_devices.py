@@ -25,15 +25,22 @@ def test_the_main_config_asks_for_auto_and_keeps_it_as_written():
         _ = config.resources.gpu_share  # nothing may use a share nobody decided
 
 
-@pytest.mark.ray
-def test_where_ray_counts_no_card_the_trials_ask_for_none_and_the_plan_says_why(ray_instance):
+def ray_counts(monkeypatch, gpus: float) -> None:
+    """Ray's count of the cluster, as `resolve_gpu` reads it once Ray is up (the machine's
+    own count would make these tests say what the machine has: a lent card counts 1)."""
+    counted = {"CPU": 16.0, **({"GPU": gpus} if gpus else {})}
+    monkeypatch.setattr(ray, "cluster_resources", lambda: counted)
+
+
+def test_where_ray_counts_no_card_the_trials_ask_for_none_and_the_plan_says_why(monkeypatch):
+    ray_counts(monkeypatch, 0)
     resolved = devices.resolve_gpu(load_config(MAIN, []), LOCAL)
     assert resolved.resources.gpu_share == 0
     assert resolved.resources.describe_gpu() == "no GPU (resources.gpu auto: no card here)"
 
 
 def test_where_ray_counts_cards_each_trial_gets_a_quarter_of_one(monkeypatch):
-    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 2.0})
+    ray_counts(monkeypatch, 2)
     monkeypatch.setattr(devices, "_torch_sees_cuda", lambda: True)
     resolved = devices.resolve_gpu(load_config(MAIN, []), LOCAL)
     assert resolved.resources.gpu_share == AUTO_GPU_SHARE == 0.25
@@ -45,10 +52,10 @@ def test_a_config_that_names_its_share_is_left_as_it_is():
     assert devices.resolve_gpu(config, LOCAL) is config
 
 
-@pytest.mark.ray
 def test_a_cuda_trial_device_with_auto_and_no_card_is_refused_once_ray_has_counted(
-    ray_instance,
+    monkeypatch,
 ):
+    ray_counts(monkeypatch, 0)
     config = load_config(MAIN, ["train.device=cuda"])
     with pytest.raises(ConfigError) as refused:
         devices.resolve_gpu(config, LOCAL)

@@ -154,3 +154,29 @@ def test_a_task_in_a_ray_the_search_starts_sees_no_card_and_starts_with_one_mall
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert "VISIBLE ''" in finished.stdout
     assert "ARENAS ['MALLOC_ARENA_MAX=1']" in finished.stdout
+
+
+STARTS_ITS_OWN = """
+import ray
+from search.startup import start_ray
+start_ray(None)
+print("STARTED", ray.get_runtime_context().gcs_address)
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_without_an_address_the_search_starts_its_own_ray_where_a_dead_cluster_left_its_own():
+    """A `ray start` or test cluster killed before it could clean up leaves its address in
+    Ray's temp folder, where a bare `ray.init()` looks first: it then waits for that cluster
+    for ever (on the lent H200, 2026-11-28, a search after a suite stopped at its limit)."""
+    from tests.processes import cli_env, free_port, ray_temp_dir
+
+    with ray_temp_dir() as ray_tmp:
+        (ray_tmp / "ray").mkdir()
+        (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{free_port()}")
+        command = [sys.executable, "-c", STARTS_ITS_OWN]
+        finished = subprocess.run(command, env=cli_env(ray_tmp), capture_output=True,
+                                  text=True, timeout=120, check=False)  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert "STARTED " in finished.stdout
