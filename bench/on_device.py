@@ -7,10 +7,12 @@ and this unpacks it before anything runs. Then:
 
     python3 bench/on_device.py --out $OUT      # in the device tool's run, carry [".bundle"]
 
-The defaults (the card's tests 140 s, the part by_memory, the suite 100 s) end inside one
-call's 600 s. Then, at once on the same warm machine, a second call: the suite alone
-(`--parts --card-tests '' --workers 15 --suite-timeout 290`), or the parts measured before
-(`--parts packing oom capacity --card-tests '' --suite-timeout 0`, about 330 s).
+The defaults (the card's tests 100 s, the part by_memory 450 s, no suite) end inside one
+call's 600 s (on an H200, 2026-11-28: 80 s and 312 s, the second search stopped at the
+part's old 300 s). Then, at once on the same warm machine, a second call: the suite alone
+(`--parts --card-tests '' --workers 15 --suite-timeout 300`: it reached 62% in 140 s), or
+the parts measured before (`--parts packing oom capacity --card-tests '' --suite-timeout 0`,
+about 330 s).
 
 First the tests only a card can run (tests/trainables/test_on_a_real_card.py, one per
 technique), then the bench's parts, then the rest of the suite. Written to --out, seven files
@@ -45,14 +47,25 @@ REPO = Path(__file__).resolve().parents[1]
 BUNDLE = REPO / ".bundle" / "site.tar.xz"
 SITE = Path("/tmp/batchsearch-site")
 BUNDLE_PYTHON = (3, 12)  # the lent machine's, which bench/device_bundle.py builds for
-# What no card has measured yet, first (docs/RESULTS.md section 35): packing by memory with
-# the shares the driver's meter sizes (two searches, about 240 s on an H200). The packing,
-# oom and capacity parts ran on an H200 at 83da029, the card, loop and memory parts earlier.
+# What no card has measured yet, first (docs/RESULTS.md sections 35 and 42): packing by
+# memory with the shares the driver's meter sizes (two searches, about 310 s on an H200: the
+# fixed one took 145 s, the packed one was stopped at 300 s). The packing, oom and capacity
+# parts ran on an H200 at 83da029, the card, loop and memory parts earlier.
 DEFAULT_PARTS = ("by_memory",)
 # Each bench/gpu.py part's time limit, its process's start and CUDA's included (capacity:
 # the table's goal is 60 s on an H100-class card).
 PART_SECONDS = {"card": 45, "loop": 120, "memory": 50, "capacity": 80, "packing": 90,
-                "by_memory": 300, "oom": 140}  # fmt: skip
+                "by_memory": 420, "oom": 140}  # fmt: skip
+BENCH_SLACK_SECONDS = 30  # bench/gpu.py's own start and end, beside its parts' limits
+CARD_TESTS_SECONDS = 100  # 20 tests in 71 s on an H200 (2026-11-28)
+SUITE_SECONDS = 0  # the suite has a call of its own (the docstring's second call)
+CALL_SECONDS = 600  # the device tool's limit on one command
+
+
+def default_call_seconds() -> float:
+    """The most a call with the defaults can take: every step at its limit."""
+    parts = sum(PART_SECONDS[part] for part in DEFAULT_PARTS) + BENCH_SLACK_SECONDS
+    return CARD_TESTS_SECONDS + parts + SUITE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -199,10 +212,10 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"seconds per bench part (default: {PART_SECONDS})")  # fmt: skip
     parser.add_argument("--card-tests", default=CARD_TESTS,
                         help=f"run first, alone (default: {CARD_TESTS}; '': none)")  # fmt: skip
-    parser.add_argument("--card-tests-timeout", type=float, default=140, help="their seconds")
-    # The defaults end inside one call's 600 s: card tests, the parts' limits, the suite.
-    parser.add_argument("--suite-timeout", type=float, default=100,
-                        help="seconds for the suite (0: none)")  # fmt: skip
+    parser.add_argument("--card-tests-timeout", type=float, default=CARD_TESTS_SECONDS,
+                        help="their seconds")  # fmt: skip
+    parser.add_argument("--suite-timeout", type=float, default=SUITE_SECONDS,
+                        help="seconds for the suite (default 0: none)")  # fmt: skip
     parser.add_argument(
         "--workers",
         type=int,
@@ -241,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.part_timeout:
         bench += ["--part-timeout", str(args.part_timeout)]
     if args.parts:  # each part has its own limit; this one is for all of them
-        steps.append(run("bench/gpu.py", bench, work / "gpu.log", sum(limits.values()) + 30, env))
+        limit = sum(limits.values()) + BENCH_SLACK_SECONDS
+        steps.append(run("bench/gpu.py", bench, work / "gpu.log", limit, env))
         if (work / "gpu.csv").exists():
             shutil.copy(work / "gpu.csv", out / "gpu.csv")
     if args.suite_timeout > 0:

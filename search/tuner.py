@@ -150,8 +150,9 @@ def build_tuner(
             scheduler=scheduler,
             num_samples=search.num_samples,
             max_concurrent_trials=search.max_concurrent_trials,
-            # Trials of one search all ask for the same resources, so a finished trial's
-            # process takes the next one: seconds saved per trial on small searches.
+            # A finished trial's process takes the next trial that asks for the same
+            # resources (all of a search's trials, but packed by memory only those of the
+            # same share): seconds saved per trial on small searches.
             reuse_actors=True,
             trial_dirname_creator=trial_dirname,
             trial_name_creator=trial_name,

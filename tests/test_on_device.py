@@ -48,7 +48,7 @@ def test_a_part_over_its_limit_is_stopped_and_a_failing_test_is_listed(tmp_path)
     out = tmp_path / "out"
     finished = on_device(out, "--parts", "loop", "--part-timeout", "0.5", "--card-tests",
                          str(card_tests), "--pytest-args", f"-q {tests}",
-                         "--workers", "2")  # fmt: skip
+                         "--workers", "2", "--suite-timeout", "100")  # fmt: skip
     assert finished.returncode == 1  # a test failed
     summary = (out / "summary.txt").read_text()
     assert "card tests:" in summary and "pytest:" in summary and "card:" in summary
@@ -140,3 +140,7 @@ def test_a_command_over_its_limit_is_ended_with_everything_it_started(tmp_path):
         time.sleep(0.1)
     else:
         raise AssertionError(f"process {grandchild} outlived the limit")
+
+
+def test_a_call_with_the_defaults_ends_inside_the_device_tools_limit_with_every_step_at_its_own():
+    assert on_device_module.default_call_seconds() <= on_device_module.CALL_SECONDS
