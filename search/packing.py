@@ -31,9 +31,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from trainables.settings import TrainSettings
 
-# Shares are whole hundredths of a card: Ray keeps four decimals of a GPU, and a coarse
-# step keeps the card's arithmetic exact.
-SHARE_STEP = 0.01
+# Shares are whole sixteenths of a card. Tune hands a finished trial's process to the next
+# trial only where both ask for the same resources (`reuse_actors`), so configs whose needs
+# differ by a few hundred MiB must ask for the same share, or every trial starts a process
+# of its own, one at a time (docs/RESULTS.md section 42: in hundredths of a card the packed
+# search never ran more than three at once). Sixteen fit a card (the lent machines' 16
+# cores at one CPU a trial); 1/16 is exact in binary and in the four decimals Ray keeps.
+SHARE_STEP = 0.0625
 # On top of the predicted peak: the line through first steps misses later epochs'
 # fragmentation and the evaluation's cached blocks (the allocator gives a cache back before
 # it refuses, so those cost time, not a failure). A choice, not yet measured on a card.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import pickle
@@ -39,10 +40,10 @@ def learned_model(name: str = "") -> MemoryModel:
 
 
 def test_a_share_is_the_need_over_the_card_rounded_up_to_the_step_and_never_above_one():
-    assert share_of_card(1000.0, 100_000.0) == SHARE_STEP == 0.01  # exactly one step
-    assert share_of_card(1001.0, 100_000.0) == 0.02
-    assert share_of_card(1.0, 100_000.0) == 0.01  # at least one step
-    assert share_of_card(32_100.0, 100_000.0) == 0.33  # as Ray keeps it: four decimals
+    assert share_of_card(1000.0, 16_000.0) == SHARE_STEP == 0.0625  # exactly one step
+    assert share_of_card(1001.0, 16_000.0) == 0.125
+    assert share_of_card(1.0, 16_000.0) == 0.0625  # at least one step
+    assert share_of_card(4_900.0, 16_000.0) == 0.3125  # exact: Ray keeps four decimals
     assert share_of_card(90_000.0, 64_000.0) == 1.0
     with pytest.raises(ValueError):
         share_of_card(0.0, 64_000.0)
@@ -56,8 +57,8 @@ def test_a_configs_share_holds_its_predicted_peak_with_the_margin_and_the_contex
         needed = (360 + 40 * settings.batch_size) * (1 + MEMORY_MARGIN) + CONTEXT_MB
         share = model.share(settings)
         assert share * CARD_MB >= needed > (share - SHARE_STEP) * CARD_MB
-    assert model.share(small) == 0.04  # 2.5 GiB: 25 to a card, where 0.25 holds four
-    assert model.share(large) == 0.32  # 25 GiB: more than a quarter, which would run out
+    assert model.share(small) == 0.0625  # 2.5 GiB: 16 to a card, where 0.25 holds four
+    assert model.share(large) == 0.375  # 25 GiB: more than a quarter, which would run out
 
 
 def test_a_config_the_model_cannot_predict_yet_has_no_share_of_its_own():
@@ -82,7 +83,7 @@ def test_packed_a_group_no_trial_reported_gets_the_meters_share_scaled_as_the_ca
     needed = 1.25 * (300 + 30 * 32) * (1 + MEMORY_MARGIN) + CONTEXT_MB
     assert share * CARD_MB >= needed > (share - SHARE_STEP) * CARD_MB
     assert PackedResources("packing-borrowed", cpu=1.0, default_gpu=0.25)(adam)["gpu"] == share
-    assert share == 0.03  # where the fixed share gives 0.25
+    assert share == 0.0625  # where the fixed share gives 0.25
 
 
 def test_a_packed_gpu_searchs_memory_model_meters_each_group_at_the_driver_a_fixed_one_not():
@@ -122,7 +123,7 @@ def test_the_trials_resources_are_the_share_the_searchs_live_model_gives_their_c
     assert resources({**config, "optimizer": "adam"})["gpu"] == 0.25  # not predicted: fixed
     # Tune keeps a pickled copy of the function: the copy still asks the live model
     copy = pickle.loads(pickle.dumps(resources))
-    assert copy(config) == resources(config) == {"cpu": 2.0, "gpu": 0.04}
+    assert copy(config) == resources(config) == {"cpu": 2.0, "gpu": 0.0625}
 
 
 def test_a_resumed_search_packs_by_the_model_it_saved():
@@ -158,7 +159,7 @@ def test_the_searcher_teaches_the_model_the_card_and_the_context_from_first_epoc
             "memory_limit_mb": 19_900.0, "card_mb": CARD_MB, "card_context_mb": CONTEXT_MB,
         })  # fmt: skip
     settings = TrainSettings.from_config({**RESNET, "batch_size": 512})
-    assert memory.share(settings) == learned_model().share(settings) == 0.32
+    assert memory.share(settings) == learned_model().share(settings) == 0.375
 
 
 def config_of(resources: dict, search: dict | None = None) -> SearchConfig:
@@ -211,7 +212,7 @@ def test_a_trial_reports_its_cards_memory_and_its_context_and_nothing_on_cpu(fak
 
 RAY_LOGICAL_GPU = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys, time
     import ray
     from ray import tune
     from search.feasibility import MemoryModel
@@ -224,20 +225,23 @@ RAY_LOGICAL_GPU = textwrap.dedent(
                       batch, peak, card_mb=81559.0, context_mb=552.0)
 
     def trial(config):
-        tune.report({"gpu": tune.get_context().get_trial_resources().bundles[0].get("GPU", 0)})
+        bundle = tune.get_context().get_trial_resources().bundles[0]
+        tune.report({"gpu": bundle.get("GPU", 0), "pid": os.getpid(), "started": time.time()})
 
     ray.init(address="local", num_cpus=3, num_gpus=1, include_dashboard=False,
              configure_logging=False)
     tuner = tune.Tuner(
         tune.with_resources(trial, PackedResources("packed-on-ray", 1, 0.25)),
         param_space={"model": "resnet50",
-                     "batch_size": tune.grid_search([32, 512]),
+                     "batch_size": tune.grid_search([24, 32, 40, 512]),
                      "optimizer": tune.grid_search(["sgd", "adam"])},
+        # one at a time, each finished trial's process offered to the next, as a search's
+        tune_config=tune.TuneConfig(max_concurrent_trials=1, reuse_actors=True),
         run_config=tune.RunConfig(storage_path=sys.argv[1], verbose=0),
     )
     rows = [
         {"batch_size": r.config["batch_size"], "optimizer": r.config["optimizer"],
-         "gpu": r.metrics["gpu"]}
+         **{key: r.metrics[key] for key in ("gpu", "pid", "started")}}
         for r in tuner.fit()
     ]
     print("ROWS", json.dumps(rows))
@@ -246,9 +250,13 @@ RAY_LOGICAL_GPU = textwrap.dedent(
 
 
 @pytest.mark.ray
-def test_on_ray_with_a_logical_card_each_trial_is_given_its_configs_share(tmp_path):
+def test_on_ray_with_a_logical_card_each_trial_gets_its_share_and_like_needs_share_a_process(
+    tmp_path,
+):
     """A Ray of its own (one logical GPU; the shared test Ray has none): Tune asks the
-    live model for each trial's resources as it creates the trial, and Ray gives them."""
+    live model for each trial's resources as it creates the trial, and Ray gives them.
+    Configs whose needs differ a little ask for the same share, so Tune hands a finished
+    trial's process to the next instead of starting one (docs/RESULTS.md section 42)."""
     with ray_temp_dir() as ray_tmp:
         done = subprocess.run(
             [sys.executable, "-c", RAY_LOGICAL_GPU, str(tmp_path)], cwd=REPO,
@@ -258,8 +266,17 @@ def test_on_ray_with_a_logical_card_each_trial_is_given_its_configs_share(tmp_pa
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(done.stdout.split("ROWS", 1)[1])
     given = {(row["optimizer"], row["batch_size"]): row["gpu"] for row in rows}
-    assert given == {("sgd", 32): 0.04, ("sgd", 512): 0.32,
-                     ("adam", 32): 0.25, ("adam", 512): 0.25}  # fmt: skip
+    adam = {("adam", batch): 0.25 for batch in (24, 32, 40, 512)}  # not predicted: fixed
+    assert given == {("sgd", 24): 0.0625, ("sgd", 32): 0.0625, ("sgd", 40): 0.0625,
+                     ("sgd", 512): 0.375, **adam}  # fmt: skip
+    in_order = sorted(rows, key=lambda row: row["started"])
+    after_the_same_share = [
+        (row["pid"], before["pid"])
+        for before, row in itertools.pairwise(in_order)
+        if row["gpu"] == before["gpu"]
+    ]
+    assert after_the_same_share  # the grid's order puts like shares one after another
+    assert all(pid == previous for pid, previous in after_the_same_share)
 
 
 def test_a_config_that_ran_out_in_its_share_asks_for_more_and_is_not_barred_from_a_larger():
@@ -274,7 +291,7 @@ def test_a_config_that_ran_out_in_its_share_asks_for_more_and_is_not_barred_from
     settings = TrainSettings.from_config({**RESNET, "batch_size": 256})
     before = memory.share(settings)
     searcher.suggest("a")
-    limit = 0.9 * (360 + 40 * 256)  # it needed more than the line said
+    limit = before * CARD_MB - CONTEXT_MB  # it ran out in the share it was given
     searcher.on_trial_complete("a", {
         "status": "oom", "oom_cause": "share", "physical_batch_size": 256,
         "peak_reserved_mb": math.nan, "memory_limit_mb": limit, "card_mb": CARD_MB,
