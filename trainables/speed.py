@@ -71,12 +71,6 @@ MIN_WINDOWS = 3  # held windows, in as many epochs, before a precise speed stops
 # (`paired_block_steps`), so its round lasts about one block where its steps are short (a
 # configuration whose one step is longer than its share takes that step)
 PAIRED_BLOCK_SECONDS = 0.1
-# On a CPU, where a step ends when its work does, each block is read by its median step, and
-# its blocks are longer so that a median has steps to take: two equal models alternated for
-# 8 s gave +-3-4 points of speed so, against +-6-13 read by 0.1 s blocks' totals (a stalled
-# step moves a block's total, not its median; docs/RESULTS.md section 43). On a card only a
-# block's edges are synchronised, so its blocks stay totals of `PAIRED_BLOCK_SECONDS`.
-MEDIAN_BLOCK_SECONDS = 0.4
 MIN_ROUNDS = 4  # rounds of an alternation (both sides once each) before it may stop
 
 
@@ -293,44 +287,13 @@ def paired_ratio(
 Side = Sequence[tuple[float, Callable[[], float]]]
 
 
-def paired_block_steps(
-    seconds_per_step: float, share: float, block_seconds: float = PAIRED_BLOCK_SECONDS
-) -> int:
+def paired_block_steps(seconds_per_step: float, share: float) -> int:
     """Steps of a configuration's block in an alternation: its `share` of its side's images
-    of `block_seconds`, at least one step. Each configuration's block weighs in its
+    of `PAIRED_BLOCK_SECONDS`, at least one step. Each configuration's block weighs in its
     side's seconds per image by its share, and a block's noise falls with the square root
     of its length: blocks in proportion to their shares give a round of several
     configurations the precision of one configuration's block as long as all of them."""
-    return max(1, math.ceil(block_seconds * share / max(seconds_per_step, 1e-6)))
-
-
-class StepClock:
-    """The seconds of each step of a block on a CPU (where a step ends when its work does),
-    given to `trainables.training.train_epoch` as its `window`: each step passes `gate`
-    as every step does."""
-
-    def __init__(self, gate: Gate | None, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._gate, self._clock = gate, clock
-        self.seconds: list[float] = []
-
-    @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        with self._gate.step() if self._gate is not None else contextlib.nullcontext():
-            started = self._clock()
-            yield
-            self.seconds.append(self._clock() - started)
-
-    def after(self, images: int) -> None:
-        """Nothing: a block's steps all train the same images."""
-
-    def close(self) -> None:
-        """Nothing to let go."""
-
-
-def median_step_seconds_per_image(step_seconds: Sequence[float], images_per_step: int) -> float:
-    """A block's seconds per image read by its median step: a step the machine stalled
-    moves the block's total, not this."""
-    return statistics.median(step_seconds) / images_per_step
+    return max(1, math.ceil(PAIRED_BLOCK_SECONDS * share / max(seconds_per_step, 1e-6)))
 
 
 def seconds_per_image(side: Side, seconds: Mapping[int, float]) -> float:

@@ -24,18 +24,13 @@ from trainables.oom import is_out_of_memory, release_memory
 from trainables.schedules import EpochSchedule, epoch_schedule
 from trainables.settings import CHOOSES_CONFIGURATIONS, SAME_WORK_PER_IMAGE, TrainSettings
 from trainables.speed import (
-    MEDIAN_BLOCK_SECONDS,
-    PAIRED_BLOCK_SECONDS,
     ConfigSpeed,
     SpeedRatio,
     SpeedWindow,
-    StepClock,
-    median_step_seconds_per_image,
     paired_block_steps,
     time_in_alternation,
 )
 from trainables.training import (
-    EpochResult,
     EpochSteps,
     train_epoch,
 )
@@ -198,9 +193,6 @@ def alternation_side(
             batch_size, accumulation_steps = ConfigSpeed.parts(key)
             schedule = EpochSchedule(batch_size, accumulation_steps, lr=0.0, growths=0)
             block = StepBlock(trial, splits, schedule)
-            block_seconds = (
-                MEDIAN_BLOCK_SECONDS if block.reads_median_step else PAIRED_BLOCK_SECONDS
-            )
             # the first step allocates, searches the autotuner, compiles: off the clock. A
             # block's length sets its precision, not its truth (it weighs by its images),
             # so a speed the trial measured of the configuration (with its own settings,
@@ -211,7 +203,7 @@ def alternation_side(
             speed = known.of(key) if known is not None else None
             measured = speed is not None and speed.images_per_s > 0  # NaN: none
             per_step = block.images_per_step / speed.images_per_s if measured else first
-            block.steps = paired_block_steps(per_step, shares[key], block_seconds)
+            block.steps = paired_block_steps(per_step, shares[key])
             blocks[key] = block
         side.append((images, blocks[key]))
     return side
@@ -231,35 +223,18 @@ class StepBlock:
         self.images_per_step = sum(map(len, self.groups[0]))
         self.next = 0
 
-    @property
-    def reads_median_step(self) -> bool:
-        """On a CPU each step is timed and the block read by its median step
-        (`MEDIAN_BLOCK_SECONDS`); on a card, by its total between synchronised edges."""
-        return self.trial.budget.device.type == "cpu"
-
     def train(self, steps: int) -> float:
         groups = [self.groups[(self.next + i) % len(self.groups)] for i in range(steps)]
         self.next = (self.next + steps) % len(self.groups)
         trial = self.trial
         choose_kernels(trial.settings)
-        if self.reads_median_step:  # each step passes the gate, and is timed, on its own
-            clock = StepClock(trial.gate)
-            result = self._epoch(groups, clock)
-            if len(clock.seconds) == steps and result.images == steps * self.images_per_step:
-                return median_step_seconds_per_image(clock.seconds, self.images_per_step)
-            return result.seconds / result.images
         with trial.gate.step() if trial.gate else nullcontext():
-            result = self._epoch(groups, None)
+            result = train_epoch(
+                trial.stepper, trial.optimizer, self.splits.train, self.splits.normalise,
+                EpochSteps(groups), precision=trial.precision, generator=self.generator,
+                budget=trial.budget, augment=trial.settings.augment, lr_at=lambda _: 0.0,
+            )  # fmt: skip
         return result.seconds / result.images
-
-    def _epoch(self, groups: list, clock: StepClock | None) -> EpochResult:
-        trial = self.trial
-        return train_epoch(
-            trial.stepper, trial.optimizer, self.splits.train, self.splits.normalise,
-            EpochSteps(groups), precision=trial.precision, generator=self.generator,
-            budget=trial.budget, augment=trial.settings.augment, lr_at=lambda _: 0.0,
-            window=clock,
-        )  # fmt: skip
 
     def __call__(self) -> float:
         return self.train(self.steps)

@@ -33,7 +33,7 @@ from trainables.memory import MemoryBudget, StepPeak
 from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, spread_steps
 from trainables.precision import Precision
 from trainables.schedules import EpochSchedule
-from trainables.speed import SpeedWindow, StepClock
+from trainables.speed import SpeedWindow
 from trainables.step import StepOutcome, train_step
 
 # Consecutive steps the GradScaler may skip before the trial counts as diverged: enough to
@@ -370,7 +370,7 @@ def train_epoch(
     lr_at: Callable[[float], float] | None = None,
     skipped: SkippedSteps | None = None,
     noise: NoiseMeter | None = None,
-    window: SpeedWindow | StepClock | None = None,
+    window: SpeedWindow | None = None,
 ) -> EpochResult:
     """The epoch's `steps` over `split`, on the model's device.
 
@@ -380,8 +380,7 @@ def train_epoch(
     steps are counted on the device and read every `READ_SKIPPED_EVERY` steps: the epoch
     stops early, at such a reading, once `skipped` says the trial diverged. `noise`
     measures the steps `steps.measured` names. `window` passes each step through the
-    device's gate and times the configuration's speed (`trainables.speed.SpeedWindow`), or
-    times each step of an alternation's block (`trainables.speed.StepClock`);
+    device's gate and times the configuration's speed (`trainables.speed.SpeedWindow`);
     it is closed at the epoch's end, or when a step fails. The peak memory is that of the
     first step, which always trains the full physical batch (the allocator's statistics, read on the
     host: no wait for the device; on CPU `metered`, the meter's figure from

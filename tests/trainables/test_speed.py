@@ -1,7 +1,6 @@
 """The config's speed: blocks of its own steps, the median's distribution-free interval, a
 window that stops at its precision, and configurations kept apart."""
 
-import contextlib
 import math
 
 import pytest
@@ -15,10 +14,8 @@ from trainables.speed import (
     WINDOW_BLOCKS,
     ConfigSpeed,
     SpeedWindow,
-    StepClock,
     estimate,
     median_interval,
-    median_step_seconds_per_image,
     paired_block_steps,
     paired_ratio,
     time_in_alternation,
@@ -384,28 +381,3 @@ def test_a_held_window_notes_the_programs_outside_the_search_it_began_beside():
     assert speeds.outsiders == {"32x1": 2} and speeds.most_outsiders == 2.0
     assert ConfigSpeed.from_dict(speeds.to_dict()).outsiders == {"32x1": 2}
     assert math.isnan(ConfigSpeed().most_outsiders)
-
-
-def test_a_blocks_median_step_is_not_moved_by_a_step_the_machine_stalled():
-    steady = [0.05, 0.051, 0.049, 0.05]
-    stalled = [0.05, 0.051, 0.5, 0.049, 0.05]  # one step ten times as long
-    assert median_step_seconds_per_image(stalled, 64) == pytest.approx(0.05 / 64)
-    assert median_step_seconds_per_image(steady, 64) == pytest.approx(0.05 / 64, rel=0.02)
-    assert sum(stalled) / (64 * len(stalled)) > 1.8 * 0.05 / 64  # the total is moved
-
-
-def test_a_step_clock_times_each_step_and_passes_each_through_the_gate():
-    class Gate:
-        passed = 0
-
-        def step(self):
-            Gate.passed += 1
-            return contextlib.nullcontext()
-
-    ticks = iter([0.0, 0.05, 1.0, 1.5])
-    clock = StepClock(Gate(), clock=lambda: next(ticks))
-    for _ in range(2):
-        with clock.step():
-            clock.after(8)
-    clock.close()
-    assert clock.seconds == pytest.approx([0.05, 0.5]) and Gate.passed == 2

@@ -92,14 +92,14 @@ def test_a_baseline_of_another_batch_has_one_fresh_model_train_both_sides(data, 
 
 def test_a_block_both_sides_train_is_sized_for_the_side_it_weighs_most_in(data, monkeypatch):
     """Batch 8 grown to 16 against batch 16 throughout: batch 16 is half the grown side's
-    images and all of the baseline's, so its block is the baseline's whole block."""
+    images and all of the baseline's, so its block is the baseline's whole 0.1 s."""
     import trainables.timing as timing
 
     sized, real_steps = [], timing.paired_block_steps
 
-    def recorded(seconds_per_step, share, *block_seconds):
+    def recorded(seconds_per_step, share):
         sized.append(share)
-        return real_steps(seconds_per_step, share, *block_seconds)
+        return real_steps(seconds_per_step, share)
 
     monkeypatch.setattr(timing, "paired_block_steps", recorded)
     grown = settings(epochs=2, adabatch_growth=2, adabatch_interval=1, speed_baseline_s=0.5,
@@ -120,9 +120,9 @@ def test_a_block_is_sized_by_the_speed_its_trial_measured_else_by_its_warm_up_st
     sized, seen = [], {}
     real_steps, real_side = timing.paired_block_steps, timing.alternation_side
 
-    def recorded(seconds_per_step, share, *block_seconds):
+    def recorded(seconds_per_step, share):
         sized.append(seconds_per_step)
-        return real_steps(seconds_per_step, share, *block_seconds)
+        return real_steps(seconds_per_step, share)
 
     def side(*args, known=None, **kwargs):
         seen["known"] = known
@@ -135,24 +135,6 @@ def test_a_block_is_sized_by_the_speed_its_trial_measured_else_by_its_warm_up_st
     trained = seen["known"].of("8x1")
     assert sized[0] == pytest.approx(8 / trained.images_per_s)  # the changed side first
     assert seen["known"].of("16x1") is None and sized[1] > 0
-
-
-def test_on_a_cpu_each_block_of_the_alternation_is_read_by_its_median_step(data, monkeypatch):
-    """On a CPU a step ends when its work does: each step of a block is timed, and the
-    block read by its median step (a stalled step moves its total, not that)."""
-    import trainables.timing as timing
-
-    read, real = [], timing.median_step_seconds_per_image
-
-    def recorded(step_seconds, images_per_step):
-        read.append(len(step_seconds))
-        return real(step_seconds, images_per_step)
-
-    monkeypatch.setattr(timing, "median_step_seconds_per_image", recorded)
-    last = fit_classifier(settings(epochs=1, speed_baseline={"batch_size": 16},
-                                   speed_baseline_s=0.5), data, Reports())  # fmt: skip
-    assert last["speed_vs_baseline"] > 0
-    assert read and max(read) >= 2  # blocks of several steps, each step timed
 
 
 def test_a_baseline_changes_only_settings_of_a_step_and_keeps_their_rules():
