@@ -10,8 +10,9 @@ Printed per alternation: its seconds, ratio and half width (points of speed); at
 per checkout, the alternations' seconds summed per round (median over rounds) and their
 half widths' median, and each checkout's seconds over the first's.
 
-    python bench/alternation_cost.py [--config configs/cats_dogs.yaml] [--tree PATH ...]
-        [--rounds 2] [--no-neighbour] [setting=value ...]   (the knee's sampled settings)
+    python bench/alternation_cost.py [setting=value ...] [--config configs/cats_dogs.yaml]
+        [--rounds 2] [--no-neighbour] [--tree PATH ...]   (setting=value: the knee's sampled
+        settings, before --tree, which takes every word after it)
 
 The knee defaults to the default search's knee of 2026-11-28 (docs/RESULTS.md, section 39),
 where the config samples those settings; sampled settings not given take their first choice.
@@ -161,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.config, given, args.leave_out)
         return 0
+    for tree in args.tree:
+        if not (tree / "trainables").is_dir():
+            parser.error(f"--tree {tree}: not a checkout of this project (no trainables/); "
+                         "knee settings go before --tree")  # fmt: skip
     config = str(Path(args.config).resolve())
     left_out = slow_amp_left_out(config)
     totals: dict[Path, list[float]] = {tree: [] for tree in args.tree}

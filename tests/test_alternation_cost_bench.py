@@ -5,6 +5,7 @@ import importlib.util
 import json
 import sys
 
+import pytest
 import torch
 
 import trainables.classifier as classifier
@@ -48,3 +49,10 @@ def test_a_knee_of_the_smoke_search_is_trained_and_timed_against_each_change(cap
     assert [row["ablation"] for row in rows] == ['{"batch_size": 16}', '{"optimizer": "sgd"}']
     for row in rows:
         assert row["seconds"] > 0 and row["ratio"] > 0 and row["half_width"] >= 0
+
+
+def test_knee_settings_after_tree_are_refused_naming_the_order(capsys):
+    with pytest.raises(SystemExit) as refused:
+        bench.main(["--tree", str(REPO), "batch_size=64"])
+    assert refused.value.code == 2
+    assert "--tree batch_size=64: not a checkout" in capsys.readouterr().err
