@@ -27,6 +27,7 @@ import torch
 
 from trainables.host_memory import hold_host_allocator
 from trainables.models import small_cnn
+from trainables.speed import geometric_interval
 
 IMAGE_SIZE = 32
 
@@ -51,14 +52,12 @@ def one_step(batch_size: int) -> Callable[[], float]:
 
 
 def half_width(ratios: list[float]) -> tuple[float, float]:
-    """(sd of the log ratios, the 95% half width of their mean, Student's t)."""
-    logs = np.log(np.asarray(ratios))
-    if len(logs) < 2:
+    """(sd of the log ratios, the 95% half width of their mean on the log scale), the
+    interval as `trainables.speed.paired_ratio` gives an alternation's."""
+    if len(ratios) < 2:
         return math.nan, math.nan
-    from scipy import stats
-
-    sd = float(logs.std(ddof=1))
-    return sd, float(stats.t.ppf(0.975, len(logs) - 1)) * sd / math.sqrt(len(logs))
+    mean, _, high = geometric_interval(ratios)
+    return float(np.log(np.asarray(ratios)).std(ddof=1)), math.log(high / mean)
 
 
 def alternate(

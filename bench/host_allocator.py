@@ -59,8 +59,8 @@ HELD = "assert hold_host_allocator()"
 THRESHOLDS_ONLY = "from trainables.host_memory import fix_thresholds; assert fix_thresholds()"
 # the hold before section 41: the heap's free top past 256 MiB given back
 TRIM_AT_256_MIB = f"""{HELD}
-from trainables.host_memory import _c_library
-assert _c_library().mallopt(-1, 256 << 20) == 1  # M_TRIM_THRESHOLD"""
+from trainables.host_memory import _M_TRIM_THRESHOLD, _c_library
+assert _c_library().mallopt(_M_TRIM_THRESHOLD, 256 << 20) == 1"""
 SIDES = {"left alone": "", "thresholds only": THRESHOLDS_ONLY, "trim at 256 MiB": TRIM_AT_256_MIB,
          "held": HELD}  # fmt: skip
 KNEE_STEP = (32, 4)  # the main search's knee: batches of 32, 4 a step
