@@ -34,9 +34,13 @@ alternation instead: a block of each side's steps, then again in the other order
 drift between moments falls on both sides of each ratio (`time_in_alternation`). A side
 with several configurations (AdaBatch's batches) is timed configuration by configuration
 next to the other side's, and a configuration both sides train alike once a round: each
-drift is then a fraction of a round long. The ratio
-is their geometric mean, its interval Student's t on their logarithms (`paired_ratio`): a
-ratio, never below zero.
+drift is then a fraction of a round long. The ratio is the rounds' median, its interval the
+distribution-free interval of a median (`paired_ratio`): a ratio, never below zero. Not their
+mean: a machine whose speed jumps between levels (another tenant's work on the host) now and
+then switches inside a round, and that round's ratio lies far out (the rounds' kurtosis was
+4-20 on this project's 2-core machine, docs/RESULTS.md section 44), which a mean and its
+standard error take in whole; a round's order, reversed every other round, puts such a
+jump on either side alike, so the rounds' middle is the ratio.
 
 The pure part (`estimate`, `ConfigSpeed`, `own_time`, `paired_ratio`) is tested alone;
 `SpeedWindow` is what the training loop drives, step by step.
@@ -66,12 +70,14 @@ MIN_BLOCK_SECONDS = 0.02  # a block's steps take at least this: the clock and a 
 WARMUP_STEPS = 2
 WINDOW_BLOCKS = 6  # blocks of one held window (an epoch's share of a crowded device)
 MIN_WINDOWS = 3  # held windows, in as many epochs, before a precise speed stops them
-# a side's blocks in a round of an alternation, together: long enough to even out steps. A
-# side of several configurations (AdaBatch's batches) gives each its share of it
+# a side's blocks in a round of an alternation, together. A round's two blocks differ by
+# the machine's jumps between them whatever their length (from 5 ms to 0.4 s alike on the
+# 2-core machine: docs/RESULTS.md section 44), so short blocks, many rounds: most of a step
+# or one. A side of several configurations (AdaBatch's batches) gives each its share of it
 # (`paired_block_steps`), so its round lasts about one block where its steps are short (a
 # configuration whose one step is longer than its share takes that step)
-PAIRED_BLOCK_SECONDS = 0.1
-MIN_ROUNDS = 4  # rounds of an alternation (both sides once each) before it may stop
+PAIRED_BLOCK_SECONDS = 0.03
+MIN_ROUNDS = MIN_BLOCKS  # rounds of an alternation before it may stop: a median's interval
 
 
 @dataclass(frozen=True)
@@ -276,10 +282,12 @@ def paired_ratio(
 ) -> SpeedRatio:
     """The changed side's speed over the base's from rounds of alternation: round i took
     `base_seconds[i]` and `changed_seconds[i]` per image. Each round's ratio is base over
-    changed (a speed ratio); the estimate is their geometric mean, its interval Student's t
-    on their logarithms."""
+    changed (a speed ratio); the estimate is their median (of an even count, the geometric
+    mean of the middle two), its interval the distribution-free one of a median (NaN with
+    fewer than `MIN_ROUNDS` rounds)."""
     ratios = np.asarray(base_seconds, dtype=float) / np.asarray(changed_seconds, dtype=float)
-    return SpeedRatio(*geometric_interval(ratios, confidence), len(ratios))
+    middle = math.exp(float(np.median(np.log(ratios)))) if len(ratios) else math.nan
+    return SpeedRatio(middle, *median_interval(ratios.tolist(), confidence), len(ratios))
 
 
 # A side of an alternation: its configurations, each (share of its images, a block of its

@@ -285,18 +285,30 @@ def test_a_configuration_never_timed_counts_at_its_wall_time_and_leaves_no_inter
     assert all(math.isnan(value) for value in own_speed({}, {}, ConfigSpeed()))
 
 
-def test_a_paired_ratio_is_the_geometric_mean_of_the_rounds_with_a_t_interval_on_logs():
-    base = [0.010, 0.012, 0.009, 0.011]  # seconds per image, drifting from round to round
-    changed = [0.020, 0.024, 0.018, 0.022]  # twice as slow in every round
+def test_a_paired_ratio_is_the_rounds_median_with_a_medians_interval():
+    base = [0.010, 0.012, 0.009, 0.011, 0.010, 0.013]  # seconds per image, drifting
+    changed = [0.020, 0.024, 0.018, 0.022, 0.020, 0.026]  # twice as slow in every round
     ratio = paired_ratio(base, changed)
-    assert ratio.ratio == pytest.approx(0.5) and ratio.rounds == 4
+    assert ratio.ratio == pytest.approx(0.5) and ratio.rounds == MIN_ROUNDS
     assert ratio.low == pytest.approx(0.5) and ratio.high == pytest.approx(0.5)  # drift: gone
-    one = paired_ratio([0.01], [0.02])
-    assert one.ratio == pytest.approx(0.5) and math.isnan(one.low)
+    few = paired_ratio(base[:5], changed[:5])  # too few rounds for a median's interval
+    assert few.ratio == pytest.approx(0.5) and math.isnan(few.low) and few.half_width == math.inf
+
+
+def test_a_round_the_machine_jumped_in_moves_a_paired_ratio_little_where_a_mean_moves_far():
+    from trainables.speed import geometric_interval
+
+    base = [0.010] * 20
+    changed = [0.020 * (1 + 0.01 * (i % 3 - 1)) for i in range(20)]  # half the speed, +-1%
+    changed[7] = 0.2  # the machine slowed down in the changed side's block of round 8
+    ratio = paired_ratio(base, changed)
+    assert ratio.ratio == pytest.approx(0.5, rel=0.01) and ratio.half_width < 0.02
+    mean, low, high = geometric_interval([b / c for b, c in zip(base, changed, strict=True)])
+    assert mean < 0.45 and (high - low) / 2 > 0.05  # a mean's interval takes that round in
 
 
 def test_a_paired_interval_never_claims_a_speed_below_nothing():
-    ratio = paired_ratio([0.01, 0.01, 0.01, 0.01], [0.005, 0.09, 0.01, 0.3])
+    ratio = paired_ratio([0.01] * 6, [0.005, 0.09, 0.01, 0.3, 0.02, 0.5])
     assert 0 < ratio.low < ratio.ratio < ratio.high
 
 
@@ -350,7 +362,7 @@ def test_a_configuration_both_sides_train_alike_is_timed_once_a_round_and_counts
 
 def test_an_alternation_weighs_a_sides_configurations_by_their_images_and_stops_in_time():
     rounds = Rounds()
-    noisy = [0.01, 0.03] * 50
+    noisy = [0.01 + 0.002 * (i * 7 % 11) for i in range(100)]  # 0.01-0.03, in no order
     base = [(1.0, rounds.block("a", [0.01] * 100))]
     # three quarters of the images at 0.01 s, a quarter at noisy 0.01-0.03 s per image
     changed = [(3.0, rounds.block("b1", [0.01] * 100)), (1.0, rounds.block("b2", noisy))]
