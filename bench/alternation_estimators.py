@@ -1,16 +1,21 @@
-"""How precisely an alternation can tell two sides apart on this machine: two identical
-models of the small CNN (an A/A alternation, whose true ratio is 1) timed in blocks, A B
-then B A, for `--seconds` per block length, the block lengths themselves in rotation.
+"""How precisely, and how truly, an alternation tells two sides apart on this machine: two
+identical models of the small CNN (an A/A alternation, whose true ratio is 1) timed in
+blocks, A B then B A, for `--seconds` per alternation, the block lengths in rotation,
+`--repeats` alternations per block length.
 
-Per block length, printed: the rounds, and for two ways of reading a round, the standard
-deviation of its log ratio and the 95% half width over the rounds (points of speed):
-`sum`, each block's total time (what `trainables.speed.time_in_alternation` reads), and
-`median step`, each block's median step time (robust to a step the machine stalled).
-Then, per block length, median step's half width over sum's. One thread, the trials' held
-allocator (`trainables.host_memory`), learning rate 0 (the same work every step).
+Each alternation's rounds (each block's total time, as `trainables.speed.time_in_alternation`
+times them) are read two ways: `mean`, the geometric mean with Student's t on the logarithms
+(the alternation's reading until 2026-11-28), and `median`, the rounds' median with the
+distribution-free interval of a median (`trainables.speed.paired_ratio`). Printed per
+alternation: its rounds, the log ratios' kurtosis (0 for a normal distribution), and per
+reading the 95% half width (points of speed) and whether the interval holds 1; per block
+length at the end: the half widths' medians, median's over mean's, and how many of the
+intervals held 1 (a true 95% interval: about 19 in 20), of those with an interval (a
+median's needs six rounds). One thread, the trials' held allocator
+(`trainables.host_memory`), learning rate 0 (the same work every step).
 
-    python bench/alternation_estimators.py [--batch-size 64] [--blocks 0.1 0.2 0.4 0.8]
-        [--seconds 8] [--repeats 2]
+    python bench/alternation_estimators.py [--batch-size 64] [--blocks 0.03 0.1]
+        [--seconds 4] [--repeats 6]
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from scipy import stats
 
 from trainables.host_memory import hold_host_allocator
 from trainables.models import small_cnn
-from trainables.speed import geometric_interval
+from trainables.speed import geometric_interval, paired_ratio
 
 IMAGE_SIZE = 32
 
@@ -51,60 +57,73 @@ def one_step(batch_size: int) -> Callable[[], float]:
     return step
 
 
-def half_width(ratios: list[float]) -> tuple[float, float]:
-    """(sd of the log ratios, the 95% half width of their mean on the log scale), the
-    interval as `trainables.speed.paired_ratio` gives an alternation's."""
-    if len(ratios) < 2:
-        return math.nan, math.nan
-    mean, _, high = geometric_interval(ratios)
-    return float(np.log(np.asarray(ratios)).std(ddof=1)), math.log(high / mean)
+def readings(sums: list[tuple[float, float]]) -> dict[str, tuple[float, bool | None]]:
+    """Per reading of an alternation's rounds (each round: the two sides' block totals), the
+    95% half width (relative, from the estimate to its farther bound) and whether the
+    interval holds 1 (NaN and None: too few rounds for an interval)."""
+    ratios = [a / b for a, b in sums]
+    by_mean = geometric_interval(ratios)
+    by_median = paired_ratio([a for a, _ in sums], [b for _, b in sums])
+    read = {}
+    as_median = (by_median.ratio, by_median.low, by_median.high)
+    for way, (ratio, low, high) in (("mean", by_mean), ("median", as_median)):
+        if math.isnan(low):
+            read[way] = (math.nan, None)
+        else:
+            read[way] = (max(high / ratio - 1, 1 - low / ratio), low <= 1.0 <= high)
+    return read
 
 
 def alternate(
     sides: list[Callable[[], float]], block_seconds: float, seconds: float
-) -> dict[str, list[float]]:
-    """A/A rounds for `seconds`: each round's ratio read as block sums and as median steps."""
+) -> list[tuple[float, float]]:
+    """A/A rounds for `seconds`: each round's two block totals (side 0's, side 1's)."""
     per_step = statistics.median(sides[0]() for _ in range(3))
     steps = max(1, round(block_seconds / per_step))
-    ratios: dict[str, list[float]] = {"sum": [], "median step": []}
+    sums: list[tuple[float, float]] = []
     ended = time.perf_counter() + seconds
     while time.perf_counter() < ended:
-        order = (0, 1) if len(ratios["sum"]) % 2 == 0 else (1, 0)
-        times: dict[int, list[float]] = {}
-        for side in order:
-            times[side] = [sides[side]() for _ in range(steps)]
-        ratios["sum"].append(sum(times[0]) / sum(times[1]))
-        ratios["median step"].append(statistics.median(times[0]) / statistics.median(times[1]))
-    return ratios
+        order = (0, 1) if len(sums) % 2 == 0 else (1, 0)
+        totals = {side: sum(sides[side]() for _ in range(steps)) for side in order}
+        sums.append((totals[0], totals[1]))
+    return sums
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--blocks", type=float, nargs="+", default=[0.1, 0.2, 0.4, 0.8],
+    parser.add_argument("--blocks", type=float, nargs="+", default=[0.03, 0.1],
                         help="block lengths, seconds")  # fmt: skip
-    parser.add_argument("--seconds", type=float, default=8.0, help="per block length a repeat")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=4.0, help="per alternation")
+    parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     hold_host_allocator()
     sides = [one_step(args.batch_size), one_step(args.batch_size)]
     widths: dict[float, dict[str, list[float]]] = {block: {} for block in args.blocks}
+    held: dict[float, dict[str, int]] = {block: {} for block in args.blocks}
     for repeat in range(args.repeats):
         blocks = args.blocks if repeat % 2 == 0 else args.blocks[::-1]
         for block in blocks:
-            ratios = alternate(sides, block, args.seconds)
-            line = [f"repeat {repeat + 1}, blocks of {block:g} s: {len(ratios['sum'])} rounds"]
-            for way, values in ratios.items():
-                sd, half = half_width(values)
-                widths[block].setdefault(way, []).append(half)
-                line.append(f"{way}: sd {sd:.3f}, +-{100 * half:.1f} points")
+            sums = alternate(sides, block, args.seconds)
+            logs = np.log([a / b for a, b in sums])
+            line = [f"repeat {repeat + 1}, blocks of {block:g} s: {len(sums)} rounds, "
+                    f"kurtosis {stats.kurtosis(logs):.1f}"]  # fmt: skip
+            for way, (half, holds) in readings(sums).items():
+                if holds is not None:
+                    widths[block].setdefault(way, []).append(half)
+                    held[block][way] = held[block].get(way, 0) + holds
+                said = {True: "yes", False: "no", None: "no interval"}[holds]
+                line.append(f"{way}: +-{100 * half:.1f} points, holds 1: {said}")
             print("; ".join(line), flush=True)
     for block in args.blocks:
-        by_sum = statistics.median(widths[block]["sum"])
-        by_median = statistics.median(widths[block]["median step"])
-        print(f"blocks of {block:g} s: half width, median step / sum: {by_median / by_sum:.2f}x "
-              f"(+-{100 * by_median:.1f} against +-{100 * by_sum:.1f} points)")  # fmt: skip
+        by_mean = statistics.median(widths[block].get("mean", [math.nan]))
+        by_median = statistics.median(widths[block].get("median", [math.nan]))
+        counts = {way: f"{held[block].get(way, 0)} of {len(widths[block].get(way, []))}"
+                  for way in ("median", "mean")}  # fmt: skip
+        print(f"blocks of {block:g} s: half width, median / mean: {by_median / by_mean:.2f}x "
+              f"(+-{100 * by_median:.1f} against +-{100 * by_mean:.1f} points); intervals "
+              f"holding 1: median {counts['median']}, mean {counts['mean']}")  # fmt: skip
     return 0
 
 

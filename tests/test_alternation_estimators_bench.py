@@ -1,4 +1,4 @@
-"""`bench/alternation_estimators.py`: an A/A alternation read two ways, run briefly here."""
+"""`bench/alternation_estimators.py`: A/A alternations read two ways, run briefly here."""
 
 import re
 import subprocess
@@ -8,25 +8,28 @@ from tests.conftest import REPO
 from tests.processes import cli_env
 
 
-def test_each_block_length_gets_both_readings_and_their_ratio():
+def test_each_block_length_gets_both_readings_whether_they_hold_one_and_a_summary():
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "alternation_estimators.py"), "--batch-size", "4",
          "--blocks", "0.01", "0.02", "--seconds", "0.3", "--repeats", "2"],
         capture_output=True, text=True, timeout=300, check=False, env=cli_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    read_twice = (r"repeat (\d), blocks of ([\d.]+) s: (\d+) rounds; sum: sd [\d.]+, "
-                  r"\+-[\d.]+ points; median step: sd [\d.]+, \+-[\d.]+ points")  # fmt: skip
+    read_twice = (r"repeat (\d), blocks of ([\d.]+) s: (\d+) rounds, kurtosis -?[\d.]+; "
+                  r"mean: \+-[\d.]+ points, holds 1: (yes|no); "
+                  r"median: \+-[\d.]+ points, holds 1: (yes|no)")  # fmt: skip
     rounds = re.findall(read_twice, done.stdout)
-    assert {(repeat, block) for repeat, block, _ in rounds} == {
+    assert {(repeat, block) for repeat, block, *_ in rounds} == {
         ("1", "0.01"),
         ("1", "0.02"),
         ("2", "0.01"),
         ("2", "0.02"),
     }
-    assert all(int(count) >= 2 for _, _, count in rounds)
-    ratios = re.findall(
-        r"blocks of ([\d.]+) s: half width, median step / sum: ([\d.]+)x", done.stdout
+    assert all(int(count) >= 6 for _, _, count, *_ in rounds)  # enough for a median's interval
+    summary = re.findall(
+        r"blocks of ([\d.]+) s: half width, median / mean: ([\d.]+)x .*intervals holding 1: "
+        r"median (\d) of (\d), mean (\d) of (\d)",
+        done.stdout,
     )
-    assert [block for block, _ in ratios] == ["0.01", "0.02"]
-    assert all(float(ratio) > 0 for _, ratio in ratios)
+    assert [block for block, *_ in summary] == ["0.01", "0.02"]
+    assert all(float(ratio) > 0 for _, ratio, *_ in summary)
