@@ -1,0 +1,104 @@
+"""Whether a fixed reference workload tracks this machine's speed: a config's steps and two
+references' steps interleaved (config, reference, reference, config, ...) in one process for
+`--windows` windows of `--seconds`, each window read as the median images per second of each,
+and the config's speed over each reference's.
+
+The host's speed moves between moments (docs/RESULTS.md, section 44), so a trial's own
+speed, timed at its moment, carries the moment. If a reference timed next to the trial's
+steps moves with them, the config's speed over the reference's is the config's, whatever
+the moment. Printed per window: the three speeds and the two ratios; at the end, each
+column's largest over its smallest window (the spread a config's own figure has across
+these moments, and what is left of it against each reference). One thread, the trials'
+held allocator (`trainables.host_memory`), learning rate 0 (the same work every step).
+
+    python bench/reference_tracking.py [--windows 16] [--seconds 8]
+        [--batch-size 128] [--amp] [--channels-last] [--reference-batch 32]
+
+The config defaults to float32 at batch 128; `--amp --channels-last` is the knee of the
+default search on this machine (docs/RESULTS.md, section 43). The references: the small CNN
+at `--reference-batch` in float32, and the same with AMP and channels-last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+from trainables.host_memory import hold_host_allocator
+from trainables.models import small_cnn
+
+IMAGE_SIZE = 32
+
+
+def step_of(batch_size: int, amp: bool, channels_last: bool) -> Callable[[], float]:
+    """A fresh small CNN's training step at learning rate 0; returns its seconds per image."""
+    model = small_cnn(num_classes=2, image_size=IMAGE_SIZE)
+    images = torch.randn(batch_size, 3, IMAGE_SIZE, IMAGE_SIZE)
+    labels = torch.randint(0, 2, (batch_size,))
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        images = images.contiguous(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.0)
+
+    def step() -> float:
+        started = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return (time.perf_counter() - started) / batch_size
+
+    for _ in range(4):  # allocations, the first kernels
+        step()
+    return step
+
+
+def window(steps: dict[str, Callable[[], float]], seconds: float) -> dict[str, float]:
+    """The steps interleaved for `seconds`: each one's median images per second."""
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    ended = time.perf_counter() + seconds
+    while time.perf_counter() < ended:
+        for name, step in steps.items():
+            times[name].append(step())
+    return {name: 1 / statistics.median(values) for name, values in times.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--windows", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=8.0, help="per window")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--amp", action="store_true")
+    parser.add_argument("--channels-last", action="store_true")
+    parser.add_argument("--reference-batch", type=int, default=32)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    hold_host_allocator()
+    steps = {
+        "config": step_of(args.batch_size, args.amp, args.channels_last),
+        "reference float32": step_of(args.reference_batch, False, False),
+        "reference amp": step_of(args.reference_batch, True, True),
+    }
+    columns: dict[str, list[float]] = {}
+    for number in range(args.windows):
+        speeds = window(steps, args.seconds)
+        read = {**speeds, **{f"config / {name}": speeds["config"] / speeds[name]
+                             for name in steps if name != "config"}}  # fmt: skip
+        for name, value in read.items():
+            columns.setdefault(name, []).append(value)
+        print(f"window {number + 1}: " + ", ".join(
+            f"{name} {value:.3f}" if "/" in name else f"{name} {value:.0f} images/s"
+            for name, value in read.items()), flush=True)  # fmt: skip
+    for name, values in columns.items():
+        print(f"{name}: largest / smallest window {max(values) / min(values):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

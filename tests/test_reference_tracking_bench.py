@@ -1,0 +1,32 @@
+"""`bench/reference_tracking.py`: a config's speed against two references, window by window,
+run briefly here."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.processes import cli_env
+
+
+def test_each_window_reads_three_speeds_and_two_ratios_and_the_spreads_close_it():
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "reference_tracking.py"), "--windows", "2",
+         "--seconds", "0.2", "--batch-size", "4", "--reference-batch", "2"],
+        capture_output=True, text=True, timeout=300, check=False, env=cli_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    windows = re.findall(
+        r"window (\d): config (\d+) images/s, reference float32 (\d+) images/s, reference amp "
+        r"(\d+) images/s, config / reference float32 ([\d.]+), config / reference amp ([\d.]+)",
+        done.stdout,
+    )
+    assert [number for number, *_ in windows] == ["1", "2"]
+    for _, config, reference, _, ratio, _ in windows:  # the ratio is the speeds'
+        assert float(ratio) == pytest.approx(int(config) / int(reference), rel=0.01)
+    spreads = dict(re.findall(r"(.+): largest / smallest window ([\d.]+)", done.stdout))
+    assert set(spreads) == {"config", "reference float32", "reference amp",
+                            "config / reference float32", "config / reference amp"}  # fmt: skip
+    assert all(float(spread) >= 1.0 for spread in spreads.values())
