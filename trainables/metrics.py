@@ -71,7 +71,8 @@ METRICS: dict[str, MetricSpec] = {
         "the config's speed over that of the settings speed_baseline names (a ratio: 1.2 is "
         "20% faster), timed after the last epoch by fresh models of both in alternation, "
         "configuration by configuration, so that the machine's drift falls on both "
-        "(trainables.speed.time_in_alternation; one model where they differ only in the "
+        "(trainables.speed.time_in_alternation; the rounds' median, its 95% interval in "
+        "speed_vs_baseline_low / _high; one model where they differ only in the "
         "configurations trained); "
         "NaN without a baseline, before the last epoch, or where the two ran out of memory"
     ),
