@@ -38,17 +38,25 @@ from trainables.speed import geometric_interval, paired_ratio
 IMAGE_SIZE = 32
 
 
-def one_step(batch_size: int) -> Callable[[], float]:
-    """A fresh small CNN's training step at learning rate 0; returns its seconds."""
+def one_step(
+    batch_size: int, amp: bool = False, channels_last: bool = False
+) -> Callable[[], float]:
+    """A fresh small CNN's training step at learning rate 0 (bf16 autocast with `amp`, the
+    channels-last layout with `channels_last`); returns its seconds."""
     model = small_cnn(num_classes=2, image_size=IMAGE_SIZE)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0)
     images = torch.randn(batch_size, 3, IMAGE_SIZE, IMAGE_SIZE)
     labels = torch.randint(0, 2, (batch_size,))
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        images = images.contiguous(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.0)
 
     def step() -> float:
         started = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
         optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        loss.backward()
         optimizer.step()
         return time.perf_counter() - started
 

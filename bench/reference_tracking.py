@@ -28,45 +28,20 @@ import time
 from collections.abc import Callable
 
 import torch
+from alternation_estimators import one_step  # bench/, first on a script's path
 
 from trainables.host_memory import hold_host_allocator
-from trainables.models import small_cnn
-
-IMAGE_SIZE = 32
 
 
-def step_of(batch_size: int, amp: bool, channels_last: bool) -> Callable[[], float]:
-    """A fresh small CNN's training step at learning rate 0; returns its seconds per image."""
-    model = small_cnn(num_classes=2, image_size=IMAGE_SIZE)
-    images = torch.randn(batch_size, 3, IMAGE_SIZE, IMAGE_SIZE)
-    labels = torch.randint(0, 2, (batch_size,))
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-        images = images.contiguous(memory_format=torch.channels_last)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0)
-
-    def step() -> float:
-        started = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return (time.perf_counter() - started) / batch_size
-
-    for _ in range(4):  # allocations, the first kernels
-        step()
-    return step
-
-
-def window(steps: dict[str, Callable[[], float]], seconds: float) -> dict[str, float]:
-    """The steps interleaved for `seconds`: each one's median images per second."""
+def window(steps: dict[str, tuple[int, Callable[[], float]]], seconds: float) -> dict[str, float]:
+    """The steps (each: its batch, its step) interleaved for `seconds`: each one's median
+    images per second."""
     times: dict[str, list[float]] = {name: [] for name in steps}
     ended = time.perf_counter() + seconds
     while time.perf_counter() < ended:
-        for name, step in steps.items():
+        for name, (_, step) in steps.items():
             times[name].append(step())
-    return {name: 1 / statistics.median(values) for name, values in times.items()}
+    return {name: steps[name][0] / statistics.median(values) for name, values in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     hold_host_allocator()
     steps = {
-        "config": step_of(args.batch_size, args.amp, args.channels_last),
-        "reference float32": step_of(args.reference_batch, False, False),
-        "reference amp": step_of(args.reference_batch, True, True),
+        "config": (args.batch_size, one_step(args.batch_size, args.amp, args.channels_last)),
+        "reference float32": (args.reference_batch, one_step(args.reference_batch)),
+        "reference amp": (args.reference_batch, one_step(args.reference_batch, True, True)),
     }
     columns: dict[str, list[float]] = {}
     for number in range(args.windows):

@@ -36,9 +36,9 @@ with several configurations (AdaBatch's batches) is timed configuration by confi
 next to the other side's, and a configuration both sides train alike once a round: each
 drift is then a fraction of a round long. The ratio is the rounds' median, its interval the
 distribution-free interval of a median (`paired_ratio`): a ratio, never below zero. Not their
-mean: a machine whose speed jumps between levels (another tenant's work on the host) now and
-then switches inside a round, and that round's ratio lies far out (the rounds' kurtosis was
-4-20 on this project's 2-core machine, docs/RESULTS.md section 44), which a mean and its
+mean: a machine whose speed jumps between levels (the host's other work) now and then
+switches inside a round, and that round's ratio lies far out (the rounds' kurtosis reached
+about 20 on this project's 2-core machine, docs/RESULTS.md section 44), which a mean and its
 standard error take in whole; a round's order, reversed every other round, puts such a
 jump on either side alike, so the rounds' middle is the ratio.
 
