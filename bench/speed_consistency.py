@@ -1,8 +1,12 @@
 """Whether a config's throughput belongs to the config: one config run six times as a
 search's trials, once one trial at a time and once three trials to two cores (three
 one-thread processes on two cores stand in for trials packed on a card), with the speed
-timed in the device's gate (the default) and, for comparison, without timing
-(`train.speed_precision=0`: the epoch's images over its wall time).
+timed in the device's gate and read over the speed reference on the search's scale (the
+default, `trainables.speed_reference`), timed in the gate and read at the moments it ran
+(`search.speed_reference=false`), and without timing (`train.speed_precision=0`: the
+epoch's images over its wall time): `--timings` picks, each round takes them in turn.
+The reference is timed once, in this process, and given to every search read over it
+(`train.speed_scale`), so that the searches' medians compare as the trials' do.
 
 Printed per case: the six trials' throughputs (median, min-max spread as max/min), and
 at the end the ratio of the crowded set's median to the one-at-a-time set's. The issue's
@@ -17,7 +21,7 @@ speed (`--timed-only` skips the untimed searches). `--show-trials` prints each t
 and throughput.
 
     python bench/speed_consistency.py [--config configs/cats_dogs.yaml] [--trials 6]
-        [--timed-only] [--cases "one at a time" "two to two cores" ...] [--rounds 2]
+        [--timed-only | --timings ...] [--cases "one at a time" "two to two cores" ...] [--rounds 2]
         [key.path=value ...]
 """
 
@@ -36,6 +40,7 @@ from ablation_cost import one_search  # bench/, first on a script's path
 
 from analysis.load import frame_from_tune, trial_spans
 from trainables.metrics import METRICS
+from trainables.speed_reference import measure_scale
 
 REPO = Path(__file__).resolve().parents[1]
 # The main search's knee on 2026-11-26 (docs/RESULTS.md section 8), as a fixed config.
@@ -48,7 +53,12 @@ CASES = {
     "two to two cores": ["search.max_concurrent_trials=2"],
 }
 DEFAULT_CASES = ["one at a time", "three to two cores"]
-TIMING = {"timed in the gate": [], "not timed (wall)": ["train.speed_precision=0"]}
+TIMING = {
+    # the default: timed in the gate, read over the speed reference on the search's scale
+    "timed over the reference": [],
+    "timed at its moments": ["search.speed_reference=false"],  # its own blocks' images/s
+    "not timed (wall)": ["train.speed_precision=0"],
+}
 
 
 def fixed_config(source: Path, folder: Path) -> Path:
@@ -85,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
     parser.add_argument("--trials", type=int, default=6)
-    parser.add_argument("--timed-only", action="store_true", help="skip the untimed searches")
+    parser.add_argument("--timed-only", action="store_true",
+                        help="only the default timing (--timings: the same)")  # fmt: skip
+    parser.add_argument("--timings", nargs="+", choices=list(TIMING), default=list(TIMING),
+                        help="ways of timing, in turn within each round")  # fmt: skip
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=DEFAULT_CASES,
                         help="how the trials share the node, in this order")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1,
@@ -95,50 +108,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key.path=value for every search")
     args = parser.parse_args(argv)
     rows = []
-    timings = list(TIMING.items())[:1] if args.timed_only else TIMING.items()
-    for timing, timing_overrides in timings:
-        medians: dict[str, list[float]] = {}  # each round's median, per case
-        for case, case_overrides in [(c, CASES[c]) for _ in range(args.rounds) for c in args.cases]:
-            with tempfile.TemporaryDirectory(prefix="speed-bench-") as name:
-                folder = Path(name)
-                config = fixed_config(Path(args.config), folder)
-                started = time.perf_counter()
-                trials = trials_of(config, args.trials,
-                                    [*case_overrides, *timing_overrides, *args.overrides],
-                                    folder)  # fmt: skip
-                seconds = time.perf_counter() - started
-                if args.show_trials:
-                    show_trials(trials, folder / "ray_results" / "bench")
-            speeds = trials["throughput"].astype(float)
-            medians.setdefault(case, []).append(statistics.median(speeds))
-            spread = speeds.max() / speeds.min()
-            rows.append({
-                "timing": timing, "case": case, "median images/s": medians[case][-1],
-                "min": speeds.min(), "max": speeds.max(), "spread (max/min)": spread,
-                "shared images/s (median)": statistics.median(
-                    trials.get("shared_throughput", speeds).astype(float)),
-                "wall s": seconds,
-            })  # fmt: skip
-            print(f"{timing}, {case}: median {medians[case][-1]:.0f} images/s, spread "
-                  f"{spread:.2f}x ({seconds:.0f} s)", flush=True)  # fmt: skip
-            ratios = trials.get("speed_vs_baseline", pd.Series(dtype=float)).astype(float)
-            if ratios.notna().any():
-                rows[-1]["vs baseline (median)"] = ratios.median()
-                rows[-1]["vs baseline spread"] = ratios.max() / ratios.min()
-                # each trial's 95% interval, as +-points of speed (issue 36's aim: +-5)
-                half = (trials["speed_vs_baseline_high"].astype(float)
-                        - trials["speed_vs_baseline_low"].astype(float)) * 50  # fmt: skip
-                rows[-1]["interval +-points (median)"] = half.median()
-                rows[-1]["interval +-points (widest)"] = half.max()
-                print(f"  against the baseline: median {ratios.median():.3f}, "
-                      f"{ratios.min():.3f}-{ratios.max():.3f}, spread "
-                      f"{ratios.max() / ratios.min():.2f}x; intervals +-{half.median():.1f} "
-                      f"points (median), +-{half.max():.1f} (widest)", flush=True)  # fmt: skip
-        if {"three to two cores", "one at a time"} <= medians.keys():
-            ratio = statistics.median(medians["three to two cores"]) / statistics.median(
-                medians["one at a time"]
-            )  # over the rounds
-            rows[-1]["crowded / alone"] = ratio
+    timings = list(TIMING)[:1] if args.timed_only else args.timings
+    # one scale for every search read over the reference, as a user comparing searches
+    # gives it (train.speed_scale): else each search's own, timed at its own moment
+    scale = measure_scale(threads=1)
+    print(f"speed reference: {scale:.0f} images/s (train.speed_scale for every search)")
+    ways = {**TIMING, "timed over the reference": [f"train.speed_scale={scale:.1f}"]}
+    medians: dict[tuple[str, str], list[float]] = {}  # each round's median, per timing and case
+    order = [(t, c) for _ in range(args.rounds) for t in timings for c in args.cases]
+    for timing, case in order:  # the ways and cases in turn, round after round
+        with tempfile.TemporaryDirectory(prefix="speed-bench-") as name:
+            folder = Path(name)
+            config = fixed_config(Path(args.config), folder)
+            started = time.perf_counter()
+            trials = trials_of(config, args.trials,
+                               [*CASES[case], *ways[timing], *args.overrides],
+                               folder)  # fmt: skip
+            seconds = time.perf_counter() - started
+            if args.show_trials:
+                show_trials(trials, folder / "ray_results" / "bench")
+        speeds = trials["throughput"].astype(float)
+        medians.setdefault((timing, case), []).append(statistics.median(speeds))
+        spread = speeds.max() / speeds.min()
+        rows.append({
+            "timing": timing, "case": case, "median images/s": medians[timing, case][-1],
+            "min": speeds.min(), "max": speeds.max(), "spread (max/min)": spread,
+            "shared images/s (median)": statistics.median(
+                trials.get("shared_throughput", speeds).astype(float)),
+            "wall s": seconds,
+        })  # fmt: skip
+        print(f"{timing}, {case}: median {medians[timing, case][-1]:.0f} images/s, spread "
+              f"{spread:.2f}x ({seconds:.0f} s)", flush=True)  # fmt: skip
+        ratios = trials.get("speed_vs_baseline", pd.Series(dtype=float)).astype(float)
+        if ratios.notna().any():
+            rows[-1]["vs baseline (median)"] = ratios.median()
+            rows[-1]["vs baseline spread"] = ratios.max() / ratios.min()
+            # each trial's 95% interval, as +-points of speed (issue 36's aim: +-5)
+            half = (trials["speed_vs_baseline_high"].astype(float)
+                    - trials["speed_vs_baseline_low"].astype(float)) * 50  # fmt: skip
+            rows[-1]["interval +-points (median)"] = half.median()
+            rows[-1]["interval +-points (widest)"] = half.max()
+            print(f"  against the baseline: median {ratios.median():.3f}, "
+                  f"{ratios.min():.3f}-{ratios.max():.3f}, spread "
+                  f"{ratios.max() / ratios.min():.2f}x; intervals +-{half.median():.1f} "
+                  f"points (median), +-{half.max():.1f} (widest)", flush=True)  # fmt: skip
+    for timing in timings:
+        crowded, alone = medians.get((timing, "three to two cores")), medians.get(
+            (timing, "one at a time"))  # fmt: skip
+        if crowded and alone:
+            ratio = statistics.median(crowded) / statistics.median(alone)  # over the rounds
             print(f"{timing}: three to two cores / one at a time = {ratio:.2f}x "
                   "(aim 0.95-1.05)")  # fmt: skip
     print(pd.DataFrame(rows).round(2).to_markdown(index=False))

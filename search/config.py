@@ -128,6 +128,11 @@ class SearchSection(BaseModel):
     # sampled AMP out where it trains at under half the speed (a CPU without bfloat16
     # instructions emulates it: a tenth; docs/RESULTS.md section 31); false: sample it anyway
     amp_probe: bool = Field(True, strict=True)
+    # on CPU trials: time the speed reference (trainables/speed_reference.py) once as the
+    # search starts, in a trial's process, and read every trial's throughput on its scale
+    # (train.speed_scale): trials timed at different moments of a machine whose speed moves
+    # compare. false, or train.speed_scale given: not measured
+    speed_reference: bool = Field(True, strict=True)
     # after the search; null: none (the report's effects then rest on the search's trials)
     ablation: AblationSection | None = AblationSection()
 
@@ -263,6 +268,9 @@ class SearchConfig(BaseModel):
     renamed: tuple[tuple[str, str], ...] = ()  # key paths given under an old name: (old, new)
     # sampled keys left out once the machine was known (`without_sampled`): key -> why
     _left_out: dict[str, str] = PrivateAttr(default_factory=dict)
+    # the speed reference's images per second the search measured as it started
+    # (`search.devices.speed_scale`), every CPU trial's train.speed_scale; None: not measured
+    _speed_scale: float | None = PrivateAttr(None)
     _written_space: dict[str, SpaceParam] | None = PrivateAttr(None)  # before any was left out
 
     @field_validator("space", mode="before")
@@ -282,6 +290,8 @@ class SearchConfig(BaseModel):
     def train_config(self) -> dict[str, Any]:
         """The fixed part of every trial's config (the sampled keys are added by Tune)."""
         fixed = {**self.train, "data": self.data.model_dump()}
+        if self._speed_scale is not None and "speed_scale" not in self.train:
+            fixed["speed_scale"] = self._speed_scale
         if self.resources.memory_budget_mb is not None:
             fixed["memory_budget_mb"] = self.resources.memory_budget_mb
         return fixed
@@ -307,6 +317,20 @@ class SearchConfig(BaseModel):
         resolved._written_space = self.written_space
         resolved._left_out = {**self._left_out, key: why}
         return resolved
+
+    def with_speed_scale(self, scale: float) -> SearchConfig:
+        """This config with its trials' speed scale measured (`speed_scale`); the config as
+        written, `as_yaml_dict`, stays without it."""
+        resolved = self.model_copy()
+        resolved._speed_scale = scale
+        return resolved
+
+    @property
+    def speed_scale(self) -> float | None:
+        """The speed reference's images per second its CPU trials' throughputs are scaled
+        by: the one written (train.speed_scale), else the one measured; None: neither."""
+        written = self.train.get("speed_scale")
+        return float(written) if written is not None else self._speed_scale
 
     @property
     def left_out(self) -> dict[str, str]:

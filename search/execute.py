@@ -215,6 +215,8 @@ def open_parent_run(
         params={
             **flatten("", config.as_yaml_dict()),
             GPU_SHARE_PARAM: config.resources.gpu_share,
+            # the speed scale the search measured for its CPU trials (one written is above)
+            **({"train.speed_scale": config.speed_scale} if config.speed_scale else {}),
             **{f"{LEFT_OUT_PARAM_PREFIX}{key}": why for key, why in config.left_out.items()},
         },
         tags=tags,
@@ -228,6 +230,7 @@ def open_parent_run(
                 config.tracking.experiment or "",
                 config.as_yaml_dict(),
                 config.left_out,
+                config.speed_scale,
             ).save(experiment_dir)
             parent.client.log_dict(parent.run_id, config.as_yaml_dict(), "resolved_config.yaml")
         except BaseException:

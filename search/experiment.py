@@ -28,6 +28,9 @@ class SearchState:
     # sampled keys the search left out on its machine, and why (`search.devices`): a resumed
     # search samples what it started with, without probing again
     left_out: dict = field(default_factory=dict)
+    # the speed scale its CPU trials were timed on (`search.devices.speed_scale`): a resumed
+    # search keeps it; None: not measured, or a state written before it was kept
+    speed_scale: float | None = None
 
     def differences(self, config: dict) -> list[tuple[str, object, object]]:
         """(key path, value the search started with, value now) for every change; a key

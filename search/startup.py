@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import ray
 
+from search import speed_scale
 from search.background import in_background
 from search.cli import EXIT_USAGE, RunOptions
 from search.config import ConfigError, SearchConfig
@@ -51,6 +52,7 @@ def start(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> in
             say(plan(config, experiment_dir, options.resume))
         check_cluster_resources(config)
         accepted.set_result(True)
+        scaled = speed_scale.start(config, options, experiment_dir)  # while the data loads
     except ConfigError as error:
         accepted.set_result(False)
         with contextlib.suppress(TimeoutError):  # the thread stops at its next step
@@ -71,6 +73,7 @@ def start(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> in
     assert data is not None, "the thread prepares the data once the cluster is accepted"
     from search.execute import run_search
 
+    config = scaled(config)
     return run_search(config, experiment_dir, options, data, owns_ray=owns_ray)
 
 

@@ -53,7 +53,9 @@ METRICS: dict[str, MetricSpec] = {
     "throughput": MetricSpec(
         "the config's speed: training images per second of its own steps, timed after "
         "warm-up while no other trial of the node steps on its device (trainables.speed), "
-        "over the epochs so far; eval and compile excluded",
+        "over the epochs so far; eval and compile excluded. On a CPU with train.speed_scale "
+        "(a search times it): its speed over a reference timed beside its steps times that "
+        "scale, so trials timed at different moments compare",
         "max",
     ),
     "throughput_low": MetricSpec(

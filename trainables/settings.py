@@ -169,6 +169,13 @@ class TrainSettings(BaseModel):
     speed_precision: float = Field(0.05, ge=0, lt=1)
     # the most seconds a configuration holds a crowded device, over all its windows
     speed_window_s: float = Field(1.5, gt=0)
+    # on the CPU: images per second of the speed reference (trainables/speed_reference.py, a
+    # small fixed workload) that a trial's throughput is scaled by: its timed speed over the
+    # reference's, timed beside its blocks, times this, so that trials timed at different
+    # moments of a machine whose speed moves share one scale. A search measures it as it
+    # starts; give two searches the same value to compare their throughputs. null: a trial's
+    # speed is its own blocks' images per second, at the moments they ran
+    speed_scale: float | None = Field(None, gt=0)
     # settings this config's speed is timed against after its last epoch, e.g. {amp: false}:
     # fresh models of both train short blocks in alternation (A B A B ...), so the machine's
     # drift falls on both, until the ratio's 95% interval is within +-speed_precision or

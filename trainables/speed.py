@@ -20,7 +20,17 @@ or more, the device synchronised only at a block's edges), and only blocks of wh
   neighbour registered its threads, or after the crowd thinned) ran beside neighbours
   (docs/RESULTS.md, section 30).
 
-The speed is the median of those blocks' images per second, its interval the
+On the CPU, with a scale (`TrainSettings.speed_scale`: the search times it as it starts),
+a block of a fixed reference (`trainables.speed_reference`) is timed after each
+`REFERENCE_SEGMENT_SECONDS` of blocks (a segment), after each block of a held window, and at
+an epoch's end: the host's speed moves between moments (1.4-1.9x within two minutes on the
+2-core machine), and the config's speed over the reference's, timed together, moved
+1.05-1.16x (docs/RESULTS.md, section 44). A configuration timed so is read as the median of
+its segments' ratios (a segment's blocks' median over its reference block) times the
+scale, with the median's interval (`estimate`'s, for fewer than `MIN_BLOCKS` segments):
+every trial of a search on one scale, whatever moment it ran at.
+
+Otherwise the speed is the median of those blocks' images per second, its interval the
 distribution-free interval of a median (order statistics); a configuration timed in fewer
 blocks than that needs (`MIN_BLOCKS`: a batch AdaBatch grew to two or three whole steps an
 epoch) takes Student's t on the mean of its blocks' logarithms instead, wide but known. A
@@ -77,6 +87,12 @@ MIN_WINDOWS = 3  # held windows, in as many epochs, before a precise speed stops
 # (`paired_block_steps`), so its round lasts about one block where its steps are short (a
 # configuration whose one step is longer than its share takes that step)
 PAIRED_BLOCK_SECONDS = 0.03
+# seconds of a configuration's timed blocks between two blocks of the reference
+# (`trainables.speed_reference`) where nobody crowds the device: a segment, read as one ratio.
+# A held window times the reference after each block (its blocks are few, its neighbours
+# wait), and every epoch's last segment ends with one, however short. The reference's block
+# is a step of about 10 ms on the 2-core machine: about 4% of the training timed
+REFERENCE_SEGMENT_SECONDS = 0.25
 MIN_ROUNDS = MIN_BLOCKS  # rounds of an alternation before it may stop: a median's interval
 
 
@@ -161,6 +177,14 @@ class ConfigSpeed:
     # key -> the most processes outside the search seen on the card as a window began:
     # programs the gate cannot hold, whose use of the card is in the timed blocks
     outsiders: dict[str, int] = field(default_factory=dict)
+    # key -> its speed over the reference's (`trainables.speed_reference`), a value per
+    # segment: the median of the segment's blocks over the reference block timed after them
+    ratios: dict[str, list[float]] = field(default_factory=dict)
+    held_ratios: dict[str, list[float]] = field(default_factory=dict)  # those of held windows
+    # the reference's images per second the search measured (`TrainSettings.speed_scale`):
+    # a configuration with `MIN_BLOCKS` ratios or more is read as its ratio times this.
+    # Not saved: a resumed trial takes it from its settings again
+    scale: float | None = None
 
     @staticmethod
     def key(batch_size: int, accumulation_steps: int) -> str:
@@ -173,10 +197,24 @@ class ConfigSpeed:
         return int(batch_size), int(accumulation_steps)
 
     def of(self, key: str) -> SpeedEstimate | None:
-        """The configuration's speed: from its held windows' blocks where they are
-        `MIN_BLOCKS` or more (the device was its own), else from all its blocks."""
-        held = self.held_blocks.get(key, [])
-        return estimate(held if len(held) >= MIN_BLOCKS else self.blocks.get(key, []))
+        """The configuration's speed: on the search's scale where it has one and the
+        configuration `MIN_BLOCKS` ratios to the reference or more (`over_reference`), else
+        from its held windows' blocks where they are `MIN_BLOCKS` or more (the device was
+        its own), else from all its blocks."""
+        scaled = self.over_reference(key)
+        if scaled is not None and self.scale:
+            return SpeedEstimate(scaled.images_per_s * self.scale, scaled.low * self.scale,
+                                 scaled.high * self.scale, scaled.blocks)  # fmt: skip
+        return estimate(held_or_all(self.held_blocks.get(key, []), self.blocks.get(key, [])))
+
+    def over_reference(self, key: str) -> SpeedEstimate | None:
+        """The configuration's speed over the reference's, in reference speeds: the
+        median of its segments' ratios (those of held windows where they are `MIN_BLOCKS`
+        or more) with the median's interval, or with fewer the interval of a few
+        (`estimate`); None without any. A few segments, not the blocks' own images per
+        second: a trial stopped early is on its search's scale too."""
+        ratios = held_or_all(self.held_ratios.get(key, []), self.ratios.get(key, []))
+        return estimate(ratios)
 
     def wants_window(self, key: str, precision: float, max_seconds: float) -> bool:
         """Whether a crowded device should be held for this configuration once more: time
@@ -193,11 +231,20 @@ class ConfigSpeed:
         )
         return not (precise and self.windows.get(key, 0) >= MIN_WINDOWS)
 
-    def add(self, key: str, rates: Sequence[float], held_seconds: float = 0.0) -> None:
-        """Blocks timed; `held_seconds` > 0: in a held window of that length."""
+    def add(
+        self,
+        key: str,
+        rates: Sequence[float],
+        held_seconds: float = 0.0,
+        ratios: Sequence[float] = (),
+    ) -> None:
+        """Blocks timed, and `ratios` to the reference; `held_seconds` > 0: in a held
+        window of that length."""
         self.blocks[key] = [*self.blocks.get(key, []), *rates]
+        self.ratios[key] = [*self.ratios.get(key, []), *ratios]
         if held_seconds:
             self.held_blocks[key] = [*self.held_blocks.get(key, []), *rates]
+            self.held_ratios[key] = [*self.held_ratios.get(key, []), *ratios]
             self.held_seconds[key] = self.held_seconds.get(key, 0.0) + held_seconds
             self.windows[key] = self.windows.get(key, 0) + 1
 
@@ -212,13 +259,15 @@ class ConfigSpeed:
     def to_dict(self) -> dict[str, dict]:
         return {"blocks": dict(self.blocks), "held_blocks": dict(self.held_blocks),
                 "held_seconds": dict(self.held_seconds), "windows": dict(self.windows),
-                "outsiders": dict(self.outsiders)}  # fmt: skip
+                "outsiders": dict(self.outsiders), "ratios": dict(self.ratios),
+                "held_ratios": dict(self.held_ratios)}  # fmt: skip
 
     @classmethod
-    def from_dict(cls, values: dict[str, dict] | None) -> ConfigSpeed:
-        """A saved state's. One saved before held blocks were kept apart counts all the
-        blocks of a configuration it held windows for as held: it goes on from the speed
-        it had, all its blocks, not from the next window alone."""
+    def from_dict(cls, values: dict[str, dict] | None, scale: float | None = None) -> ConfigSpeed:
+        """A saved state's, on `scale` (`ConfigSpeed.scale`). One saved before held blocks
+        were kept apart counts all the blocks of a configuration it held windows for as
+        held: it goes on from the speed it had, all its blocks, not from the next window
+        alone."""
         values = values or {}
         blocks = dict(values.get("blocks", {}))
         held = values.get("held_blocks")
@@ -227,7 +276,14 @@ class ConfigSpeed:
                     if values.get("windows", {}).get(key)}  # fmt: skip
         return cls(blocks, dict(held),
                    dict(values.get("held_seconds", {})), dict(values.get("windows", {})),
-                   dict(values.get("outsiders", {})))  # fmt: skip
+                   dict(values.get("outsiders", {})), dict(values.get("ratios", {})),
+                   dict(values.get("held_ratios", {})), scale)  # fmt: skip
+
+
+def held_or_all(held: list[float], every: list[float]) -> list[float]:
+    """A configuration's held windows' values where they are `MIN_BLOCKS` or more (timed
+    with the device its own), else all of them."""
+    return held if len(held) >= MIN_BLOCKS else every
 
 
 def own_time(
@@ -388,8 +444,13 @@ class SpeedWindow:
         clock: Callable[[], float] = time.perf_counter,
         outsiders: Callable[[], int | None] | None = None,
         warm: bool = False,
+        reference: Callable[[], float] | None = None,
     ) -> None:
         self._gate, self._synchronize, self._clock = gate, synchronize, clock
+        self._reference = reference
+        self._segment: list[float] = []  # blocks since the last reference block, images/s
+        self._segment_seconds = 0.0
+        self._ratios: list[float] = []
         # warm: the configuration trained in an earlier epoch of this process; else its
         # epoch's first step (metering, allocations) and a held window's warm-up go untimed
         self._untimed_steps, self._warmup_steps = (0, 0) if warm else (1, WARMUP_STEPS)
@@ -453,6 +514,10 @@ class SpeedWindow:
             return
         if seconds > 0:
             self._rates.append(self._block_images / seconds)
+            self._segment.append(self._rates[-1])
+            self._segment_seconds += seconds
+            if self._mode == "held" or self._segment_seconds >= REFERENCE_SEGMENT_SECONDS:
+                self._time_reference()
         if self._mode == "held" and self._window_full():
             self.close()
         else:
@@ -460,13 +525,29 @@ class SpeedWindow:
 
     def close(self) -> None:
         """At the window's or the epoch's end: the blocks go to the configuration's (a
-        block cut short by the epoch's end is left out), and a held device is let go."""
+        block cut short by the epoch's end is left out) with a last segment's reference
+        block, and a held device is let go."""
+        if self._mode in ("held", "free"):
+            self._time_reference()
         if self._mode == "held":
-            self._speeds.add(self._key, self._rates, self._clock() - self._held_at)
+            self._speeds.add(self._key, self._rates, self._clock() - self._held_at,
+                             self._ratios)  # fmt: skip
         elif self._mode == "free":
-            self._speeds.add(self._key, self._rates)
+            self._speeds.add(self._key, self._rates, ratios=self._ratios)
         self._stack.close()
-        self._mode, self._rates = "done", []
+        self._mode, self._rates, self._ratios = "done", [], []
+
+    def _time_reference(self) -> None:
+        """A block of the reference after the segment's blocks: the segment's ratio (the
+        median of its blocks over the reference's block). Off the blocks' clock: the next
+        block starts after it."""
+        if self._reference is None or not self._segment:
+            return
+        self._synchronize()
+        reference = self._reference()
+        if reference > 0:
+            self._ratios.append(statistics.median(self._segment) / reference)
+        self._segment, self._segment_seconds = [], 0.0
 
     def _begin(self) -> None:
         if not self._crowded():
@@ -478,8 +559,9 @@ class SpeedWindow:
             self._mode = "done"
 
     def _free_to_held(self) -> None:
-        self._speeds.add(self._key, self._rates)  # the blocks timed alone before
-        self._rates = []
+        self._speeds.add(self._key, self._rates, ratios=self._ratios)  # timed alone before
+        self._rates, self._ratios = [], []
+        self._segment, self._segment_seconds = [], 0.0  # its last block shared the device
         if self._speeds.wants_window(self._key, self._precision, self._max_seconds):
             self._hold()
         else:

@@ -30,6 +30,7 @@ from trainables.speed import (
     paired_block_steps,
     time_in_alternation,
 )
+from trainables.speed_reference import SpeedReference
 from trainables.training import (
     EpochSteps,
     train_epoch,
@@ -68,6 +69,8 @@ def speed_window(trial: TrialInProgress, schedule: EpochSchedule) -> SpeedWindow
         trial.budget.card,
     )
     key = ConfigSpeed.key(schedule.batch_size, schedule.accumulation_steps)
+    if trial.reference is None and device.type == "cpu" and trial.speeds.scale:
+        trial.reference = SpeedReference()  # its speed is the search's scale's unit
     return SpeedWindow(
         trial.gate,
         lambda: synchronize(device),
@@ -78,6 +81,7 @@ def speed_window(trial: TrialInProgress, schedule: EpochSchedule) -> SpeedWindow
         crowded=lambda: device.type == "cuda" or gate.crowded(cores),
         outsiders=(lambda: outsiders(card, gate)) if card is not None else None,
         warm=key in trial.warm_configurations,
+        reference=trial.reference if device.type == "cpu" else None,
     )
 
 

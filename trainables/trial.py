@@ -40,6 +40,7 @@ from trainables.settings import TrainSettings
 from trainables.speed import (
     ConfigSpeed,
 )
+from trainables.speed_reference import SpeedReference
 from trainables.step import dry_step
 from trainables.training import (
     EpochResult,
@@ -74,6 +75,9 @@ class TrialInProgress:
     # configuration's timed blocks (trainables.speed)
     gate: DeviceGate | None = None
     speeds: ConfigSpeed = field(default_factory=ConfigSpeed)
+    # the fixed workload a CPU trial's blocks are timed beside, once the first is
+    # (`trainables.speed_reference`); None: none yet, or a speed read in images per second
+    reference: SpeedReference | None = None
     # configurations (`ConfigSpeed.key`) trained in an earlier epoch of this process: their
     # kernels, shapes and allocations are warm, so their next epoch is timed from its start
     warm_configurations: set[str] = field(default_factory=set)
@@ -207,7 +211,7 @@ def start_trial(
         step_model = torch.compile(model)  # compiled when it first runs
     return TrialInProgress(
         settings, model, optimizer, precision, state, budget, eval_choice, best_weights,
-        step_model, speeds=ConfigSpeed.from_dict(state.speeds),
+        step_model, speeds=ConfigSpeed.from_dict(state.speeds, scale=settings.speed_scale),
     )  # fmt: skip
 
 

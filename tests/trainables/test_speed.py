@@ -10,6 +10,7 @@ from trainables.speed import (
     MIN_ROUNDS,
     MIN_WINDOWS,
     PAIRED_BLOCK_SECONDS,
+    REFERENCE_SEGMENT_SECONDS,
     WARMUP_STEPS,
     WINDOW_BLOCKS,
     ConfigSpeed,
@@ -393,3 +394,75 @@ def test_a_held_window_notes_the_programs_outside_the_search_it_began_beside():
     assert speeds.outsiders == {"32x1": 2} and speeds.most_outsiders == 2.0
     assert ConfigSpeed.from_dict(speeds.to_dict()).outsiders == {"32x1": 2}
     assert math.isnan(ConfigSpeed().most_outsiders)
+
+
+class Reference:
+    """The speed reference on the fake clock: a block of 10 ms at 1600 images/s on a
+    machine at full speed, each call recorded; `slowdown` slows it as it slows the steps."""
+
+    def __init__(self, clock: Clock):
+        self.clock, self.calls, self.slowdown = clock, 0, 1.0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        self.clock.now += 0.01 * self.slowdown
+        return 1600.0 / self.slowdown
+
+
+def referenced_window(clock, speeds, reference, crowded=lambda: False) -> SpeedWindow:
+    return SpeedWindow(Gate([]), lambda: None, speeds, "32x1", precision=0.05,
+                       max_seconds=10.0, crowded=crowded, clock=clock,
+                       reference=reference)  # fmt: skip
+
+
+def test_a_configuration_on_a_scale_is_its_ratios_median_to_the_reference_times_the_scale():
+    speeds = ConfigSpeed(scale=1000.0)
+    speeds.add("32x1", [3000.0] * 20, ratios=[1.9, 2.0, 2.1, 2.0, 1.8, 2.2])
+    timed = speeds.of("32x1")
+    assert timed.images_per_s == pytest.approx(2000.0) and timed.blocks == MIN_BLOCKS
+    assert timed.low == pytest.approx(1800.0) and timed.high == pytest.approx(2200.0)
+    assert speeds.over_reference("32x1").images_per_s == pytest.approx(2.0)
+    few = ConfigSpeed(scale=1000.0)  # a trial stopped early: on the scale, a wider interval
+    few.add("32x1", [3000.0] * 20, ratios=[1.9, 2.1])
+    assert few.of("32x1").images_per_s == pytest.approx(2000.0) and few.of("32x1").blocks == 2
+    assert few.of("32x1").low < 1900.0 and few.of("32x1").high > 2100.0
+    unscaled = ConfigSpeed()  # no scale: its blocks' own images per second
+    unscaled.add("32x1", [3000.0] * 20, ratios=[2.0] * 10)
+    assert unscaled.of("32x1").images_per_s == 3000.0
+    saved = ConfigSpeed.from_dict(speeds.to_dict(), scale=500.0)
+    assert saved.ratios == speeds.ratios and saved.of("32x1").images_per_s == pytest.approx(1000)
+
+
+def test_a_machine_that_slows_the_steps_and_the_reference_alike_leaves_the_scaled_speed_as_it_was():
+    clock, speeds = Clock(0.01), ConfigSpeed(scale=1600.0)
+    reference = Reference(clock)
+    run_steps(referenced_window(clock, speeds, reference), clock, steps=101)
+    clock.step_seconds, reference.slowdown = 0.02, 2.0  # a slower moment of the host
+    run_steps(referenced_window(clock, speeds, reference), clock, steps=101)
+    own = sorted(speeds.blocks["32x1"])
+    assert own[0] == pytest.approx(1600.0) and own[-1] == pytest.approx(3200.0)  # two levels
+    assert speeds.over_reference("32x1").images_per_s == pytest.approx(2.0)
+    timed = speeds.of("32x1")
+    assert timed.images_per_s == pytest.approx(3200.0)  # 2x the reference's 1600: as alone
+    assert timed.low == pytest.approx(3200.0) and timed.high == pytest.approx(3200.0)
+
+
+def test_an_uncrowded_epoch_times_the_reference_after_each_segment_and_at_its_end():
+    clock, speeds = Clock(0.01), ConfigSpeed(scale=1600.0)
+    reference = Reference(clock)
+    run_steps(referenced_window(clock, speeds, reference), clock, steps=101)
+    # a second of blocks from the epoch's second step: a reference per segment and one at
+    # the end for the rest; its time is no block's (every block stays at 3200 images/s)
+    segments = math.floor(1.0 / REFERENCE_SEGMENT_SECONDS)
+    assert segments <= reference.calls <= segments + 1
+    assert len(speeds.ratios["32x1"]) == reference.calls
+    assert all(rate == pytest.approx(3200.0) for rate in speeds.blocks["32x1"])
+
+
+def test_a_held_window_times_the_reference_after_each_of_its_blocks():
+    clock, speeds = Clock(0.01), ConfigSpeed(scale=1600.0)
+    reference = Reference(clock)
+    run_steps(referenced_window(clock, speeds, reference, crowded=lambda: True), clock, 200)
+    assert reference.calls == WINDOW_BLOCKS
+    assert len(speeds.held_ratios["32x1"]) == WINDOW_BLOCKS
+    assert speeds.held_ratios["32x1"] == pytest.approx([2.0] * WINDOW_BLOCKS)

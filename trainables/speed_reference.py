@@ -1,0 +1,94 @@
+"""A fixed workload timed beside a CPU trial's own steps: the unit its speed is read in.
+
+A host's speed moves between moments (other tenants of the machine): on this project's
+2-core machine a config's speed moved 1.4-1.9x between windows two minutes apart, so trials
+timed at different moments of one search, even of one config, differed by as much
+(docs/RESULTS.md, section 44). A reference timed next to the config's own blocks moves with
+them: the config's speed over the reference's moved 1.05-1.16x over the same windows. So a
+CPU trial times a block of this reference after its config's blocks now and then
+(`trainables.speed.SpeedWindow`), and reads its speed as (its blocks' speed over the
+reference's, timed together) times the reference's speed the search measured once as it
+started (`TrainSettings.speed_scale`, `measure_scale`): every trial of the search on one
+scale, whatever moment it was timed at.
+
+The reference is the small CNN at `REFERENCE_BATCH` images of 32 px in float32, on random
+images, at learning rate 0 (the same work every step), trained by the project's one step
+(`trainables.step.train_step`): the arithmetic most trials of the main search do. Not on a
+card: there a trial's speed is timed holding the card, and a small CNN's step there is
+the host's launch time, not the card's work.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from trainables.models import small_cnn
+from trainables.precision import Precision
+from trainables.step import train_step
+
+REFERENCE_BATCH = 16
+REFERENCE_IMAGE_SIZE = 32
+# the seconds a block of the reference takes at least (one step where that is longer)
+REFERENCE_BLOCK_SECONDS = 0.01
+WARMUP_STEPS = 2  # allocations, the first kernels: before the first timed block
+SCALE_SECONDS = 2.0  # how long the search times the reference for its scale
+
+
+class SpeedReference:
+    """The reference's training steps on the CPU: each call trains a block of them (at
+    least `REFERENCE_BLOCK_SECONDS`) and returns its images per second. Built and warmed up
+    without touching the process's random state (a trial's own draws stay as they were)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self._model = small_cnn(num_classes=2, image_size=REFERENCE_IMAGE_SIZE)
+            shape = (REFERENCE_BATCH, 3, REFERENCE_IMAGE_SIZE, REFERENCE_IMAGE_SIZE)
+            self._batch = [(torch.randn(shape), torch.randint(0, 2, (REFERENCE_BATCH,)))]
+        self._optimizer = torch.optim.SGD(self._model.parameters(), lr=0.0)
+        self._precision = Precision("cpu", None)
+        self.steps = 1
+        for _ in range(WARMUP_STEPS):
+            self._step()
+
+    def _step(self) -> None:
+        train_step(self._model, self._optimizer, self._batch, self._precision,
+                   images=REFERENCE_BATCH)  # fmt: skip
+
+    def __call__(self) -> float:
+        steps = self.steps
+        started = self._clock()
+        for _ in range(steps):
+            self._step()
+        seconds = self._clock() - started
+        if seconds < REFERENCE_BLOCK_SECONDS:  # more steps a block, from the next one on
+            wanted = steps * REFERENCE_BLOCK_SECONDS / max(seconds, 1e-6)
+            self.steps = max(steps + 1, math.ceil(wanted))
+        return REFERENCE_BATCH * steps / seconds if seconds > 0 else math.nan
+
+
+def measure_scale(threads: int, seconds: float = SCALE_SECONDS) -> float:
+    """The reference's images per second on this CPU with `threads` torch threads: the
+    median of its blocks over `seconds` (a search's `TrainSettings.speed_scale`). In the
+    process a trial would run in (the allocator held as a trial's is,
+    `trainables.host_memory`): a trial's reference blocks are timed there."""
+    from trainables.host_memory import hold_host_allocator
+
+    hold_host_allocator()
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        reference = SpeedReference()
+        rates: list[float] = []
+        ends = time.perf_counter() + seconds
+        while time.perf_counter() < ends or len(rates) < 6:
+            rates.append(reference())
+    finally:
+        torch.set_num_threads(threads_before)
+    return statistics.median(rates)
