@@ -91,7 +91,7 @@ PAIRED_BLOCK_SECONDS = 0.03
 # (`trainables.speed_reference`) where nobody crowds the device: a segment, read as one ratio.
 # A held window times the reference after each block (its blocks are few, its neighbours
 # wait), and every epoch's last segment ends with one, however short. The reference's block
-# is a step of about 10 ms on the 2-core machine: about 4% of the training timed
+# is two steps, about 20 ms, on the 2-core machine: 8% of the timed blocks' seconds
 REFERENCE_SEGMENT_SECONDS = 0.25
 MIN_ROUNDS = MIN_BLOCKS  # rounds of an alternation before it may stop: a median's interval
 
