@@ -33,8 +33,9 @@ from trainables.step import train_step
 
 REFERENCE_BATCH = 16
 REFERENCE_IMAGE_SIZE = 32
-# the seconds a block of the reference takes at least (one step where that is longer)
-REFERENCE_BLOCK_SECONDS = 0.01
+# the seconds a block of the reference takes at least (one step where that is longer): one
+# or two steps, about 10 ms, on this project's 2-core machines
+REFERENCE_BLOCK_SECONDS = 0.005
 WARMUP_STEPS = 2  # allocations, the first kernels: before the first timed block
 SCALE_SECONDS = 2.0  # how long the search times the reference for its scale
 
