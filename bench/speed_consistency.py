@@ -5,8 +5,8 @@ timed in the device's gate and read over the speed reference on the search's sca
 default, `trainables.speed_reference`), timed in the gate and read at the moments it ran
 (`search.speed_reference=false`), and without timing (`train.speed_precision=0`: the
 epoch's images over its wall time): `--timings` picks, each round takes them in turn.
-The reference is timed once, in this process, and given to every search read over it
-(`train.speed_scale`), so that the searches' medians compare as the trials' do.
+The references are timed once, in this process, and given to every search read over
+them (`train.speed_scale`), so that the searches' medians compare as the trials' do.
 
 Printed per case: the six trials' throughputs (median, min-max spread as max/min), and
 at the end the ratio of the crowded set's median to the one-at-a-time set's. The issue's
@@ -40,7 +40,7 @@ from ablation_cost import one_search  # bench/, first on a script's path
 
 from analysis.load import frame_from_tune, trial_spans
 from trainables.metrics import METRICS
-from trainables.speed_reference import measure_scale
+from trainables.speed_reference import measure_scales
 
 REPO = Path(__file__).resolve().parents[1]
 # The main search's knee on 2026-11-26 (docs/RESULTS.md section 8), as a fixed config.
@@ -111,9 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     timings = list(TIMING)[:1] if args.timed_only else args.timings
     # one scale for every search read over the reference, as a user comparing searches
     # gives it (train.speed_scale): else each search's own, timed at its own moment
-    scale = measure_scale(threads=1)
-    print(f"speed reference: {scale:.0f} images/s (train.speed_scale for every search)")
-    ways = {**TIMING, "timed over the reference": [f"train.speed_scale={scale:.1f}"]}
+    scales = measure_scales(threads=1)
+    written = ", ".join(f"{kind}: {images_per_s:.1f}" for kind, images_per_s in scales.items())
+    print(f"speed references, images/s: {written} (train.speed_scale for every search)")
+    ways = {**TIMING, "timed over the reference": [f"train.speed_scale={{{written}}}"]}
     medians: dict[tuple[str, str], list[float]] = {}  # each round's median, per timing and case
     order = [(t, c) for _ in range(args.rounds) for t in timings for c in args.cases]
     for timing, case in order:  # the ways and cases in turn, round after round

@@ -32,6 +32,7 @@ from search.errors import (
 from search.space import SpaceParam, grid_points
 from trainables.data import DataSettings
 from trainables.metrics import DEFAULT_OBJECTIVES, OBJECTIVE_METRICS
+from trainables.reference_kinds import scales_from
 from trainables.settings import DEFAULT_EPOCHS, TRAIN_KEYS, TrainSettings, under_new_names
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -268,9 +269,9 @@ class SearchConfig(BaseModel):
     renamed: tuple[tuple[str, str], ...] = ()  # key paths given under an old name: (old, new)
     # sampled keys left out once the machine was known (`without_sampled`): key -> why
     _left_out: dict[str, str] = PrivateAttr(default_factory=dict)
-    # the speed reference's images per second the search measured as it started
-    # (`search.devices.speed_scale`), every CPU trial's train.speed_scale; None: not measured
-    _speed_scale: float | None = PrivateAttr(None)
+    # the speed references' images per second, by kind, the search measured as it started
+    # (`search.speed_scale`), every CPU trial's train.speed_scale; None: not measured
+    _speed_scale: dict[str, float] | None = PrivateAttr(None)
     _written_space: dict[str, SpaceParam] | None = PrivateAttr(None)  # before any was left out
 
     @field_validator("space", mode="before")
@@ -318,19 +319,20 @@ class SearchConfig(BaseModel):
         resolved._left_out = {**self._left_out, key: why}
         return resolved
 
-    def with_speed_scale(self, scale: float) -> SearchConfig:
+    def with_speed_scale(self, scales: dict[str, float]) -> SearchConfig:
         """This config with its trials' speed scale measured (`speed_scale`); the config as
         written, `as_yaml_dict`, stays without it."""
         resolved = self.model_copy()
-        resolved._speed_scale = scale
+        resolved._speed_scale = dict(scales)
         return resolved
 
     @property
-    def speed_scale(self) -> float | None:
-        """The speed reference's images per second its CPU trials' throughputs are scaled
-        by: the one written (train.speed_scale), else the one measured; None: neither."""
+    def speed_scale(self) -> dict[str, float] | None:
+        """The speed references' images per second, by kind
+        (`trainables.reference_kinds`), its CPU trials' throughputs are scaled by: the one
+        written (train.speed_scale), else the one measured; None: neither."""
         written = self.train.get("speed_scale")
-        return float(written) if written is not None else self._speed_scale
+        return scales_from(written) if written is not None else self._speed_scale
 
     @property
     def left_out(self) -> dict[str, str]:

@@ -216,7 +216,11 @@ def open_parent_run(
             **flatten("", config.as_yaml_dict()),
             GPU_SHARE_PARAM: config.resources.gpu_share,
             # the speed scale the search measured for its CPU trials (one written is above)
-            **({"train.speed_scale": config.speed_scale} if config.speed_scale else {}),
+            **{
+                f"train.speed_scale.{kind}": images_per_s
+                for kind, images_per_s in (config.speed_scale or {}).items()
+                if "speed_scale" not in config.train
+            },
             **{f"{LEFT_OUT_PARAM_PREFIX}{key}": why for key, why in config.left_out.items()},
         },
         tags=tags,

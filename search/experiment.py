@@ -28,9 +28,10 @@ class SearchState:
     # sampled keys the search left out on its machine, and why (`search.devices`): a resumed
     # search samples what it started with, without probing again
     left_out: dict = field(default_factory=dict)
-    # the speed scale its CPU trials were timed on (`search.devices.speed_scale`): a resumed
+    # the speed scale its CPU trials were timed on, by reference kind (`search.speed_scale`;
+    # one number in states written before the kinds: the fp32_contiguous one's): a resumed
     # search keeps it; None: not measured, or a state written before it was kept
-    speed_scale: float | None = None
+    speed_scale: dict[str, float] | float | None = None
 
     def differences(self, config: dict) -> list[tuple[str, object, object]]:
         """(key path, value the search started with, value now) for every change; a key

@@ -1,13 +1,15 @@
-"""The scale a search's CPU trials read their speed on: the speed reference
-(`trainables.speed_reference`) timed once as the search starts, in a trial's process.
+"""The scale a search's CPU trials read their speed on: the speed references
+(`trainables.speed_reference`, one per arithmetic a trial can train in) timed once as the
+search starts, in a trial's process.
 
-A CPU trial's throughput is its speed over the reference timed beside its blocks, times
-this scale (`TrainSettings.speed_scale`), so that trials timed at different moments of a
-machine whose speed moves compare. It is timed by a Ray task, not in the driver: a trial's
-process holds glibc's allocator (`trainables.host_memory`), and the same reference timed
-without that hold ran at 0.77x (1405-1482 images/s against 1820-1930, three fresh processes
-each, 2026-11-29), a scale a quarter too low. The task starts as soon as Ray has (`start`)
-and runs while the driver prepares the data; the search waits for it before its first trial.
+A CPU trial's throughput is its speed over the reference of its arithmetic timed beside its
+blocks, times that reference's scale (`TrainSettings.speed_scale`), so that trials timed at
+different moments of a machine whose speed moves compare. It is timed by a Ray task, not in
+the driver: a trial's process holds glibc's allocator (`trainables.host_memory`), and the
+same reference timed without that hold ran at 0.77x (1405-1482 images/s against 1820-1930,
+three fresh processes each, 2026-11-29), a scale a quarter too low. The task starts as soon
+as Ray has (`start`) and runs while the driver prepares the data; the search waits for it
+before its first trial.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from search.cli import RunOptions
 from search.config import SearchConfig
 from search.console import say
 from search.experiment import SearchState
+from trainables.reference_kinds import scales_from
 from trainables.settings import TrainSettings
 
 
@@ -47,20 +50,21 @@ def start(
     config, waiting for it. A resumed search keeps the scale it started with, untimed."""
     if options.resume:
         state = SearchState.load(experiment_dir)
-        kept = state.speed_scale if state is not None else None
+        kept = scales_from(state.speed_scale) if state is not None else None
         return lambda resolved: resolved.with_speed_scale(kept) if kept else resolved
     if not measures_scale(config):
         return lambda resolved: resolved
-    from trainables.speed_reference import measure_scale
+    from trainables.speed_reference import measure_scales
 
     threads = trial_threads(config)
-    timing = ray.remote(measure_scale).options(num_cpus=config.resources.cpu).remote(threads)
+    timing = ray.remote(measure_scales).options(num_cpus=config.resources.cpu).remote(threads)
 
     def scaled(resolved: SearchConfig) -> SearchConfig:
-        scale = float(ray.get(timing))
-        say(f"Speed reference: {scale:.0f} images/s on a trial's CPU ({threads} thread"
-            f"{'s' if threads > 1 else ''}; search.speed_reference): the trials' throughput "
-            "scale")  # fmt: skip
-        return resolved.with_speed_scale(scale)
+        scales = dict(ray.get(timing))
+        each = ", ".join(f"{kind} {images_per_s:.0f}" for kind, images_per_s in scales.items())
+        say(f"Speed references on a trial's CPU ({threads} thread{'s' if threads > 1 else ''}; "
+            f"search.speed_reference), images/s: {each}: the trials' throughput scale, each "
+            "trial's by its arithmetic")  # fmt: skip
+        return resolved.with_speed_scale(scales)
 
     return scaled

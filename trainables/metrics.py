@@ -54,8 +54,8 @@ METRICS: dict[str, MetricSpec] = {
         "the config's speed: training images per second of its own steps, timed after "
         "warm-up while no other trial of the node steps on its device (trainables.speed), "
         "over the epochs so far; eval and compile excluded. On a CPU with train.speed_scale "
-        "(a search times it): its speed over a reference timed beside its steps times that "
-        "scale, so trials timed at different moments compare",
+        "(a search times it): its speed over a reference of its arithmetic timed beside its "
+        "steps times that reference's scale, so trials timed at different moments compare",
         "max",
     ),
     "throughput_low": MetricSpec(

@@ -23,6 +23,7 @@ from pydantic import (
 
 from trainables.data.settings import DataSettings
 from trainables.optimizers import OPTIMIZERS
+from trainables.reference_kinds import reference_kind, scales_from
 
 OptimizerName = Literal[tuple(OPTIMIZERS)]  # type: ignore[valid-type]  # trainables.optimizers
 AmpDtype = Literal["float16", "bfloat16"]  # autocast dtype on CUDA (trainables.precision)
@@ -170,12 +171,15 @@ class TrainSettings(BaseModel):
     # the most seconds a configuration holds a crowded device, over all its windows
     speed_window_s: float = Field(1.5, gt=0)
     # on the CPU: images per second of the speed reference (trainables/speed_reference.py, a
-    # small fixed workload) that a trial's throughput is scaled by: its timed speed over the
-    # reference's, timed beside its blocks, times this, so that trials timed at different
-    # moments of a machine whose speed moves share one scale. A search measures it as it
-    # starts; give two searches the same value to compare their throughputs. null: a trial's
-    # speed is its own blocks' images per second, at the moments they ran
-    speed_scale: float | None = Field(None, gt=0)
+    # small fixed workload in the trial's arithmetic) that a trial's throughput is scaled by,
+    # by kind: {fp32_contiguous: .., fp32_channels_last: .., bfloat16_contiguous: ..,
+    # bfloat16_channels_last: ..} (one number: the fp32_contiguous one). A trial's timed
+    # speed over its kind's reference, timed beside its blocks, times its kind's scale, so
+    # that trials timed at different moments of a machine whose speed moves share one scale.
+    # A search measures them as it starts; give two searches the same to compare their
+    # throughputs. null, or no scale for the trial's kind: a trial's speed is its own blocks'
+    # images per second, at the moments they ran
+    speed_scale: dict[str, float] | None = None
     # settings this config's speed is timed against after its last epoch, e.g. {amp: false}:
     # fresh models of both train short blocks in alternation (A B A B ...), so the machine's
     # drift falls on both, until the ratio's 95% interval is within +-speed_precision or
@@ -207,6 +211,11 @@ class TrainSettings(BaseModel):
             warnings.warn(f"the setting {old} is now {new}; the old name still works for now",
                           FutureWarning, stacklevel=2)  # fmt: skip
         return renamed
+
+    @field_validator("speed_scale", mode="before")
+    @classmethod
+    def _scales_by_kind(cls, scale: Any) -> dict[str, float] | None:
+        return scales_from(scale)
 
     @field_validator("device")
     @classmethod
@@ -274,6 +283,16 @@ class TrainSettings(BaseModel):
         """The settings `speed_baseline` names, over these (and not timed against anything)."""
         changes = {**(self.speed_baseline or {}), "speed_baseline": None}
         return TrainSettings.model_validate(self.model_dump() | changes)
+
+    @property
+    def reference_kind(self) -> str:
+        """The speed reference a CPU trial of these settings times (its arithmetic)."""
+        return reference_kind(self.amp, self.channels_last)
+
+    @property
+    def own_speed_scale(self) -> float | None:
+        """Its kind's scale in `speed_scale`; None: no scale for it (timed at its moments)."""
+        return (self.speed_scale or {}).get(self.reference_kind)
 
     @property
     def noise_splits(self) -> int:

@@ -8,14 +8,19 @@ them: the config's speed over the reference's moved 1.05-1.16x over the same win
 CPU trial times a block of this reference after its config's blocks now and then
 (`trainables.speed.SpeedWindow`), and reads its speed as (its blocks' speed over the
 reference's, timed together) times the reference's speed the search measured once as it
-started (`TrainSettings.speed_scale`, `measure_scale`): every trial of the search on one
+started (`TrainSettings.speed_scale`, `measure_scales`): every trial of the search on one
 scale, whatever moment it was timed at.
 
-The reference is the small CNN at `REFERENCE_BATCH` images of 32 px in float32, on random
-images, at learning rate 0 (the same work every step), trained by the project's one step
-(`trainables.step.train_step`): the arithmetic most trials of the main search do. Not on a
-card: there a trial's speed is timed holding the card, and a small CNN's step there is
-the host's launch time, not the card's work.
+The reference is the small CNN at `REFERENCE_BATCH` images of 32 px, on random images, at
+learning rate 0 (the same work every step), trained by the project's one step
+(`trainables.step.train_step`), in the trial's own arithmetic: float32 or bfloat16 autocast
+(AMP on a CPU), contiguous or channels-last (`trainables.reference_kinds`). A reference of another
+arithmetic does not move as the config does: an AMP, channels-last config over a float32
+reference moved 1.35-1.42 between moments alone and beside a busy neighbour, over the
+reference of its own arithmetic 1.00-1.01 (docs/RESULTS.md, section 46). So the search
+times every kind (`measure_scales`) and each trial takes its own (`TrainSettings.speed_scale`).
+Not on a card: there a trial's speed is timed holding the card, and a small CNN's step there
+is the host's launch time, not the card's work.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from collections.abc import Callable
 
 import torch
 
+from trainables.eval_choice import LAYOUTS
 from trainables.models import small_cnn
 from trainables.precision import Precision
+from trainables.reference_kinds import PLAIN_KIND, PRECISIONS, REFERENCE_KINDS
 from trainables.step import train_step
 
 REFERENCE_BATCH = 16
@@ -37,23 +44,32 @@ REFERENCE_IMAGE_SIZE = 32
 # or two steps, about 10 ms, on this project's 2-core machines
 REFERENCE_BLOCK_SECONDS = 0.005
 WARMUP_STEPS = 2  # allocations, the first kernels: before the first timed block
-SCALE_SECONDS = 2.0  # how long the search times the reference for its scale
+SCALE_SECONDS = 3.0  # how long the search times the references, all kinds in turn
 
 
 class SpeedReference:
-    """The reference's training steps on the CPU: each call trains a block of them (at
-    least `REFERENCE_BLOCK_SECONDS`) and returns its images per second. Built and warmed up
-    without touching the process's random state (a trial's own draws stay as they were)."""
+    """The reference's training steps on the CPU, in one arithmetic (`kind`, of
+    `REFERENCE_KINDS`): each call trains a block of them (at least `REFERENCE_BLOCK_SECONDS`)
+    and returns its images per second. Built and warmed up without touching the process's
+    random state (a trial's own draws stay as they were)."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._clock = clock
+    def __init__(
+        self, kind: str = PLAIN_KIND, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        if kind not in REFERENCE_KINDS:
+            raise ValueError(f"reference kind {kind!r} is not one of {REFERENCE_KINDS}")
+        self.kind, self._clock = kind, clock
+        precision, _, layout = kind.partition("_")
+        memory_format = torch.channels_last if layout == LAYOUTS[1] else torch.contiguous_format
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             self._model = small_cnn(num_classes=2, image_size=REFERENCE_IMAGE_SIZE)
             shape = (REFERENCE_BATCH, 3, REFERENCE_IMAGE_SIZE, REFERENCE_IMAGE_SIZE)
-            self._batch = [(torch.randn(shape), torch.randint(0, 2, (REFERENCE_BATCH,)))]
+            images = torch.randn(shape).contiguous(memory_format=memory_format)
+            self._batch = [(images, torch.randint(0, 2, (REFERENCE_BATCH,)))]
+        self._model.to(memory_format=memory_format)
         self._optimizer = torch.optim.SGD(self._model.parameters(), lr=0.0)
-        self._precision = Precision("cpu", None)
+        self._precision = Precision("cpu", torch.bfloat16 if precision == PRECISIONS[1] else None)
         self.steps = 1
         for _ in range(WARMUP_STEPS):
             self._step()
@@ -77,9 +93,10 @@ class SpeedReference:
         return REFERENCE_BATCH * steps / seconds if seconds > 0 else math.nan
 
 
-def measure_scale(threads: int, seconds: float = SCALE_SECONDS) -> float:
-    """The reference's images per second on this CPU with `threads` torch threads: the
-    median of its blocks over `seconds` (a search's `TrainSettings.speed_scale`). In the
+def measure_scales(threads: int, seconds: float = SCALE_SECONDS) -> dict[str, float]:
+    """Every reference kind's images per second on this CPU with `threads` torch threads:
+    the median of its blocks over `seconds`, the kinds' blocks in turn, so that each kind's
+    median is over the same moments (a search's `TrainSettings.speed_scale`). In the
     process a trial would run in (the allocator held as a trial's is,
     `trainables.host_memory`): a trial's reference blocks are timed there."""
     from trainables.host_memory import hold_host_allocator
@@ -88,11 +105,12 @@ def measure_scale(threads: int, seconds: float = SCALE_SECONDS) -> float:
     threads_before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        reference = SpeedReference()
-        rates: list[float] = []
+        references = [SpeedReference(kind) for kind in REFERENCE_KINDS]
+        rates: dict[str, list[float]] = {kind: [] for kind in REFERENCE_KINDS}
         ends = time.perf_counter() + seconds
-        while time.perf_counter() < ends or len(rates) < 6:
-            rates.append(reference())
+        while time.perf_counter() < ends or min(map(len, rates.values())) < 6:
+            for reference in references:
+                rates[reference.kind].append(reference())
     finally:
         torch.set_num_threads(threads_before)
-    return statistics.median(rates)
+    return {kind: statistics.median(kind_rates) for kind, kind_rates in rates.items()}

@@ -70,7 +70,8 @@ def speed_window(trial: TrialInProgress, schedule: EpochSchedule) -> SpeedWindow
     )
     key = ConfigSpeed.key(schedule.batch_size, schedule.accumulation_steps)
     if trial.reference is None and device.type == "cpu" and trial.speeds.scale:
-        trial.reference = SpeedReference()  # its speed is the search's scale's unit
+        # its speed is its kind's scale's unit (`TrainSettings.own_speed_scale`)
+        trial.reference = SpeedReference(trial.settings.reference_kind)
     return SpeedWindow(
         trial.gate,
         lambda: synchronize(device),

@@ -211,7 +211,7 @@ def start_trial(
         step_model = torch.compile(model)  # compiled when it first runs
     return TrialInProgress(
         settings, model, optimizer, precision, state, budget, eval_choice, best_weights,
-        step_model, speeds=ConfigSpeed.from_dict(state.speeds, scale=settings.speed_scale),
+        step_model, speeds=ConfigSpeed.from_dict(state.speeds, scale=settings.own_speed_scale),
     )  # fmt: skip
 
 
