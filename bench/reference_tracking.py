@@ -12,7 +12,12 @@ these moments, and what is left of it against each reference). One thread, the t
 held allocator (`trainables.host_memory`), learning rate 0 (the same work every step).
 
     python bench/reference_tracking.py [--windows 16] [--seconds 8]
-        [--batch-size 128] [--amp] [--channels-last] [--reference-batch 32]
+        [--batch-size 128] [--amp] [--channels-last] [--reference-batch 32] [--neighbour]
+
+`--neighbour`: every other window runs beside a busy process on the other core (the small
+CNN at batch 128 in float32, as a trial beside it would be), the others alone (A B A B), and
+the end says each column's median alone and beside: a reference that moves as the config
+does keeps the ratio where a neighbour moves both.
 
 The config defaults to float32 at batch 128; `--amp --channels-last` is the knee of the
 default search on this machine (docs/RESULTS.md, section 43). The references: the small CNN
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +37,9 @@ import torch
 from alternation_estimators import one_step  # bench/, first on a script's path
 
 from trainables.host_memory import hold_host_allocator
+
+NEIGHBOUR_BATCH = 128
+NEIGHBOUR_WARMUP_SECONDS = 1.0  # the neighbour's start (imports, first steps) before a window
 
 
 def window(steps: dict[str, tuple[int, Callable[[], float]]], seconds: float) -> dict[str, float]:
@@ -52,26 +61,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--amp", action="store_true")
     parser.add_argument("--channels-last", action="store_true")
     parser.add_argument("--reference-batch", type=int, default=32)
+    parser.add_argument("--neighbour", action="store_true",
+                        help="every other window beside a busy process (A B A B)")  # fmt: skip
+    parser.add_argument("--busy", action="store_true", help=argparse.SUPPRESS)  # the neighbour
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     hold_host_allocator()
+    if args.busy:  # a neighbour's steps, until it is ended
+        step = one_step(NEIGHBOUR_BATCH)
+        while True:
+            step()
     steps = {
         "config": (args.batch_size, one_step(args.batch_size, args.amp, args.channels_last)),
         "reference float32": (args.reference_batch, one_step(args.reference_batch)),
         "reference amp": (args.reference_batch, one_step(args.reference_batch, True, True)),
     }
     columns: dict[str, list[float]] = {}
+    beside: dict[str, list[float]] = {}  # the windows beside a neighbour's, per column
     for number in range(args.windows):
-        speeds = window(steps, args.seconds)
+        neighbour = None
+        if args.neighbour and number % 2:
+            neighbour = subprocess.Popen([sys.executable, __file__, "--busy"])
+            time.sleep(NEIGHBOUR_WARMUP_SECONDS)
+        try:
+            speeds = window(steps, args.seconds)
+        finally:
+            if neighbour is not None:
+                neighbour.kill()
+                neighbour.wait()
         read = {**speeds, **{f"config / {name}": speeds["config"] / speeds[name]
                              for name in steps if name != "config"}}  # fmt: skip
         for name, value in read.items():
-            columns.setdefault(name, []).append(value)
-        print(f"window {number + 1}: " + ", ".join(
+            (beside if neighbour else columns).setdefault(name, []).append(value)
+        where = " (beside a neighbour)" if neighbour else ""
+        print(f"window {number + 1}{where}: " + ", ".join(
             f"{name} {value:.3f}" if "/" in name else f"{name} {value:.0f} images/s"
             for name, value in read.items()), flush=True)  # fmt: skip
     for name, values in columns.items():
-        print(f"{name}: largest / smallest window {max(values) / min(values):.3f}")
+        every = values + beside.get(name, [])
+        print(f"{name}: largest / smallest window {max(every) / min(every):.3f}")
+    for name, values in beside.items():
+        alone, near = statistics.median(columns[name]), statistics.median(values)
+        print(f"{name}: median alone {alone:.3f}, beside a neighbour {near:.3f}, "
+              f"beside / alone {near / alone:.3f}")  # fmt: skip
     return 0
 
 

@@ -30,3 +30,22 @@ def test_each_window_reads_three_speeds_and_two_ratios_and_the_spreads_close_it(
     assert set(spreads) == {"config", "reference float32", "reference amp",
                             "config / reference float32", "config / reference amp"}  # fmt: skip
     assert all(float(spread) >= 1.0 for spread in spreads.values())
+
+
+def test_with_a_neighbour_every_other_window_runs_beside_one_and_the_end_compares_them():
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "reference_tracking.py"), "--windows", "2",
+         "--seconds", "0.2", "--batch-size", "4", "--reference-batch", "2", "--neighbour"],
+        capture_output=True, text=True, timeout=300, check=False, env=cli_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"^window 1: ", done.stdout, re.M)
+    assert re.search(r"^window 2 \(beside a neighbour\): ", done.stdout, re.M)
+    compared = re.findall(
+        r"^(.+): median alone ([\d.]+), beside a neighbour ([\d.]+), beside / alone ([\d.]+)",
+        done.stdout, re.M,
+    )  # fmt: skip
+    assert {name for name, *_ in compared} >= {"config / reference float32",
+                                               "config / reference amp"}  # fmt: skip
+    for _, alone, near, ratio in compared:
+        assert float(ratio) == pytest.approx(float(near) / float(alone), rel=0.01)
