@@ -39,7 +39,6 @@ from alternation_estimators import one_step  # bench/, first on a script's path
 from trainables.host_memory import hold_host_allocator
 
 NEIGHBOUR_BATCH = 128
-NEIGHBOUR_WARMUP_SECONDS = 1.0  # the neighbour's start (imports, first steps) before a window
 
 
 def window(steps: dict[str, tuple[int, Callable[[], float]]], seconds: float) -> dict[str, float]:
@@ -67,8 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     hold_host_allocator()
-    if args.busy:  # a neighbour's steps, until it is ended
+    if args.busy:  # a neighbour's steps, until it is ended; it says when they run
         step = one_step(NEIGHBOUR_BATCH)
+        step()
+        print("busy", flush=True)
         while True:
             step()
     steps = {
@@ -81,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     for number in range(args.windows):
         neighbour = None
         if args.neighbour and number % 2:
-            neighbour = subprocess.Popen([sys.executable, __file__, "--busy"])
-            time.sleep(NEIGHBOUR_WARMUP_SECONDS)
+            neighbour = subprocess.Popen([sys.executable, __file__, "--busy"],
+                                         stdout=subprocess.PIPE, text=True)  # fmt: skip
+            neighbour.stdout.readline()  # its first step done (torch imported, warmed up)
         try:
             speeds = window(steps, args.seconds)
         finally:

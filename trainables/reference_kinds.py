@@ -4,7 +4,7 @@ settings.
 
 A trial trains in float32 or under bfloat16 autocast (AMP on a CPU), with its model and
 batches contiguous or channels-last; its reference does the same, since a reference of
-another arithmetic does not move as the config does (docs/RESULTS.md, section 46).
+another arithmetic moves less as the config does (docs/RESULTS.md, sections 44 and 46).
 """
 
 from __future__ import annotations

@@ -14,10 +14,11 @@ scale, whatever moment it was timed at.
 The reference is the small CNN at `REFERENCE_BATCH` images of 32 px, on random images, at
 learning rate 0 (the same work every step), trained by the project's one step
 (`trainables.step.train_step`), in the trial's own arithmetic: float32 or bfloat16 autocast
-(AMP on a CPU), contiguous or channels-last (`trainables.reference_kinds`). A reference of another
-arithmetic does not move as the config does: an AMP, channels-last config over a float32
-reference moved 1.35-1.42 between moments alone and beside a busy neighbour, over the
-reference of its own arithmetic 1.00-1.01 (docs/RESULTS.md, section 46). So the search
+(AMP on a CPU), contiguous or channels-last (`trainables.reference_kinds`). A reference of
+another arithmetic moves less as the config does: an AMP, channels-last config's speed over
+a float32 reference moved 1.083x across windows on the Intel Xeon, over an AMP one 1.046x
+(docs/RESULTS.md, section 44), and six trials of that config two at a time on two cores
+spread 1.17x over the float32 reference, 1.05x over their own (section 46). So the search
 times every kind (`measure_scales`) and each trial takes its own (`TrainSettings.speed_scale`).
 Not on a card: there a trial's speed is timed holding the card, and a small CNN's step there
 is the host's launch time, not the card's work.
