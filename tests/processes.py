@@ -87,6 +87,16 @@ def start_cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Pop
     )
 
 
+def run_bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python bench/SCRIPT ARGS...` as a user runs it from this checkout, output captured;
+    fails the test, with the script's stderr, where it exits other than 0."""
+    done = subprocess.run([sys.executable, str(REPO / "bench" / script), *args],
+                          capture_output=True, text=True, timeout=timeout, check=False,
+                          env=cli_env())  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
 def run_cli(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300):
     return subprocess.run(
         [sys.executable, "-m", "search.run", *args],

@@ -1,20 +1,13 @@
 """`bench/alternation_estimators.py`: A/A alternations read two ways, run briefly here."""
 
 import re
-import subprocess
-import sys
 
-from tests.conftest import REPO
-from tests.processes import cli_env
+from tests.processes import run_bench
 
 
 def test_each_block_length_gets_both_readings_whether_they_hold_one_and_a_summary():
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "alternation_estimators.py"), "--batch-size", "4",
-         "--blocks", "0.01", "0.02", "--seconds", "0.3", "--repeats", "2"],
-        capture_output=True, text=True, timeout=300, check=False, env=cli_env(),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_bench("alternation_estimators.py", "--batch-size", "4", "--blocks", "0.01",
+                     "0.02", "--seconds", "0.3", "--repeats", "2")  # fmt: skip
     read_twice = (r"repeat (\d), blocks of ([\d.]+) s: (\d+) rounds, kurtosis (?:-?[\d.]+|nan); "
                   r"mean: \+-(?:[\d.]+|nan) points, holds 1: (yes|no|no interval); "
                   r"median: \+-(?:[\d.]+|nan) points, holds 1: (yes|no|no interval)")  # fmt: skip

@@ -2,22 +2,16 @@
 run briefly here."""
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
-from tests.processes import cli_env
+from tests.processes import run_bench
+
+BRIEFLY = ("--windows", "2", "--seconds", "0.2", "--batch-size", "4", "--reference-batch", "2")
 
 
 def test_each_window_reads_three_speeds_and_two_ratios_and_the_spreads_close_it():
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "reference_tracking.py"), "--windows", "2",
-         "--seconds", "0.2", "--batch-size", "4", "--reference-batch", "2"],
-        capture_output=True, text=True, timeout=300, check=False, env=cli_env(),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_bench("reference_tracking.py", *BRIEFLY)
     windows = re.findall(
         r"window (\d): config (\d+) images/s, reference float32 (\d+) images/s, reference amp "
         r"(\d+) images/s, config / reference float32 ([\d.]+), config / reference amp ([\d.]+)",
@@ -33,12 +27,7 @@ def test_each_window_reads_three_speeds_and_two_ratios_and_the_spreads_close_it(
 
 
 def test_with_a_neighbour_every_other_window_runs_beside_one_and_the_end_compares_them():
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "reference_tracking.py"), "--windows", "2",
-         "--seconds", "0.2", "--batch-size", "4", "--reference-batch", "2", "--neighbour"],
-        capture_output=True, text=True, timeout=300, check=False, env=cli_env(),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_bench("reference_tracking.py", *BRIEFLY, "--neighbour")
     assert re.search(r"^window 1: ", done.stdout, re.M)
     assert re.search(r"^window 2 \(beside a neighbour\): ", done.stdout, re.M)
     compared = re.findall(
