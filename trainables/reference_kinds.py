@@ -27,6 +27,15 @@ def reference_kind(amp: bool, channels_last: bool) -> str:
     return f"{PRECISIONS[amp]}_{LAYOUTS[channels_last]}"
 
 
+def kind_settings(kind: str) -> tuple[bool, bool]:
+    """(amp, channels_last) of a reference kind, as `reference_kind` names them. Raises
+    ValueError for a name that is not a kind."""
+    if kind not in REFERENCE_KINDS:
+        raise ValueError(f"reference kind {kind!r} is not one of {REFERENCE_KINDS}")
+    precision, _, layout = kind.partition("_")
+    return PRECISIONS.index(precision) == 1, LAYOUTS.index(layout) == 1
+
+
 def scales_from(value: float | Mapping[str, float] | None) -> dict[str, float] | None:
     """A speed scale as `TrainSettings.speed_scale` keeps it, images per second by
     reference kind, from one written as a mapping or as one number (the float32, contiguous

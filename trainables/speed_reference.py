@@ -18,7 +18,8 @@ learning rate 0 (the same work every step), trained by the project's one step
 another arithmetic moves less as the config does: an AMP, channels-last config's speed over
 a float32 reference moved 1.083x across windows on the Intel Xeon, over an AMP one 1.046x
 (docs/RESULTS.md, section 44), and six trials of that config two at a time on two cores
-spread 1.17x over the float32 reference, 1.05x over their own (section 46). So the search
+spread 1.17x over the float32 reference in one round, 1.05x over their own in two
+(section 46, two checkouts minutes apart). So the search
 times every kind (`measure_scales`) and each trial takes its own (`TrainSettings.speed_scale`).
 Not on a card: there a trial's speed is timed holding the card, and a small CNN's step there
 is the host's launch time, not the card's work.
@@ -33,10 +34,9 @@ from collections.abc import Callable
 
 import torch
 
-from trainables.eval_choice import LAYOUTS
 from trainables.models import small_cnn
-from trainables.precision import Precision
-from trainables.reference_kinds import PLAIN_KIND, PRECISIONS, REFERENCE_KINDS
+from trainables.precision import precision_for
+from trainables.reference_kinds import PLAIN_KIND, REFERENCE_KINDS, kind_settings
 from trainables.step import train_step
 
 REFERENCE_BATCH = 16
@@ -57,11 +57,9 @@ class SpeedReference:
     def __init__(
         self, kind: str = PLAIN_KIND, clock: Callable[[], float] = time.perf_counter
     ) -> None:
-        if kind not in REFERENCE_KINDS:
-            raise ValueError(f"reference kind {kind!r} is not one of {REFERENCE_KINDS}")
+        amp, channels_last = kind_settings(kind)
         self.kind, self._clock = kind, clock
-        precision, _, layout = kind.partition("_")
-        memory_format = torch.channels_last if layout == LAYOUTS[1] else torch.contiguous_format
+        memory_format = torch.channels_last if channels_last else torch.contiguous_format
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             self._model = small_cnn(num_classes=2, image_size=REFERENCE_IMAGE_SIZE)
@@ -70,7 +68,7 @@ class SpeedReference:
             self._batch = [(images, torch.randint(0, 2, (REFERENCE_BATCH,)))]
         self._model.to(memory_format=memory_format)
         self._optimizer = torch.optim.SGD(self._model.parameters(), lr=0.0)
-        self._precision = Precision("cpu", torch.bfloat16 if precision == PRECISIONS[1] else None)
+        self._precision = precision_for(amp, "bfloat16", torch.device("cpu"))  # a CPU trial's
         self.steps = 1
         for _ in range(WARMUP_STEPS):
             self._step()
