@@ -8,8 +8,8 @@ different moments of a machine whose speed moves compare. It is timed by a Ray t
 the driver: a trial's process holds glibc's allocator (`trainables.host_memory`), and the
 same reference timed without that hold ran at 0.77x (1405-1482 images/s against 1820-1930,
 three fresh processes each, 2026-11-29), a scale a quarter too low. The task starts as soon
-as Ray has (`start`) and runs while the driver prepares the data; the search waits for it
-before its first trial.
+as Ray has and the cluster's resources are checked (`search.startup.start`), and runs while
+the driver probes AMP and prepares the data; the search waits for it before its first trial.
 """
 
 from __future__ import annotations

@@ -47,12 +47,14 @@ def start(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> in
     try:
         start_ray(options.address)
         config = resolve_gpu(config, options)
+        check_cluster_resources(config)
+        # Timed on a trial's CPU while the data loads and, here, the AMP probe runs: the
+        # task's worker spends longer importing torch than the probe takes.
+        scaled = speed_scale.start(config, options, experiment_dir)
         if not planned:
             config = machine_space(config, options, experiment_dir)
             say(plan(config, experiment_dir, options.resume))
-        check_cluster_resources(config)
         accepted.set_result(True)
-        scaled = speed_scale.start(config, options, experiment_dir)  # while the data loads
     except ConfigError as error:
         accepted.set_result(False)
         with contextlib.suppress(TimeoutError):  # the thread stops at its next step

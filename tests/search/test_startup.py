@@ -59,6 +59,30 @@ def test_a_search_that_started_ray_shuts_it_down_while_its_report_is_written(
 
 
 @pytest.mark.ray
+def test_the_speed_references_start_timing_before_the_amp_probe_runs(
+    tmp_path, monkeypatch, ray_instance
+):
+    """The task's worker imports torch for longer than the probe takes, so the probe
+    runs while it does, not before it starts."""
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    timing, probing = startup.speed_scale.start, startup.machine_space
+
+    def start_timing(*args, **kwargs):
+        calls.append("speed references")
+        return timing(*args, **kwargs)
+
+    def probe(*args, **kwargs):
+        calls.append("AMP probe")
+        return probing(*args, **kwargs)
+
+    monkeypatch.setattr(startup.speed_scale, "start", start_timing)
+    monkeypatch.setattr(startup, "machine_space", probe)
+    assert main(["--config", SMOKE, "--name", "ordered", "resources.gpu=auto", *SHORT]) == 0
+    assert calls == ["speed references", "AMP probe"]
+
+
+@pytest.mark.ray
 @pytest.mark.parametrize(
     ("share", "message"),
     [
