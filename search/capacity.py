@@ -545,4 +545,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from search.cli import run_as_command
+
+    run_as_command(main)

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from search.cli import EXIT_USAGE, RAY_ENVIRONMENT, RunOptions, parse_args
+from search.cli import EXIT_USAGE, RAY_ENVIRONMENT, RunOptions, parse_args, run_as_command
 from search.cluster import (
     ClusterUnavailable,
     TrackingUnavailable,
@@ -111,4 +111,4 @@ def locate_experiment(config: SearchConfig, options: RunOptions) -> Path:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_as_command(main)

@@ -3,6 +3,8 @@
 import json
 import re
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +19,51 @@ from tests.conftest import CONFIGS, REPO
 from tests.processes import cli_env, importable, run_cli
 
 SMOKE = CONFIGS / "smoke.yaml"
+
+
+# A command's main that leaves behind what a search does: an object whose finaliser writes
+# a file, an exit handler registered as it ran (Ray's, MLflow's), a logging handler's
+# buffer, a print not yet flushed; then it returns a code or raises.
+ENDING = """
+import atexit, logging
+from pathlib import Path
+from search.cli import run_as_command
+
+
+class Finalised:
+    def __del__(self):
+        Path("finalised").write_text("teardown ran")
+
+
+def main():
+    global kept
+    kept = Finalised()
+    atexit.register(lambda: Path("handler").write_text("handler ran"))
+    logging.basicConfig(filename="log.txt")
+    logging.warning("logged")
+    print("printed", end="")
+    {ending}
+
+
+run_as_command(main)
+"""
+
+
+@pytest.mark.parametrize(
+    ("ending", "code", "teardown"),
+    [("return 3", 3, False), ('raise RuntimeError("main failed")', 1, True)],
+)
+def test_a_command_ends_after_its_exit_handlers_without_the_teardown_unless_main_raised(
+    ending, code, teardown, tmp_path
+):
+    finished = subprocess.run([sys.executable, "-c", ENDING.format(ending=ending)],
+                              cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                              timeout=60, check=False)  # fmt: skip
+    assert finished.returncode == code
+    assert finished.stdout == "printed"
+    assert (tmp_path / "handler").read_text() == "handler ran"
+    assert "logged" in (tmp_path / "log.txt").read_text()
+    assert (tmp_path / "finalised").exists() == teardown
 
 
 def test_a_config_with_three_mistakes_exits_2_naming_all_of_them_without_a_traceback(tmp_path):
