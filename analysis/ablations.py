@@ -58,6 +58,15 @@ WORK_METRICS = ("throughput", "peak_mem_mb", "peak_reserved_mb")
 BY_CONSTRUCTION = "none by construction (the same work per image)"
 TIMED_IN_ALTERNATION = "speed_vs_baseline"  # the metric of a trial timed against its base
 TOLD = ("raises", "lowers")  # the verdicts of an effect told from the noise
+# The verdict's start for the accuracy metrics of an ablated run that ended below the min
+# accuracy: a model at chance has no accuracy or gap to compare, and one run against three
+# cannot say whether the change never learns or missed on this seed (its base's runs say
+# how often the base learns).
+LEARNED_NOTHING = "learned nothing"
+
+
+def learned_nothing(verdict: object) -> bool:
+    return isinstance(verdict, str) and verdict.startswith(LEARNED_NOTHING)
 
 
 def effect_metrics(objectives: Sequence[str]) -> list[str]:
@@ -159,13 +168,18 @@ def paired_effect(trial: pd.Series) -> tuple[float, float, float, str] | None:
 
 
 def ablation_effects(
-    search: pd.DataFrame, ablations: pd.DataFrame, metrics: Sequence[str]
+    search: pd.DataFrame,
+    ablations: pd.DataFrame,
+    metrics: Sequence[str],
+    min_accuracy: float | None = None,
 ) -> pd.DataFrame:
     """One row per ablation and metric: `base`, `setting`, `change`, `status`, `metric`,
     `unit` (points or %), `effect`, `low`, `high`, `verdict`, `base_runs`, `measured`
     (against the seeds' runs, in alternation, or by construction), `base_accuracies` (the
     base runs' `best_val_acc`, the base trial's first: whether its config learns on every
-    seed)."""
+    seed). An ablated run whose `best_val_acc` ended below `min_accuracy` learned nothing:
+    its metrics in points have no effect (NaN) and that verdict, not "within the noise"
+    (three base runs' spread leaves even chance inside a 95% prediction interval)."""
     columns = ["base", "setting", "change", "status", "metric", "unit", "effect", "low",
                "high", "verdict", "base_runs", "measured", "base_accuracies"]  # fmt: skip
     rows = []
@@ -180,11 +194,16 @@ def ablation_effects(
         status = str(trial.get("status", STATUS_OK))
         paired = paired_effect(trial) if status == STATUS_OK else None
         accuracies = run_accuracies(runs)
+        reached = float(pd.to_numeric(trial.get("best_val_acc"), errors="coerce"))
+        at_chance = min_accuracy is not None and reached < min_accuracy
         for metric in metrics:
             unit = _unit(metric)
             measured = "seeds"
             if status != STATUS_OK:
                 effect = (math.nan, math.nan, math.nan, ENDED.get(status, status))
+            elif at_chance and in_points(metric):
+                why = f"{LEARNED_NOTHING} (best_val_acc {reached:.4g}, below {min_accuracy:.3g})"
+                effect = (math.nan, math.nan, math.nan, why)
             elif setting in SAME_WORK_PER_IMAGE and metric in WORK_METRICS:
                 effect, measured = (math.nan, math.nan, math.nan, BY_CONSTRUCTION), "construction"
             elif metric == "throughput" and paired is not None:
@@ -226,10 +245,12 @@ def sentence(rows: pd.DataFrame) -> str:
     status = rows["status"].iloc[0]
     if status != STATUS_OK:
         return f"{change}: {rows['verdict'].iloc[0]}."
-    told, within, unknown, same_work = [], [], [], []
+    told, within, unknown, same_work, not_learned = [], [], [], [], []
     for _, row in rows.iterrows():
         if row["verdict"] == BY_CONSTRUCTION:
             same_work.append(row["metric"])
+        elif learned_nothing(row["verdict"]):
+            not_learned.append(row)
         elif row["verdict"] in TOLD:
             told.append(
                 f"{_verb(row['verdict'], row['unit'])} {row['metric']} by "
@@ -241,6 +262,9 @@ def sentence(rows: pd.DataFrame) -> str:
         else:
             unknown.append(f"{row['metric']}: {row['verdict']}")
     parts = []
+    if not_learned:
+        compared = ", ".join(row["metric"] for row in not_learned)
+        parts.append(f"{not_learned[0]['verdict']} on its seed: {compared} not compared")
     if told:
         parts.append(", ".join(told))
     if within:

@@ -24,7 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import ScalarFormatter
 from plotly.subplots import make_subplots
 
-from analysis.ablations import BY_CONSTRUCTION, in_points
+from analysis.ablations import BY_CONSTRUCTION, LEARNED_NOTHING, in_points, learned_nothing
 from analysis.ablations import TOLD as TOLD_VERDICTS
 from analysis.effects import trials_with
 from analysis.load import (
@@ -440,6 +440,9 @@ def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
                               capsize=3)  # fmt: skip
             elif effect["status"] != STATUS_OK:  # how it ended is its effect
                 axis.text(0, y, effect["verdict"], fontsize=7, ha="center", va="center",
+                          color=INFEASIBLE)  # fmt: skip
+            elif learned_nothing(effect["verdict"]):  # at chance: no accuracy to compare
+                axis.text(0, y, LEARNED_NOTHING, fontsize=7, ha="center", va="center",
                           color=INFEASIBLE)  # fmt: skip
             else:  # the same work per image; a time to target not always reached
                 same_work = effect["verdict"] == BY_CONSTRUCTION

@@ -158,7 +158,7 @@ def build_report(
     search, ablations = split_ablations(frame)
     marked, feasible = ranked(search, objectives, min_accuracy)
     declared = declared_bounds(marked, objectives, bounds)
-    effects = ablation_effects(search, ablations, effect_metrics(objectives))
+    effects = ablation_effects(search, ablations, effect_metrics(objectives), min_accuracy)
     # each trial's own speed counted once: a pooled figure repeated k times is no k readings
     measured = own_values(marked)
     importances, importance_basis = setting_importances(measured, objectives, feasible)

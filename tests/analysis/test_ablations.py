@@ -144,6 +144,38 @@ def test_the_answer_says_what_a_change_did_with_its_interval_and_what_stayed_in_
     assert table.loc[0, "peak_mem_mb (%)"] == "-40.0% [-40.0, -40.0]"  # the meter is exact
 
 
+def test_a_change_that_learned_nothing_says_so_instead_of_reading_within_the_noise():
+    """Adam at SGD's learning rate ended at chance beside a floor of 0.755 / 0.7975 / 0.6925:
+    three runs' spread leaves even that inside a 95% prediction interval, so the answer
+    read "within the noise" (README's answer, 2026-12-01)."""
+    search, ablations = search_and_ablations(
+        [{"best_val_acc": 0.7975, "gen_gap": 0.10}, {"best_val_acc": 0.6925, "gen_gap": 0.08}],
+        [{"config.ablation": "amp=true", "throughput": 1500.0, "best_val_acc": 0.5,
+          "gen_gap": 0.0}],
+        base={"best_val_acc": 0.755, "gen_gap": 0.09},
+    )  # fmt: skip
+    metrics = ["throughput", "best_val_acc", "gen_gap"]
+    (accuracy,) = ablation_effects(search, ablations, ["best_val_acc"]).itertuples()
+    assert accuracy.low < -25.0 < 0.0 < accuracy.high  # what the seeds' interval says alone
+    effects = ablation_effects(search, ablations, metrics, min_accuracy=0.55)
+    by_metric = effects.set_index("metric")
+    assert by_metric.loc["throughput", "verdict"] == "raises"  # its speed is still its speed
+    for metric in ("best_val_acc", "gen_gap"):
+        assert math.isnan(by_metric.loc[metric, "effect"])
+        assert by_metric.loc[metric, "verdict"] == "learned nothing (best_val_acc 0.5, below 0.55)"
+    line = answer(effects)[1]
+    assert line.startswith(
+        "amp: false -> true: learned nothing (best_val_acc 0.5, below 0.55) on its seed: "
+        "best_val_acc, gen_gap not compared; raised throughput by 50.0%"
+    )
+    assert "within the noise" not in line
+    # its gap of 0 at chance is no improvement to point to
+    assert at_a_glance(effects, {"gen_gap": "min"}) == [
+        "gen_gap: no change lowered it beyond the noise."
+    ]
+    assert effect_table(effects).loc[0, "best_val_acc (points)"].startswith("learned nothing")
+
+
 def test_a_speed_timed_in_alternation_is_the_throughput_effect_with_its_own_interval():
     search, ablations = search_and_ablations(
         [{"throughput": 1400.0}, {"throughput": 700.0}],  # seeds that moved with the machine

@@ -232,6 +232,20 @@ def test_the_effect_chart_draws_each_effect_with_its_interval_and_says_how_a_tri
     assert effect_figure(effects.iloc[0:0]) is None
 
 
+def test_the_effect_chart_says_a_change_learned_nothing_where_it_has_no_accuracy_to_draw():
+    effects = pd.DataFrame({
+        "base": "k", "change": ["amp: false -> true", "optimizer: sgd -> adam"],
+        "status": "ok", "metric": "best_val_acc", "unit": "points",
+        "effect": [-1.0, np.nan], "low": [-5.0, np.nan], "high": [3.0, np.nan],
+        "verdict": ["not told from noise", "learned nothing (best_val_acc 0.5, below 0.55)"],
+        "base_runs": 3,
+    })  # fmt: skip
+    figure = effect_figure(effects)
+    (accuracy,) = figure.axes
+    assert [t.get_text() for t in accuracy.texts] == ["learned nothing"]
+    plt.close(figure)
+
+
 def test_a_chart_with_long_legend_labels_is_saved_whole_nothing_touches_the_image_edge(tmp_path):
     label = ", ".join(f"setting_{i}=value_{i}" for i in range(14))  # a config's long label
     histories = pd.DataFrame({
