@@ -42,6 +42,11 @@ HELD_AT_MOST = 250
 
 
 LARGE_HELD_AT_MOST = 2500
+# Held, a process at batch 512 still maps a fresh 64 MiB heap (16,384 pages) now and then:
+# 0, 1 or 2 of them over the 10 counted steps in four processes (0, 1638.4 and 3276.8 pages
+# a step, 2026-12-02, one of them in CI); given back every step it is 23,000-67,000 a step.
+# Half a heap a step tells the two apart and leaves room for a few such heaps.
+GROWN_HEAPS_HELD_AT_MOST = 8192
 
 
 # Steps counted after the bench's warm-up: a step left alone faults in its pages every time,
@@ -75,7 +80,8 @@ def test_held_a_batch_that_frees_more_than_256_mib_at_its_steps_end_keeps_its_he
     # 2026-11-28) gave the heap's top back and faulted in 23,000-67,000 pages a step in the
     # bench's runs, but none in one CI process (whether the freed top passes 256 MiB varies
     # with the heap's layout), so only the held side is asserted
-    assert pages_faulted_a_step(bench.HELD, batch=512, channels_last=True) < LARGE_HELD_AT_MOST
+    held = pages_faulted_a_step(bench.HELD, batch=512, channels_last=True)
+    assert held < GROWN_HEAPS_HELD_AT_MOST
 
 
 def test_a_trial_holds_its_process_allocator(tmp_path):
