@@ -13,11 +13,15 @@ held allocator (`trainables.host_memory`), learning rate 0 (the same work every 
 
     python bench/reference_tracking.py [--windows 16] [--seconds 8]
         [--batch-size 128] [--amp] [--channels-last] [--reference-batch 32] [--neighbour]
+        [--neighbour-batch 128] [--neighbour-amp] [--neighbour-channels-last]
 
 `--neighbour`: every other window runs beside a busy process on the other core (the small
-CNN at batch 128 in float32, as a trial beside it would be), the others alone (A B A B), and
-the end says each column's median alone and beside: a reference that moves as the config
-does keeps the ratio where a neighbour moves both.
+CNN, by default at batch 128 in float32, as a trial beside it would be; `--neighbour-batch`,
+`--neighbour-amp` and `--neighbour-channels-last` make it another trial's kind), the others
+alone (A B A B), and the end says each column's median alone and beside: a reference that
+moves as the config does keeps the ratio where a neighbour moves both. Two runs with two
+kinds of neighbour say whether what a neighbour costs the config depends on its kind more
+than what it costs the reference.
 
 The config defaults to float32 at batch 128; `--amp --channels-last` is the knee of the
 default search on this machine (docs/RESULTS.md, section 43). The references: the small CNN
@@ -38,8 +42,6 @@ from alternation_estimators import one_step  # bench/, first on a script's path
 
 from trainables.host_memory import hold_host_allocator
 
-NEIGHBOUR_BATCH = 128
-
 
 def window(steps: dict[str, tuple[int, Callable[[], float]]], seconds: float) -> dict[str, float]:
     """The steps (each: its batch, its step) interleaved for `seconds`: each one's median
@@ -52,6 +54,12 @@ def window(steps: dict[str, tuple[int, Callable[[], float]]], seconds: float) ->
     return {name: steps[name][0] / statistics.median(values) for name, values in times.items()}
 
 
+def describe(batch: int, amp: bool, channels_last: bool) -> str:
+    """A step's kind in words: "the small CNN at batch 16, bf16 autocast, channels-last"."""
+    kind = ["bf16 autocast" if amp else "float32", "channels-last" if channels_last else ""]
+    return ", ".join([f"the small CNN at batch {batch}", *filter(None, kind)])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, default=16)
@@ -62,16 +70,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-batch", type=int, default=32)
     parser.add_argument("--neighbour", action="store_true",
                         help="every other window beside a busy process (A B A B)")  # fmt: skip
+    parser.add_argument("--neighbour-batch", type=int, default=128)
+    parser.add_argument("--neighbour-amp", action="store_true")
+    parser.add_argument("--neighbour-channels-last", action="store_true")
     parser.add_argument("--busy", action="store_true", help=argparse.SUPPRESS)  # the neighbour
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     hold_host_allocator()
+    neighbour_kind = (args.neighbour_batch, args.neighbour_amp, args.neighbour_channels_last)
     if args.busy:  # a neighbour's steps, until it is ended; it says when they run
-        step = one_step(NEIGHBOUR_BATCH)
+        step = one_step(*neighbour_kind)
         step()
         print("busy", flush=True)
         while True:
             step()
+    if args.neighbour:
+        print(f"neighbour: {describe(*neighbour_kind)}", flush=True)
+    busy = [sys.executable, __file__, "--busy", "--neighbour-batch", str(args.neighbour_batch)]
+    busy += ["--neighbour-amp"] * args.neighbour_amp
+    busy += ["--neighbour-channels-last"] * args.neighbour_channels_last
     steps = {
         "config": (args.batch_size, one_step(args.batch_size, args.amp, args.channels_last)),
         "reference float32": (args.reference_batch, one_step(args.reference_batch)),
@@ -82,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     for number in range(args.windows):
         neighbour = None
         if args.neighbour and number % 2:
-            neighbour = subprocess.Popen([sys.executable, __file__, "--busy"],
-                                         stdout=subprocess.PIPE, text=True)  # fmt: skip
+            neighbour = subprocess.Popen(busy, stdout=subprocess.PIPE, text=True)
             neighbour.stdout.readline()  # its first step done (torch imported, warmed up)
         try:
             speeds = window(steps, args.seconds)

@@ -38,3 +38,10 @@ def test_with_a_neighbour_every_other_window_runs_beside_one_and_the_end_compare
                                                "config / reference amp"}  # fmt: skip
     for _, alone, near, ratio in compared:
         assert float(ratio) == pytest.approx(float(near) / float(alone), rel=0.01)
+
+
+def test_the_neighbour_can_be_another_trials_kind_and_the_run_says_which():
+    done = run_bench("reference_tracking.py", *BRIEFLY, "--neighbour", "--neighbour-batch", "3",
+                     "--neighbour-amp", "--neighbour-channels-last")  # fmt: skip
+    assert "neighbour: the small CNN at batch 3, bf16 autocast, channels-last\n" in done.stdout
+    assert re.search(r"^window 2 \(beside a neighbour\): ", done.stdout, re.M)
