@@ -1,0 +1,113 @@
+"""Whether a config's speed over its reference belongs to the config or also to the process
+it runs in: `--processes` fresh processes, one after another and alone, each timing the
+config's training steps and references' steps interleaved (config, reference, reference,
+...) for `--seconds`, as a trial of its own would (one thread, the trials' held allocator,
+`trainables.host_memory`, and its environment, `WORKER_ENV`; learning rate 0).
+
+Each trial of a search, a noise-floor run among them, is a process of its own, so a speed
+that moves from one process to the next by more than the reference moves sets two runs of
+one config apart however long each is timed. Printed per process: the config's median
+images per second and its ratio over each reference (the small CNN at each
+`--reference-batch`, in the config's arithmetic); at the end, each column's largest over
+its smallest process. With `--env KEY=VALUE`, every other process runs with that in its
+environment (A B A B, the first without), and the end gives each column's median and spread
+per set: `THP_MEM_ALLOC_ENABLE=1` asks torch to back its large CPU buffers with transparent
+huge pages, which the kernel gives only where asked (`/sys/kernel/mm/transparent_hugepage/
+enabled` at `madvise`).
+
+    python bench/process_spread.py [--processes 16] [--seconds 3] [--batch-size 128]
+        [--amp] [--channels-last] [--reference-batch 16 64] [--env KEY=VALUE]
+
+The config defaults to float32 at batch 128; `--amp --channels-last` is the default
+search's knee on the Intel Xeon (docs/RESULTS.md, section 48).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from trainables.host_memory import WORKER_ENV
+
+
+def measure(args: argparse.Namespace) -> dict[str, float]:
+    """In the child: the config's median images/s and each reference's, interleaved."""
+    import torch
+    from alternation_estimators import one_step  # bench/, first on a script's path
+
+    from trainables.host_memory import hold_host_allocator
+
+    torch.set_num_threads(1)
+    hold_host_allocator()
+    steps = {"config": (args.batch_size, one_step(args.batch_size, args.amp, args.channels_last))}
+    for batch in args.reference_batch:
+        steps[f"reference {batch}"] = (batch, one_step(batch, args.amp, args.channels_last))
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    ended = time.perf_counter() + args.seconds
+    while time.perf_counter() < ended:
+        for name, (_, step) in steps.items():
+            times[name].append(step())
+    return {name: steps[name][0] / statistics.median(values) for name, values in times.items()}
+
+
+def spread(values: list[float]) -> float:
+    return max(values) / min(values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per process")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--amp", action="store_true")
+    parser.add_argument("--channels-last", action="store_true")
+    parser.add_argument("--reference-batch", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--env", help="KEY=VALUE in every other process's environment")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args)), flush=True)
+        return 0
+    changed: dict[str, str] = {}
+    if args.env:
+        key, equals, value = args.env.partition("=")
+        if not equals or not key:
+            parser.error(f"--env takes KEY=VALUE, not {args.env!r}")
+        changed = {key: value}
+    child = [sys.executable, __file__, "--child", "--seconds", str(args.seconds),
+             "--batch-size", str(args.batch_size), "--reference-batch",
+             *map(str, args.reference_batch)]  # fmt: skip
+    child += ["--amp"] * args.amp + ["--channels-last"] * args.channels_last
+    sets: dict[str, list[dict[str, float]]] = {}
+    for number in range(args.processes):
+        with_env = bool(changed) and number % 2 == 1
+        env = {**os.environ, **WORKER_ENV, **(changed if with_env else {})}
+        done = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+        speeds = json.loads(done.stdout.strip().splitlines()[-1])
+        read = {"config": speeds["config"]} | {
+            f"config / {name}": speeds["config"] / speeds[name]
+            for name in speeds if name != "config"}  # fmt: skip
+        label = args.env if with_env else "as it is"
+        sets.setdefault(label, []).append(read)
+        where = f" ({args.env})" if with_env else ""
+        print(f"process {number + 1}{where}: config {read['config']:.0f} images/s, " + ", ".join(
+            f"{name} {value:.3f}" for name, value in read.items() if name != "config"),
+            flush=True)  # fmt: skip
+    every = [read for reads in sets.values() for read in reads]
+    for name in every[0]:
+        print(f"{name}: largest / smallest process {spread([r[name] for r in every]):.3f}")
+    if len(sets) > 1:
+        for label, reads in sets.items():
+            print(f"{label}: " + ", ".join(
+                f"{name} median {statistics.median(r[name] for r in reads):.3f}, spread "
+                f"{spread([r[name] for r in reads]):.3f}" for name in reads[0]))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""`bench/process_spread.py`: a config's speed over its references, one fresh process after
+another, run briefly here."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.processes import REPO, run_bench
+
+BRIEFLY = ("--processes", "2", "--seconds", "0.2", "--batch-size", "4",
+           "--reference-batch", "2", "3")  # fmt: skip
+
+
+def test_each_process_reads_the_config_and_its_ratios_and_the_spreads_close_it():
+    done = run_bench("process_spread.py", *BRIEFLY)
+    processes = re.findall(
+        r"^process (\d): config (\d+) images/s, config / reference 2 ([\d.]+), "
+        r"config / reference 3 ([\d.]+)$", done.stdout, re.M)  # fmt: skip
+    assert [number for number, *_ in processes] == ["1", "2"]
+    spreads = dict(re.findall(r"^(.+): largest / smallest process ([\d.]+)$", done.stdout, re.M))
+    assert set(spreads) == {"config", "config / reference 2", "config / reference 3"}
+    speeds = [int(config) for _, config, *_ in processes]
+    assert float(spreads["config"]) == pytest.approx(max(speeds) / min(speeds), rel=0.01)
+
+
+def test_with_an_environment_every_other_process_runs_with_it_and_the_end_compares_the_sets():
+    done = run_bench("process_spread.py", *BRIEFLY, "--env", "THP_MEM_ALLOC_ENABLE=1")
+    assert re.search(r"^process 1: ", done.stdout, re.M)
+    assert re.search(r"^process 2 \(THP_MEM_ALLOC_ENABLE=1\): ", done.stdout, re.M)
+    sets = re.findall(r"^(as it is|THP_MEM_ALLOC_ENABLE=1): config median ([\d.]+), spread 1.000",
+                      done.stdout, re.M)  # fmt: skip
+    assert [label for label, _ in sets] == ["as it is", "THP_MEM_ALLOC_ENABLE=1"]
+
+
+def test_an_environment_not_written_as_key_equals_value_is_refused():
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "process_spread.py"),
+                           "--env", "THP_MEM_ALLOC_ENABLE"],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 2
+    assert "--env takes KEY=VALUE, not 'THP_MEM_ALLOC_ENABLE'" in done.stderr
