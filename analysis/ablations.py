@@ -29,6 +29,7 @@ from scipy import stats
 
 from analysis.flat import as_written
 from analysis.load import CONFIG_PREFIX, setting_columns, settings_key
+from analysis.same_work import TRIAL_THROUGHPUT
 from trainables.metrics import (
     ABLATION,
     ABLATION_OF,
@@ -177,11 +178,14 @@ def ablation_effects(
     `unit` (points or %), `effect`, `low`, `high`, `verdict`, `base_runs`, `measured`
     (against the seeds' runs, in alternation, or by construction), `base_accuracies` (the
     base runs' `best_val_acc`, the base trial's first: whether its config learns on every
-    seed). An ablated run whose `best_val_acc` ended below `min_accuracy` learned nothing:
-    its metrics in points have no effect (NaN) and that verdict, not "within the noise"
-    (three base runs' spread leaves even chance inside a 95% prediction interval)."""
+    seed) and `base_throughputs` (their own speeds: how far runs of one config, each in a
+    process of its own, read apart, docs/RESULTS.md section 48). An ablated run whose
+    `best_val_acc` ended below `min_accuracy` learned nothing: its metrics in points have no
+    effect (NaN) and that verdict, not "within the noise" (three base runs' spread leaves
+    even chance inside a 95% prediction interval)."""
     columns = ["base", "setting", "change", "status", "metric", "unit", "effect", "low",
-               "high", "verdict", "base_runs", "measured", "base_accuracies"]  # fmt: skip
+               "high", "verdict", "base_runs", "measured", "base_accuracies",
+               "base_throughputs"]  # fmt: skip
     rows = []
     changed = ablations[ablations[ABLATION_COLUMN] != NOISE_FLOOR] if len(ablations) else ablations
     for _, trial in changed.iterrows():
@@ -193,7 +197,7 @@ def ablation_effects(
         )
         status = str(trial.get("status", STATUS_OK))
         paired = paired_effect(trial) if status == STATUS_OK else None
-        accuracies = run_accuracies(runs)
+        accuracies, speeds = run_accuracies(runs), run_throughputs(runs)
         reached = float(pd.to_numeric(trial.get("best_val_acc"), errors="coerce"))
         at_chance = min_accuracy is not None and reached < min_accuracy
         for metric in metrics:
@@ -213,7 +217,7 @@ def ablation_effects(
                 values = pd.to_numeric(runs.get(metric, pd.Series(dtype=float)), errors="coerce")
                 effect = one_effect(ablated, values.to_numpy(dtype=float), in_points(metric))
             rows.append([base, setting, change, status, metric, unit, *effect, len(runs), measured,
-                         accuracies])  # fmt: skip
+                         accuracies, speeds])  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -222,6 +226,16 @@ def run_accuracies(runs: pd.DataFrame) -> str:
     without the metric."""
     values = pd.to_numeric(runs.get("best_val_acc", pd.Series(dtype=float)), errors="coerce")
     return " / ".join(f"{value:.4g}" for value in values.dropna())
+
+
+def run_throughputs(runs: pd.DataFrame) -> str:
+    """The runs' own `throughput` as text ("4443 / 4401 / 4097"), in their order: a run's
+    `trial_throughput` where the search pooled its speed with others of the same work per
+    image (`analysis.same_work`); empty without the metric."""
+    values = pd.to_numeric(runs.get("throughput", pd.Series(dtype=float)), errors="coerce")
+    if TRIAL_THROUGHPUT in runs:
+        values = pd.to_numeric(runs[TRIAL_THROUGHPUT], errors="coerce").fillna(values)
+    return " / ".join(f"{value:.0f}" for value in values.dropna())
 
 
 def _unit(metric: str) -> str:
@@ -288,6 +302,10 @@ def answer(effects: pd.DataFrame, not_run: Mapping[str, str] | None = None) -> l
         reached = (
             f", best_val_acc {accuracies}" if isinstance(accuracies, str) and accuracies else ""
         )
+        speeds = rows["base_throughputs"].iloc[0] if "base_throughputs" in rows else ""
+        if isinstance(speeds, str) and speeds:
+            reached += f", throughput {speeds} images/s"
+
         lines.append(
             f"Around trial {base} ({runs} run{'s' if runs != 1 else ''} of its config give "
             f"the noise floor{reached}{timing}; {CONFIDENCE:.0%} intervals):"

@@ -132,7 +132,7 @@ def test_the_answer_says_what_a_change_did_with_its_interval_and_what_stayed_in_
     lines = answer(effects, {"cudnn_benchmark": "it does nothing on the CPUs"})
     assert lines[0].startswith(
         "Around trial knee (3 runs of its config give the noise floor, best_val_acc "
-        "0.7 / 0.71 / 0.69;"
+        "0.7 / 0.71 / 0.69, throughput 1000 / 1010 / 990 images/s;"
     )
     assert lines[1].startswith("amp: false -> true: raised throughput by 50.0% (+")
     assert "cut peak_mem_mb by 40.0%" in lines[1]
@@ -273,8 +273,29 @@ def test_the_answer_shows_each_base_runs_accuracy_so_a_config_that_learns_on_one
     )
     effects = ablation_effects(search, ablations, METRICS)
     assert set(effects["base_accuracies"]) == {"0.81 / 0.5 / 0.5"}
-    assert "noise floor, best_val_acc 0.81 / 0.5 / 0.5;" in answer(effects)[0]
-    without = ablation_effects(search.drop(columns="best_val_acc"),
-                               ablations.drop(columns="best_val_acc"), ["throughput"])  # fmt: skip
+    assert "noise floor, best_val_acc 0.81 / 0.5 / 0.5, throughput" in answer(effects)[0]
+    unmeasured = ["best_val_acc", "throughput"]
+    without = ablation_effects(search.drop(columns=unmeasured),
+                               ablations.drop(columns=unmeasured), ["peak_mem_mb"])  # fmt: skip
     assert answer(without)[0].startswith("Around trial knee (3 runs of its config give the "
                                          "noise floor; 95% intervals)")  # fmt: skip
+
+
+def test_the_answer_shows_each_base_runs_own_speed_so_runs_of_one_config_that_read_apart_show():
+    search, ablations = search_and_ablations(
+        [
+            {"throughput": 4401.2, "trial_throughput": math.nan},
+            {"throughput": 4097.0, "trial_throughput": math.nan},
+        ],
+        [{"config.ablation": "amp=true", "throughput": 3000.0}],
+        base={"throughput": 4300.0, "trial_throughput": 4443.0},  # pooled with its same-work kin
+    )
+    effects = ablation_effects(search, ablations, METRICS)
+    assert set(effects["base_throughputs"]) == {"4443 / 4401 / 4097"}
+    assert (
+        "best_val_acc 0.7 / 0.7 / 0.7, throughput 4443 / 4401 / 4097 images/s;"
+        in (answer(effects)[0])
+    )
+    without = ablation_effects(search.drop(columns=["throughput", "trial_throughput"]),
+                               ablations.drop(columns="throughput"), ["best_val_acc"])  # fmt: skip
+    assert "images/s" not in answer(without)[0]
