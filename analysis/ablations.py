@@ -206,7 +206,9 @@ def ablation_effects(
             if status != STATUS_OK:
                 effect = (math.nan, math.nan, math.nan, ENDED.get(status, status))
             elif at_chance and in_points(metric):
-                why = f"{LEARNED_NOTHING} (best_val_acc {reached:.4g}, below {min_accuracy:.3g})"
+                elsewhere = learned_elsewhere(search, str(trial[ABLATION_COLUMN]), min_accuracy)
+                why = (f"{LEARNED_NOTHING} (best_val_acc {reached:.4g}, below "
+                       f"{min_accuracy:.3g}{elsewhere})")  # fmt: skip
                 effect = (math.nan, math.nan, math.nan, why)
             elif setting in SAME_WORK_PER_IMAGE and metric in WORK_METRICS:
                 effect, measured = (math.nan, math.nan, math.nan, BY_CONSTRUCTION), "construction"
@@ -219,6 +221,27 @@ def ablation_effects(
             rows.append([base, setting, change, status, metric, unit, *effect, len(runs), measured,
                          accuracies, speeds])  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
+
+
+def learned_elsewhere(search: pd.DataFrame, label: str, min_accuracy: float) -> str:
+    """Where the search learned with an ablation's changed value (`label`: `optimizer=adam`):
+    "; the search's most accurate trial with optimizer=adam, 2657fcb4, reached 0.8425 at lr
+    0.0005805", its trial that ended ok with that value and the highest `best_val_acc`, at or
+    above `min_accuracy`; empty where there is none. An ablation changes one setting, but
+    whether a value learns depends on the others, the learning rate most (Adam at SGD's
+    rate ends at chance): this says the value is not what failed."""
+    setting, _, value = label.partition("=")
+    column, rate = f"{CONFIG_PREFIX}{setting}", f"{CONFIG_PREFIX}lr"
+    if column not in search or "best_val_acc" not in search or "status" not in search:
+        return ""
+    with_value = search[(search["status"] == STATUS_OK) & (search[column].map(as_written) == value)]
+    accuracies = pd.to_numeric(with_value["best_val_acc"], errors="coerce")
+    if accuracies.isna().all() or not accuracies.max() >= min_accuracy:
+        return ""
+    best = with_value.loc[accuracies.idxmax()]
+    at_rate = f" at lr {as_written(best[rate])}" if rate in best.index and setting != "lr" else ""
+    return (f"; the search's most accurate trial with {label}, {best['trial_id']}, reached "
+            f"{accuracies.max():.4g}{at_rate}")  # fmt: skip
 
 
 def run_accuracies(runs: pd.DataFrame) -> str:

@@ -176,6 +176,32 @@ def test_a_change_that_learned_nothing_says_so_instead_of_reading_within_the_noi
     assert effect_table(effects).loc[0, "best_val_acc (points)"].startswith("learned nothing")
 
 
+def test_a_change_that_learned_nothing_names_where_the_search_learned_with_that_value():
+    """Adam at SGD's rate ended at chance in three of four default runs on 2026-12-06
+    (docs/RESULTS.md, section 48) while the search's own Adam trials reached 0.84: the
+    value did not fail, the rate it was given did."""
+    knee = {"config.optimizer": "sgd", "config.lr": 0.008086}
+    search, ablations = search_and_ablations(
+        [{}, {}], [{"config.ablation": "optimizer=adam", "best_val_acc": 0.52}], base=knee
+    )
+    adam = {**search.iloc[0].to_dict(), "config.optimizer": "adam"}
+    tried = [
+        {**adam, "trial_id": "2657fcb4", "config.lr": 0.0005805, "best_val_acc": 0.8425},
+        {**adam, "trial_id": "c0b6b014", "config.lr": 0.008088, "best_val_acc": 0.5},
+        {**adam, "trial_id": "stopped", "status": "stopped_early", "best_val_acc": 0.9},
+    ]
+    search = pd.concat([search, pd.DataFrame(tried)], ignore_index=True)  # fmt: skip
+    effects = ablation_effects(search, ablations, ["best_val_acc"], min_accuracy=0.55)
+    assert effects.loc[0, "verdict"] == (
+        "learned nothing (best_val_acc 0.52, below 0.55; the search's most accurate trial with "
+        "optimizer=adam, 2657fcb4, reached 0.8425 at lr 0.0005805)"
+    )
+    assert answer(effects)[1].startswith("optimizer: sgd -> adam: learned nothing (")
+    nowhere = search[search["trial_id"] != "2657fcb4"]  # its other Adam trials: at chance, or cut
+    (row,) = ablation_effects(nowhere, ablations, ["best_val_acc"], min_accuracy=0.55).itertuples()
+    assert row.verdict == "learned nothing (best_val_acc 0.52, below 0.55)"
+
+
 def test_a_speed_timed_in_alternation_is_the_throughput_effect_with_its_own_interval():
     search, ablations = search_and_ablations(
         [{"throughput": 1400.0}, {"throughput": 700.0}],  # seeds that moved with the machine
