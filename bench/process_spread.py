@@ -32,6 +32,8 @@ import subprocess
 import sys
 import time
 
+from reference_tracking import add_config_arguments  # bench/, first on a script's path
+
 from trainables.host_memory import WORKER_ENV
 
 
@@ -63,9 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=3.0, help="per process")
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--amp", action="store_true")
-    parser.add_argument("--channels-last", action="store_true")
+    add_config_arguments(parser)
     parser.add_argument("--reference-batch", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--env", help="KEY=VALUE in every other process's environment")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

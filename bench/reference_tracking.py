@@ -60,13 +60,18 @@ def describe(batch: int, amp: bool, channels_last: bool) -> str:
     return ", ".join([f"the small CNN at batch {batch}", *filter(None, kind)])
 
 
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The config's kind: --batch-size (128), --amp, --channels-last."""
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--amp", action="store_true")
+    parser.add_argument("--channels-last", action="store_true")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=8.0, help="per window")
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--amp", action="store_true")
-    parser.add_argument("--channels-last", action="store_true")
+    add_config_arguments(parser)
     parser.add_argument("--reference-batch", type=int, default=32)
     parser.add_argument("--neighbour", action="store_true",
                         help="every other window beside a busy process (A B A B)")  # fmt: skip
