@@ -200,13 +200,17 @@ def ablation_effects(
         accuracies, speeds = run_accuracies(runs), run_throughputs(runs)
         reached = float(pd.to_numeric(trial.get("best_val_acc"), errors="coerce"))
         at_chance = min_accuracy is not None and reached < min_accuracy
+        elsewhere = (
+            learned_elsewhere(search, str(trial[ABLATION_COLUMN]), min_accuracy)
+            if at_chance
+            else ""
+        )
         for metric in metrics:
             unit = _unit(metric)
             measured = "seeds"
             if status != STATUS_OK:
                 effect = (math.nan, math.nan, math.nan, ENDED.get(status, status))
             elif at_chance and in_points(metric):
-                elsewhere = learned_elsewhere(search, str(trial[ABLATION_COLUMN]), min_accuracy)
                 why = (f"{LEARNED_NOTHING} (best_val_acc {reached:.4g}, below "
                        f"{min_accuracy:.3g}{elsewhere})")  # fmt: skip
                 effect = (math.nan, math.nan, math.nan, why)
@@ -328,7 +332,6 @@ def answer(effects: pd.DataFrame, not_run: Mapping[str, str] | None = None) -> l
         speeds = rows["base_throughputs"].iloc[0] if "base_throughputs" in rows else ""
         if isinstance(speeds, str) and speeds:
             reached += f", throughput {speeds} images/s"
-
         lines.append(
             f"Around trial {base} ({runs} run{'s' if runs != 1 else ''} of its config give "
             f"the noise floor{reached}{timing}; {CONFIDENCE:.0%} intervals):"

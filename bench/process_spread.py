@@ -30,9 +30,8 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
-from reference_tracking import add_config_arguments  # bench/, first on a script's path
+from reference_tracking import add_config_arguments, window  # bench/, first on the path
 
 from trainables.host_memory import WORKER_ENV
 
@@ -49,12 +48,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     steps = {"config": (args.batch_size, one_step(args.batch_size, args.amp, args.channels_last))}
     for batch in args.reference_batch:
         steps[f"reference {batch}"] = (batch, one_step(batch, args.amp, args.channels_last))
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    ended = time.perf_counter() + args.seconds
-    while time.perf_counter() < ended:
-        for name, (_, step) in steps.items():
-            times[name].append(step())
-    return {name: steps[name][0] / statistics.median(values) for name, values in times.items()}
+    return window(steps, args.seconds)
 
 
 def spread(values: list[float]) -> float:
