@@ -155,6 +155,9 @@ def build_report(
     for name in objectives:
         if name not in frame:
             frame = frame.assign(**{name: np.nan})
+    for column in ("trial_id", "status"):  # none where no trial reported anything
+        if column not in frame:
+            frame = frame.assign(**{column: pd.Series(dtype=object)})
     search, ablations = split_ablations(frame)
     marked, feasible = ranked(search, objectives, min_accuracy)
     declared = declared_bounds(marked, objectives, bounds)
@@ -241,6 +244,8 @@ def config_labels(frame: pd.DataFrame, limit: int) -> dict[str, str]:
 
 
 def _status_counts(frame: pd.DataFrame) -> str:
+    if frame.empty:  # every trial failed before it reported (its actor never started)
+        return "none reported a result"
     counts = frame["status"].value_counts()
     return ", ".join(f"{count} {status}" for status, count in counts.items())
 

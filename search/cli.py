@@ -16,6 +16,7 @@ from typing import NoReturn
 
 EXIT_USAGE = 2  # a user mistake, stated in one message
 EXIT_STOPPED = 1  # stopped by Ray's memory monitor: resumable
+EXIT_NOTHING_TRAINED = 1  # every trial raised or never started: Ray's errors say why
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT: resumable
 
 

@@ -99,6 +99,8 @@ def summary_table(frame: pd.DataFrame, sampled: Sequence[str], objectives: Seque
     """Trials ordered by Pareto rank: rank, status, sampled params, objectives, key metrics.
     The settings under the short headers of the progress table and the report (a dozen
     settings fit a terminal), what they stand for on the line under the table."""
+    if frame.empty:
+        return "No trial reported a result."
     key_metrics = ["best_val_acc", "throughput", "gen_gap", "peak_mem_mb"]
     params = setting_headers([f"{CONFIG_PREFIX}{key}" for key in sampled])
     columns = ["pareto_rank", "trial_id", "status", *params, *objectives, *key_metrics]

@@ -25,7 +25,7 @@ from analysis.report import (
 )
 from search.ablation_run import ABLATIONS_DIR, run_ablations
 from search.background import in_background
-from search.cli import EXIT_INTERRUPTED, EXIT_STOPPED, RunOptions
+from search.cli import EXIT_INTERRUPTED, EXIT_NOTHING_TRAINED, EXIT_STOPPED, RunOptions
 from search.cluster import is_server
 from search.config import SearchConfig
 from search.console import mlflow_ui_command, runs_link, say, summary_table
@@ -42,7 +42,7 @@ from search.tracking import (
 )
 from search.tuner import OPTUNA_STORAGE, build_tuner, restore_tuner
 from trainables.data import PreparedData
-from trainables.metrics import METRICS, min_accuracy_for
+from trainables.metrics import METRICS, STATUS_ERROR, min_accuracy_for
 
 METRIC_NAMES = tuple(METRICS)
 
@@ -107,14 +107,14 @@ def run_search(
     # at exit).
     stopping = in_background(ray.shutdown, name="ray-shutdown") if owns_ray else None
     try:
-        report_and_finish(config, experiment_dir, parent, callback, data)
+        trained = report_and_finish(config, experiment_dir, parent, callback, data)
     except BaseException:
         parent.finish("FAILED")  # the trials' runs are finished; the report is not
         raise
     finally:
         if stopping is not None:
             stopping.exception()  # waited for; a failure to stop is no failed search
-    return 0
+    return 0 if trained else EXIT_NOTHING_TRAINED
 
 
 def report_and_finish(
@@ -123,10 +123,14 @@ def report_and_finish(
     parent: ParentRun,
     callback: MlflowTrialCallback,
     data: PreparedData,
-) -> None:
+) -> bool:
     """The finished search's report, written and published to its MLflow run, the run
-    FINISHED, and the summary and where to review it printed."""
+    FINISHED, and the summary and where to review it printed. False where no trial of the
+    search trained (each raised, or its actor never started): the run is FAILED, and the
+    console says where Ray's errors are."""
     frame = frame_from_tune(experiment_dir, METRIC_NAMES)
+    tried = len(frame)  # the search's trials that left a folder with a result or an error
+    trained = bool(tried) and bool((frame["status"] != STATUS_ERROR).any())
     ablations = frame_from_tune(experiment_dir / ABLATIONS_DIR, METRIC_NAMES)
     tag_ablated(parent, ablations)
     skipped = skipped_suggestions(
@@ -155,7 +159,7 @@ def report_and_finish(
     )
     publish(parent.client, parent.run_id, report)
     parent.close_unfinished_trials("lost")  # trials whose runs died with an earlier driver
-    parent.finish("FINISHED")
+    parent.finish("FINISHED" if trained else "FAILED")
     say()
     say(summary_table(report.frame, list(config.space), list(config.objectives)))
     say()
@@ -175,6 +179,12 @@ def report_and_finish(
         parent.client, parent.experiment_id, experiment_dir.name, list(config.objectives)
     )
     say(f"Runs:    {runs_link(uri, parent.experiment_id, view)}")
+    if not trained:
+        what = f"all {tried} raised" if tried else "none left a result (never started)"
+        print(f"No trial trained: of the search's trials {what}. Ray's error for each is above, "
+              f"and in the error.txt of its folder under {experiment_dir}.",
+              file=sys.stderr)  # fmt: skip
+    return trained
 
 
 def resume_command(config: SearchConfig, experiment_dir: Path) -> str:

@@ -110,6 +110,14 @@ def test_a_search_without_any_status_detail_and_nothing_infeasible_still_reports
     assert report.frame["pareto_rank"].notna().all()
 
 
+def test_a_search_whose_trials_all_failed_before_reporting_still_gets_a_report_saying_so(tmp_path):
+    """Every trial's actor died before it started (a cluster that lost its workers): no
+    trial folder holds a result, so the frame has no rows and no columns."""
+    report = build_report(pd.DataFrame(), OBJECTIVES, tmp_path, "lost")
+    assert "Trials: 0 (none reported a result)" in (tmp_path / "report.md").read_text()
+    assert report.knee is None and (tmp_path / "report.html").exists()
+
+
 def test_objectives_come_from_the_search_or_the_command_line():
     params = {"search.objectives.throughput": "max", "search.objectives.gen_gap": "min", "x": "1"}
     assert objectives_from_parent(params) == {"throughput": "max", "gen_gap": "min"}

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from search.capacity import Prober
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, UNSCALED
 from tests.processes import cli_env, run_cli
 from trainables.metrics import SEARCH_NOTES
 from trainables.settings import TrainSettings
@@ -33,6 +33,7 @@ SPACE = [
     "space.amp={choice: [false, true]}",
     "space.activation_checkpointing={choice: [false, true]}",
     "space.grad_clip_norm={choice: [null, 1.0]}",
+    UNSCALED,  # its speed effects are ratios timed in alternation, on no scale
 ]
 PLANNED = 1 + 6
 

@@ -12,7 +12,7 @@ import ray
 from mlflow.tracking import MlflowClient
 
 from search.run import main
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, UNSCALED
 from tests.processes import free_port
 
 pytestmark = pytest.mark.slow
@@ -42,7 +42,9 @@ def two_node_cluster():
 def test_a_search_on_a_two_node_cluster_runs_trials_on_both_nodes(
     two_node_cluster, search_environment
 ):
-    code = main(["--config", SMOKE, "--name", "cluster", "--address", two_node_cluster.address])
+    code = main(
+        ["--config", SMOKE, "--name", "cluster", "--address", two_node_cluster.address, UNSCALED]
+    )
     assert code == 0
     client = MlflowClient(f"sqlite:///{search_environment / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
@@ -83,7 +85,7 @@ def mlflow_server(tmp_path):
 
 @pytest.mark.ray
 def test_a_search_logs_to_a_real_mlflow_server(ray_instance, mlflow_server, search_environment):
-    code = main(["--config", SMOKE, "--name", "served", "--tracking-uri", mlflow_server])
+    code = main(["--config", SMOKE, "--name", "served", "--tracking-uri", mlflow_server, UNSCALED])
     assert code == 0
     client = MlflowClient(mlflow_server)
     runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])

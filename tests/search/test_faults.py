@@ -13,9 +13,10 @@ from mlflow.tracking import MlflowClient
 from search import execute
 from search.recovery import is_host_memory_kill
 from search.run import main
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, UNSCALED
 from tests.processes import (
     cli_env,
+    importable,
     processes_with_env,
     ray_temp_dir,
     run_cli,
@@ -63,7 +64,7 @@ def test_a_trial_killed_mid_epoch_resumes_from_its_checkpoint_and_ends_as_if_nev
     args = [
         "--config", SMOKE, "--name", "killed-trial", "--num-samples", "1",
         "space.batch_size={choice: [32]}", "space.optimizer={choice: [adam]}",
-        "space.lr={choice: [0.001]}", "train.epochs=4", "data.train_per_class=400",
+        "space.lr={choice: [0.001]}", "train.epochs=4", "data.train_per_class=400", UNSCALED,
     ]  # fmt: skip
     with ray_temp_dir() as ray_tmp:
         env = cli_env(ray_tmp)
@@ -96,7 +97,7 @@ def test_a_trial_killed_mid_epoch_resumes_from_its_checkpoint_and_ends_as_if_nev
 
 def test_a_killed_driver_resumed_finishes_without_rerunning_or_duplicating_anything(tmp_path):
     args = ["--config", SMOKE, "--name", "killed-driver", "--num-samples", "6",
-            "search.max_concurrent_trials=1", "search.sampler=tpe"]  # fmt: skip
+            "search.max_concurrent_trials=1", "search.sampler=tpe", UNSCALED]  # fmt: skip
     with ray_temp_dir() as ray_tmp:
         search = start_cli(args, tmp_path, cli_env(ray_tmp))
         # Wait for the runs to be closed, not for their last epoch: a run logs epoch 3 a moment
@@ -138,7 +139,7 @@ def test_a_killed_driver_resumed_finishes_without_rerunning_or_duplicating_anyth
 
 def test_ctrl_c_stops_with_the_resume_command_and_leaves_no_run_running(tmp_path):
     args = ["--config", SMOKE, "--name", "ctrl-c", "--num-samples", "4", "train.epochs=6",
-            "search.max_concurrent_trials=1"]  # fmt: skip
+            "search.max_concurrent_trials=1", UNSCALED]  # fmt: skip
     with ray_temp_dir() as ray_tmp:
         search = start_cli(args, tmp_path, cli_env(ray_tmp))
         wait_for(lambda: any(n >= 2 for n in epochs_logged(tmp_path)), 180, "a trial's epoch 2")
@@ -205,7 +206,7 @@ def test_the_search_resumes_by_itself_after_the_memory_monitor_aborts_a_fit(
         return real_fit(killed_after_a_trial, restored_tuner, **kwargs)
 
     monkeypatch.setattr(execute, "fit_with_recovery", first_fit_killed)
-    code = main(["--config", SMOKE, "--name", "monitor", "--num-samples", "2"])
+    code = main(["--config", SMOKE, "--name", "monitor", "--num-samples", "2", UNSCALED])
     assert code == 0 and calls == ["first"]
     runs = [r for r in trial_runs(tmp_path)]
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
@@ -227,7 +228,7 @@ def test_a_search_the_memory_monitor_keeps_killing_stops_with_the_exact_resume_c
         return real_fit(killed, killed, **kwargs)
 
     monkeypatch.setattr(execute, "fit_with_recovery", always_killed)
-    code = main(["--config", SMOKE, "--name", "doomed", "--num-samples", "2"])
+    code = main(["--config", SMOKE, "--name", "doomed", "--num-samples", "2", UNSCALED])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert f"python -m search.run --config {SMOKE} --name doomed --resume" in err
@@ -247,9 +248,59 @@ def test_a_report_that_fails_leaves_the_search_run_failed_not_running(
 
     monkeypatch.setattr(execute, "report_and_finish", report_fails)
     with pytest.raises(OSError, match="No space left"):
-        main(["--config", SMOKE, "--name", "reportless", "--num-samples", "2", "train.epochs=1"])
+        main(["--config", SMOKE, "--name", "reportless", "--num-samples", "2", "train.epochs=1",
+              UNSCALED])  # fmt: skip
     client = mlflow_client(tmp_path)
     runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
     (parent,) = [run for run in runs if "mlflow.parentRunId" not in run.data.tags]
     assert parent.info.status == "FAILED"
     assert {run.info.status for run in runs if run is not parent} == {"FINISHED"}
+
+
+BROKEN_MODEL = """
+import torch
+from torch import nn
+
+
+class _BrokenBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("this model's backward is broken")
+
+
+class Broken(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.head = nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        return _BrokenBackward.apply(self.head(x.mean(dim=(2, 3))))
+
+
+def build(*, num_classes, image_size):
+    return Broken(num_classes)
+"""
+
+
+def test_a_search_whose_every_trial_raises_exits_1_saying_so_with_its_run_failed(tmp_path):
+    """The model passes the config's check (a forward) and raises in every trial's first
+    backward: the search still writes its report, and says that nothing trained."""
+    (tmp_path / "broken_models.py").write_text(BROKEN_MODEL)
+    env = cli_env(PYTHONPATH=importable(tmp_path))
+    done = run_cli(
+        ["--config", SMOKE, "--name", "broken", "train.model=broken_models:build",
+         "search.num_samples=2", "train.epochs=1", "run.max_failures=0", UNSCALED],
+        tmp_path, env,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "No trial trained: of the search's trials all 2 raised." in done.stderr
+    assert "this model's backward is broken" in done.stderr  # Ray's error, as it printed it
+    assert (tmp_path / "ray_results" / "broken" / "report" / "report.html").exists()
+    client = mlflow_client(tmp_path)
+    runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
+    (parent,) = [run for run in runs if "mlflow.parentRunId" not in run.data.tags]
+    assert parent.info.status == "FAILED"

@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 import trainables.data.cache as cache_module
 from search.run import main
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, UNSCALED
 from trainables.data.example_folders import NO_QUIRKS, Quirks, write_pet_folder
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -21,6 +21,7 @@ def search(workdir, name: str, folder, cache) -> list[str]:
         "--config", str(CONFIGS / "smoke.yaml"), "--name", name,
         "data.source=image_folder", f"data.root={folder}", f"data.cache_dir={cache}",
         "data.train_per_class=400", "data.val_per_class=100", "data.test_per_class=100",
+        UNSCALED,
     ]  # fmt: skip
 
 

@@ -8,7 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from search.run import main
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, UNSCALED
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ def finished_search(tmp_path_factory):
                 "space.batch_size={grid: [256, 128, 64, 32, 16]}",
                 "space.optimizer={grid: [sgd, adam]}",
                 "space.amp=null",
-                "train.epochs=1", "train.train_eval_size=20", "search.ablation=null",
+                "train.epochs=1", "train.train_eval_size=20", "search.ablation=null", UNSCALED,
                 # 256 training images: a batch of 256 is a real batch of 256
                 "data.train_per_class=128", "data.val_per_class=10", "data.test_per_class=10",
             ]

@@ -15,7 +15,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from search.run import main
-from tests.conftest import CONFIGS, REPO
+from tests.conftest import CONFIGS, REPO, UNSCALED
 from tests.processes import cli_env, importable, run_cli
 
 SMOKE = CONFIGS / "smoke.yaml"
@@ -236,7 +236,8 @@ def test_the_guides_own_model_example_is_searched_with_checkpointing_of_its_bloc
     env = cli_env(PYTHONPATH=importable(tmp_path))
     finished = run_cli(
         ["--config", str(SMOKE), "--name", "own-model", "train.model=my_models:build",
-         "train.activation_checkpointing=true", "train.epochs=2", "search.num_samples=2"],
+         "train.activation_checkpointing=true", "train.epochs=2", "search.num_samples=2",
+         UNSCALED],
         tmp_path, env,
     )  # fmt: skip
     assert finished.returncode == 0, finished.stderr[-3000:]

@@ -8,7 +8,7 @@ import torch
 
 from search import capacity
 from search.run import main
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, UNSCALED
 
 pytestmark = pytest.mark.slow
 SMALL_DATA = ["data.train_per_class=60", "data.val_per_class=20", "data.test_per_class=20"]
@@ -54,7 +54,7 @@ def test_the_cpu_studies_run_shrunk_to_one_seed_and_two_epochs(
     # without the ablations the studies run after their search (tests/search/
     # test_ablation_search.py runs them): on this data they took longer than the search
     code = main([*args, *shrink, *SMALL_DATA, "search.repeats=1", "train.epochs=2",
-                 "search.ablation=null"])  # fmt: skip
+                 "search.ablation=null", UNSCALED])  # fmt: skip
     assert code == 0
     trials = pd.read_csv(tmp_path / "ray_results" / "study" / "report" / "trials.csv")
     assert len(trials) == grid and set(trials["status"]) == {"ok"}  # every grid point ran
