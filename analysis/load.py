@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,6 +39,8 @@ CONFIG_PREFIX = "config."
 NOT_SETTINGS = frozenset({"seed", *SEARCH_NOTES})
 PREDICTED_PEAK_COLUMN = f"{CONFIG_PREFIX}{PREDICTED_PEAK}"  # the searcher's memory model
 PARENT_TAG = "mlflow.parentRunId"
+# The heading Tune writes in a trial's error.txt for each of its failures.
+_FAILURE = re.compile(r"^Failure # \d+ \(occurred at (\S+)\)", re.M)
 # Keys every result carries that are not part of the metric schema (Tune's bookkeeping).
 _TEXT_FIELDS = ("status", "status_detail")
 
@@ -91,7 +94,8 @@ def frame_from_tune(experiment_dir: Path, metric_names: tuple[str, ...]) -> pd.D
         config = json.loads(params.read_text())
         last = _last_result(trial_dir / "result.json")
         error_file = trial_dir / "error.txt"
-        error = _last_line(error_file.read_text()) if error_file.exists() else None
+        error_text = error_file.read_text() if error_file.exists() else ""
+        error = _last_line(error_text) if error_text and _ended_in_error(error_text, last) else None
         trial_id = str(last.get("trial_id") or trial_dir.name.removeprefix("trial_"))
         metrics = {name: last[name] for name in metric_names if name in last}
         rows.append(trial_row(trial_id, config, metrics, error))
@@ -197,6 +201,18 @@ def histories_from_mlflow(
                 )
                 row[name] = _unclipped(point.value)
     return pd.DataFrame(list(rows.values()), columns=["trial_id", "epoch", *names])
+
+
+def _ended_in_error(error_text: str, last: Mapping[str, Any]) -> bool:
+    """Whether a Tune trial's error is its last word. Tune keeps `error.txt` ("Failure # n
+    (occurred at <date>)" per failure) after a trial it restarted (`run.max_failures`) went
+    on from its checkpoint: a last result dated after the last failure says it did. Both
+    dates are Tune's, to the second, in one sortable format; a restart takes seconds."""
+    failures = _FAILURE.findall(error_text)
+    reported = last.get("date")
+    if not failures or not isinstance(reported, str):
+        return True
+    return reported <= failures[-1]
 
 
 def _last_result(path: Path) -> dict[str, Any]:

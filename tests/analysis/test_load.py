@@ -73,6 +73,24 @@ def test_a_tune_folder_becomes_one_row_per_trial_with_its_last_result(tmp_path):
     assert frame.loc["b", "status_detail"] == "RuntimeError: boom"
 
 
+def test_a_trial_restarted_after_an_error_that_went_on_is_not_an_error_row(tmp_path):
+    """Tune keeps error.txt after a trial it restarted from its checkpoint (it writes the
+    folder's files again at the end, so their times say nothing); the dates of its results
+    and its failures say how it ended."""
+    killed = "Failure # 1 (occurred at 2026-12-06_07-38-34)\nActorDiedError: killed"
+    before, after = "2026-12-06_07-38-34", "2026-12-06_07-38-40"
+    write_trial(tmp_path, "trial_a", {}, [
+        {"trial_id": "a", "epoch": 2, "status": "ok", "date": before},
+        {"trial_id": "a", "epoch": 4, "status": "ok", "date": after},
+    ], error=killed)  # fmt: skip
+    write_trial(tmp_path, "trial_b", {}, [{"trial_id": "b", "epoch": 2, "date": before}],
+                error=killed)  # fmt: skip
+    frame = frame_from_tune(tmp_path, METRICS).set_index("trial_id")
+    assert frame.loc["a", "status"] == "ok" and frame.loc["a", "epoch"] == 4
+    assert frame.loc["b", "status"] == "error"  # failed in the second of its last result
+    assert frame.loc["b", "status_detail"] == "ActorDiedError: killed"
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"

@@ -6,6 +6,7 @@ import signal
 from pathlib import Path
 
 import optuna
+import pandas as pd
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -93,6 +94,9 @@ def test_a_trial_killed_mid_epoch_resumes_from_its_checkpoint_and_ends_as_if_nev
         torch.set_num_threads(threads)
     for name in set(METRICS) - MACHINE_METRICS - {"status_detail"}:
         assert last[name] == pytest.approx(straight[name], nan_ok=True), name
+    # Tune keeps the killed attempt's error.txt; the report reads how the trial ended
+    report = pd.read_csv(tmp_path / "ray_results" / "killed-trial" / "report" / "trials.csv")
+    assert list(report["status"]) == ["ok"] and list(report["pareto_rank"]) == [0]
 
 
 def test_a_killed_driver_resumed_finishes_without_rerunning_or_duplicating_anything(tmp_path):
