@@ -62,10 +62,12 @@ def finished_trial_ids(workdir: Path) -> set[str]:
 def test_a_trial_killed_mid_epoch_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(
     tmp_path,
 ):
+    # The speed scale kept (no UNSCALED): its reference blocks keep epochs 3-4 long enough
+    # for the kill below to land in them.
     args = [
         "--config", SMOKE, "--name", "killed-trial", "--num-samples", "1",
         "space.batch_size={choice: [32]}", "space.optimizer={choice: [adam]}",
-        "space.lr={choice: [0.001]}", "train.epochs=4", "data.train_per_class=400", UNSCALED,
+        "space.lr={choice: [0.001]}", "train.epochs=4", "data.train_per_class=400",
     ]  # fmt: skip
     with ray_temp_dir() as ray_tmp:
         env = cli_env(ray_tmp)
