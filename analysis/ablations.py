@@ -273,6 +273,30 @@ def _amount(value: float, unit: str) -> str:
     return f"{value:+.1f}{' points' if unit == 'points' else '%'}"
 
 
+# An interval narrower than the one decimal it is written with: the base's runs and the
+# change measured alike (the CPU's memory meter counts the same tensors on every seed), so
+# "-26.5% (-26.5% to -26.5%)" would only repeat the effect.
+EXACT = "the same in every run"
+
+
+def _is_exact(row: pd.Series) -> bool:
+    return round(row["low"], 1) == round(row["high"], 1) == round(row["effect"], 1)
+
+
+def _spoken_interval(row: pd.Series) -> str:
+    """An effect's interval as the answer's sentences write it: "(+6.9% to +15.4%)"."""
+    if _is_exact(row):
+        return f"({EXACT})"
+    return f"({_amount(row['low'], row['unit'])} to {_amount(row['high'], row['unit'])})"
+
+
+def _bracketed(row: pd.Series) -> str:
+    """An effect as the table and the lines at a glance write it: "+9.6% [+6.7, +14.3]"."""
+    if _is_exact(row):
+        return f"{_amount(row['effect'], row['unit'])} ({EXACT})"
+    return f"{_amount(row['effect'], row['unit'])} [{row['low']:+.1f}, {row['high']:+.1f}]"
+
+
 def _verb(verdict: str, unit: str) -> str:
     if unit == "points":
         return "raised" if verdict == "raises" else "lowered"
@@ -296,7 +320,7 @@ def sentence(rows: pd.DataFrame) -> str:
             told.append(
                 f"{_verb(row['verdict'], row['unit'])} {row['metric']} by "
                 f"{abs(row['effect']):.1f}{' points' if row['unit'] == 'points' else '%'} "
-                f"({_amount(row['low'], row['unit'])} to {_amount(row['high'], row['unit'])})"
+                f"{_spoken_interval(row)}"
             )
         elif row["verdict"] in ("not told from noise", "no change"):
             within.append(row["metric"])
@@ -356,11 +380,7 @@ def at_a_glance(effects: pd.DataFrame, objectives: Mapping[str, str]) -> list[st
             continue
         best = good.loc[(good["effect"] if direction == "max" else -good["effect"]).idxmax()]
         where = f" (around trial {best['base']})" if effects["base"].nunique() > 1 else ""
-        lines.append(
-            f"{metric}: best {better} by {best['change']}{where}, "
-            f"{_amount(best['effect'], best['unit'])} "
-            f"[{best['low']:+.1f}, {best['high']:+.1f}]."
-        )
+        lines.append(f"{metric}: best {better} by {best['change']}{where}, {_bracketed(best)}.")
     return lines
 
 
@@ -405,7 +425,7 @@ def effect_table(effects: pd.DataFrame) -> pd.DataFrame:
         elif math.isnan(row["low"]):
             text = f"{_amount(row['effect'], row['unit'])} ({row['verdict']})"
         else:
-            text = f"{_amount(row['effect'], row['unit'])} [{row['low']:+.1f}, {row['high']:+.1f}]"
+            text = _bracketed(row)
         cells.append(text)
     table = effects.assign(cell=cells).pivot_table(
         index=["base", "change"], columns="metric", values="cell", aggfunc="first", sort=False
