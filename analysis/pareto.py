@@ -17,7 +17,7 @@ import moocore
 import numpy as np
 import pandas as pd
 
-from trainables.metrics import STATUS_OK
+from trainables.metrics import STATUS_OK, Z_95, standard_error
 
 Bounds = dict[str, tuple[float, float]]  # objective -> (low, high), mapped to [0, 1]
 
@@ -141,24 +141,57 @@ def hypervolume(
     return float(moocore.hypervolume(points, ref=np.ones(len(objectives))))
 
 
-def balanced_front(frame: pd.DataFrame, objectives: Mapping[str, str]) -> list[object]:
+def balanced_front(
+    frame: pd.DataFrame,
+    objectives: Mapping[str, str],
+    split_sizes: Mapping[str, int] | None = None,
+) -> list[object]:
     """The front trials' indices, most balanced first: by distance to the ideal point, each
-    objective scaled by the front's own range. Empty without a front."""
+    objective scaled by the front's own range. Empty without a front.
+
+    With `split_sizes` (the images each accuracy is scored on, as
+    `trainables.metrics.standard_error` takes them), an objective is scaled by its range or
+    by what its noise spans (`told_apart`), whichever is wider: where the front's trials lie
+    within the noise of each other on an objective (a gap of 0.05-0.12 whose standard error
+    is 0.035), its range is the noise, and scaled by it that objective would decide the knee
+    by chance; scaled by the noise it decides as little as the evidence does."""
     front = frame[frame.get("is_pareto", False) == True]  # noqa: E712 (NaN-safe)
     if front.empty:
         return []
     points = objective_matrix(front, objectives)
     low, high = points.min(axis=0), points.max(axis=0)
-    span = np.where(high > low, high - low, 1.0)
-    distances = np.linalg.norm((points - low) / span, axis=1)
+    span = high - low
+    if split_sizes is not None:
+        noise = told_apart(front, objectives, split_sizes)
+        span = np.maximum(span, [noise[name] for name in objectives])
+    distances = np.linalg.norm((points - low) / np.where(span > 0, span, 1.0), axis=1)
     return [front.index[i] for i in np.argsort(distances, kind="stable")]
 
 
-def knee_point(frame: pd.DataFrame, objectives: Mapping[str, str]) -> object | None:
-    """The index of the front trial closest to the ideal point, each objective scaled by
-    the front's own range: the most balanced compromise. None without a front."""
-    order = balanced_front(frame, objectives)
+def knee_point(
+    frame: pd.DataFrame,
+    objectives: Mapping[str, str],
+    split_sizes: Mapping[str, int] | None = None,
+) -> object | None:
+    """The index of the most balanced front trial (`balanced_front`): the compromise
+    closest to the ideal point. None without a front."""
+    order = balanced_front(frame, objectives, split_sizes)
     return order[0] if order else None
+
+
+def told_apart(
+    frame: pd.DataFrame, objectives: Mapping[str, str], split_sizes: Mapping[str, int]
+) -> dict[str, float]:
+    """For each objective, the difference between two of `frame`'s trials that the evidence
+    tells from noise: 1.96 standard errors of a difference, sqrt(2) times the trials' median
+    standard error (`trainables.metrics.standard_error`). 0 where the objective is exact
+    (memory, steps) or nothing is known of it."""
+    told = {}
+    for name in objectives:
+        errors = [standard_error(name, row, split_sizes) for _, row in frame.iterrows()]
+        finite = [error for error in errors if math.isfinite(error)]
+        told[name] = Z_95 * math.sqrt(2) * float(np.median(finite)) if finite else 0.0
+    return told
 
 
 def dominators(

@@ -142,6 +142,7 @@ def build_report(
     histories: pd.DataFrame | None = None,
     on_gpu: bool | None = None,
     left_out: Mapping[str, str] | None = None,
+    split_sizes: Mapping[str, int] | None = None,
 ) -> Report:
     """Rank the trials, chart them, and write the report files into `out_dir`.
 
@@ -150,7 +151,9 @@ def build_report(
     trial, `analysis.load.histories_from_*`) adds the batch used against the gradient
     noise scale and a point per grown batch in the batch-size chart. `on_gpu` False says
     the trials ran on CPUs (GPU-only techniques then measure nothing); `left_out`, the
-    sampled settings the search left out on its machine and why (`search.devices`)."""
+    sampled settings the search left out on its machine and why (`search.devices`);
+    `split_sizes`, the images each accuracy is scored on, so that the knee weighs an
+    objective no finer than its noise (`analysis.pareto.balanced_front`)."""
     objectives = dict(objectives)
     for name in objectives:
         if name not in frame:
@@ -171,7 +174,7 @@ def build_report(
         objectives=objectives,
         bounds=declared,
         hypervolume=hypervolume(marked, objectives, declared, min_accuracy),
-        knee=knee_point(marked, objectives),
+        knee=knee_point(marked, objectives, split_sizes),
         effects=technique_effects(measured, objectives, feasible, on_gpu),
         min_accuracy=min_accuracy,
         files=(),
@@ -611,6 +614,25 @@ def min_accuracy_from_parent(tags: Mapping[str, str]) -> float:
         return DEFAULT_MIN_ACCURACY
 
 
+def split_sizes_from_parent(
+    params: Mapping[str, str], tags: Mapping[str, str]
+) -> dict[str, int] | None:
+    """The images each accuracy of the search's trials was scored on, from its config
+    params and its `num_classes` tag (the splits take as many images of every class);
+    None where either is missing (a search from before the tag, `data.train_per_class: all`
+    leaves the training subset at `train.train_eval_size`)."""
+    try:
+        classes = int(tags[NUM_CLASSES_TAG])
+        val, test = (int(params[f"data.{split}_per_class"]) for split in ("val", "test"))
+        train_eval = int(params["train.train_eval_size"])
+    except (KeyError, ValueError):
+        return None
+    per_class = params.get("data.train_per_class", "all")
+    if per_class.isdigit():
+        train_eval = min(train_eval, int(per_class) * classes)
+    return {"val": val * classes, "test": test * classes, "train_eval": train_eval}
+
+
 def gpu_from_parent(params: Mapping[str, str]) -> bool | None:
     """Whether the search's trials had GPUs (the share they got; before `auto`, the
     `resources.gpu` param); None: unknown."""
@@ -750,6 +772,7 @@ def main(argv: list[str] | None = None) -> int:
         histories=histories_from_mlflow(client, parent),
         on_gpu=gpu_from_parent(parent.data.params),
         left_out=left_out_from_parent(parent.data.params),
+        split_sizes=split_sizes_from_parent(parent.data.params, parent.data.tags),
     )
     publish(client, parent.info.run_id, report)
     for line in [*_summary_lines(report), *report.ablation_answer()]:

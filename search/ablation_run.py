@@ -20,7 +20,14 @@ from search.ablation import ablation_points, describe
 from search.config import SearchConfig
 from search.experiment import has_saved_state
 from search.recovery import FitResult, fit_with_recovery
-from search.tuner import restore_tuner, run_config, trainable, trial_dirname, trial_name
+from search.tuner import (
+    restore_tuner,
+    run_config,
+    split_sizes,
+    trainable,
+    trial_dirname,
+    trial_name,
+)
 from trainables.data import PreparedData
 from trainables.metrics import METRICS
 
@@ -97,12 +104,18 @@ def save_plan(experiment_dir: Path, points: Sequence[Mapping[str, Any]]) -> None
 
 
 def bases_of(
-    frame: pd.DataFrame, experiment_dir: Path, config: SearchConfig, min_accuracy: float
+    frame: pd.DataFrame,
+    experiment_dir: Path,
+    config: SearchConfig,
+    min_accuracy: float,
+    scored_on: Mapping[str, int] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The trials to ablate, as (trial id, config): the knee, or every front trial in
-    order of balance (the knee first); a config run with several seeds is its first trial."""
+    order of balance (the knee first; `scored_on`: the splits' sizes, so that an objective
+    is weighed no finer than its noise, `analysis.pareto.balanced_front`); a config run with
+    several seeds is its first trial."""
     marked, _ = ranked(frame, config.objectives, min_accuracy)
-    order = balanced_front(marked, config.objectives)
+    order = balanced_front(marked, config.objectives, scored_on)
     plan = config.search.ablation
     if plan is None or plan.around == "knee":
         order = order[:1]
@@ -135,7 +148,10 @@ def run_ablations(
         first = restored
     else:
         frame = frame_from_tune(experiment_dir, tuple(METRICS))
-        bases = bases_of(frame, experiment_dir, config, min_accuracy) if len(frame) else []
+        scored_on = split_sizes(config, data)
+        bases = (
+            bases_of(frame, experiment_dir, config, min_accuracy, scored_on) if len(frame) else []
+        )
         points = ablation_points(bases, config.space, plan, config.resources.gpu_share > 0)
         if not points:
             say("Ablations: none (no trial on the front, or no setting to change)")

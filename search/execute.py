@@ -40,7 +40,7 @@ from search.tracking import (
     save_review_view,
     tag_ablated,
 )
-from search.tuner import OPTUNA_STORAGE, build_tuner, restore_tuner
+from search.tuner import OPTUNA_STORAGE, build_tuner, restore_tuner, split_sizes
 from trainables.data import PreparedData
 from trainables.metrics import METRICS, STATUS_ERROR, min_accuracy_for
 
@@ -156,6 +156,7 @@ def report_and_finish(
         histories=histories_from_tune(experiment_dir),
         on_gpu=config.resources.gpu_share > 0,
         left_out=config.left_out,
+        split_sizes=split_sizes(config, data),
     )
     publish(parent.client, parent.run_id, report)
     parent.close_unfinished_trials("lost")  # trials whose runs died with an earlier driver

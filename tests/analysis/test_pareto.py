@@ -13,6 +13,7 @@ from analysis.pareto import (
     normalised,
     objective_matrix,
     pareto_ranks,
+    told_apart,
 )
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
@@ -151,6 +152,40 @@ def test_the_knee_is_the_balanced_front_point_not_an_extreme():
     })  # fmt: skip
     marked = mark_front(frame, TWO)
     assert marked.loc[knee_point(marked, TWO), "best_val_acc"] == 0.78
+
+
+SPLITS = {"val": 400, "test": 400, "train_eval": 400}
+
+
+def test_a_gap_the_fronts_trials_cannot_tell_apart_does_not_decide_the_knee():
+    # The fastest trial is nearest the ideal only by its gap, 0.04 below the others': less
+    # than a gap's noise on 400 images a split (1.96 standard errors of a difference, 0.098)
+    frame = pd.DataFrame({
+        "throughput": [6000.0, 4500.0, 3000.0],
+        "throughput_low": [5700.0, 4275.0, 2850.0],
+        "throughput_high": [6300.0, 4725.0, 3150.0],
+        "best_val_acc": [0.78, 0.84, 0.845],
+        "gen_gap": [0.08, 0.12, 0.11],
+        "status": "ok",
+    })  # fmt: skip
+    marked = mark_front(frame, OBJECTIVES)
+    assert marked["is_pareto"].all()
+    assert marked.loc[knee_point(marked, OBJECTIVES), "throughput"] == 6000.0  # by range
+    knee = knee_point(marked, OBJECTIVES, SPLITS)  # by range, or by noise where that is wider
+    assert marked.loc[knee, "throughput"] == 4500.0
+
+
+def test_what_the_evidence_tells_apart_is_two_standard_errors_of_a_difference():
+    frame = pd.DataFrame({
+        "throughput": [1000.0], "throughput_low": [950.0], "throughput_high": [1050.0],
+        "best_val_acc": [0.8], "gen_gap": [0.1], "peak_mem_mb": [30.0],
+    })  # fmt: skip
+    told = told_apart(frame, {**OBJECTIVES, "peak_mem_mb": "min"}, SPLITS)
+    z = 1.959964 * np.sqrt(2)
+    assert told["best_val_acc"] == pytest.approx(z * np.sqrt(0.8 * 0.2 / 400))
+    assert told["gen_gap"] == pytest.approx(z * np.sqrt(0.25 / 400 + 0.25 / 400))
+    assert told["throughput"] == pytest.approx(z * 50 / 1.959964)
+    assert told["peak_mem_mb"] == 0.0  # the meter is exact
 
 
 def test_dominators_lists_for_each_point_the_points_better_in_one_and_no_worse_in_any():

@@ -19,6 +19,7 @@ from analysis.report import (
     min_accuracy_from_parent,
     objectives_from_parent,
     parse_objectives,
+    split_sizes_from_parent,
 )
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
@@ -377,6 +378,18 @@ def test_the_min_accuracy_is_chance_plus_five_points_for_the_searchs_classes():
     assert min_accuracy_from_parent({"num_classes": "10"}) == pytest.approx(0.15)
     assert min_accuracy_from_parent({"num_classes": "2"}) == pytest.approx(0.55)
     assert min_accuracy_from_parent({}) == pytest.approx(0.55)  # a search from before the tag
+
+
+def test_the_splits_sizes_are_read_back_from_the_search_for_its_knee():
+    params = {"data.val_per_class": "200", "data.test_per_class": "150",
+              "data.train_per_class": "600", "train.train_eval_size": "400"}  # fmt: skip
+    assert split_sizes_from_parent(params, {"num_classes": "2"}) == {
+        "val": 400, "test": 300, "train_eval": 400}  # fmt: skip
+    few = {**params, "data.train_per_class": "100"}  # fewer training images than the subset
+    assert split_sizes_from_parent(few, {"num_classes": "3"})["train_eval"] == 300
+    everything = {**params, "data.train_per_class": "all"}
+    assert split_sizes_from_parent(everything, {"num_classes": "3"})["train_eval"] == 400
+    assert split_sizes_from_parent(params, {}) is None  # a search from before the tag
 
 
 def with_ablations(frame: pd.DataFrame, base: str = "t2") -> pd.DataFrame:
