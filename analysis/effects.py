@@ -25,6 +25,7 @@ import statsmodels.api as sm
 from scipy import stats
 
 from analysis.load import CONFIG_PREFIX, as_numbers, spans_decades, varied_settings
+from analysis.pareto import front_of
 from trainables.optimizers import OPTIMIZERS
 from trainables.techniques import IDLE_ON_CPU, TECHNIQUES
 
@@ -154,7 +155,7 @@ def technique_effects(
     """One row per varied switch (see the module docstring); `frame` needs `is_pareto`.
     `on_gpu` False: the trials ran on CPUs, where GPU-only switches are not measurable."""
     usable = frame.loc[feasible]
-    front = usable[usable["is_pareto"] == True]  # noqa: E712
+    front = front_of(usable)
     settings = varied_settings(usable)
     rows = []
     for name, spec in switches().items():

@@ -141,6 +141,11 @@ def hypervolume(
     return float(moocore.hypervolume(points, ref=np.ones(len(objectives))))
 
 
+def front_of(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows `mark_front` put on the front (none where it has not marked them)."""
+    return frame[frame.get("is_pareto", False) == True]  # noqa: E712 (NaN-safe)
+
+
 def balanced_front(
     frame: pd.DataFrame,
     objectives: Mapping[str, str],
@@ -155,7 +160,7 @@ def balanced_front(
     within the noise of each other on an objective (a gap of 0.05-0.12 whose standard error
     is 0.035), its range is the noise, and scaled by it that objective would decide the knee
     by chance; scaled by the noise it decides as little as the evidence does."""
-    front = frame[frame.get("is_pareto", False) == True]  # noqa: E712 (NaN-safe)
+    front = front_of(frame)
     if front.empty:
         return []
     points = objective_matrix(front, objectives)

@@ -58,9 +58,11 @@ from analysis.pareto import (
     Bounds,
     declared_bounds,
     feasible_mask,
+    front_of,
     hypervolume,
     knee_point,
     mark_front,
+    told_apart,
 )
 from analysis.repeats import aggregate_repeats
 from analysis.same_work import own_values, pool_same_work, pooled_note
@@ -100,6 +102,9 @@ class Report:
     not_ablated: dict[str, str] = field(default_factory=dict)  # setting -> why not
     importances: pd.DataFrame = field(default_factory=pd.DataFrame)  # fANOVA per objective
     importance_basis: str = ""
+    # each objective's difference the evidence tells apart, where the knee was chosen on it
+    # (`analysis.pareto.told_apart`; empty: by the front's range alone)
+    knee_noise: dict[str, float] = field(default_factory=dict)
 
     def ablation_answer(self) -> list[str]:
         """What each change did around each ablated trial, in sentences (none without
@@ -175,6 +180,9 @@ def build_report(
         bounds=declared,
         hypervolume=hypervolume(marked, objectives, declared, min_accuracy),
         knee=knee_point(marked, objectives, split_sizes),
+        knee_noise=(
+            told_apart(front_of(marked), objectives, split_sizes) if split_sizes is not None else {}
+        ),
         effects=technique_effects(measured, objectives, feasible, on_gpu),
         min_accuracy=min_accuracy,
         files=(),
@@ -257,7 +265,7 @@ def _front_table(report: Report) -> pd.DataFrame:
     """The front's trials: the objectives first, where a page too narrow for every
     sampled setting still shows them, then the settings."""
     params = varied_settings(report.frame)
-    front = report.frame[report.frame["is_pareto"] == True]  # noqa: E712
+    front = front_of(report.frame)
     columns = ["trial_id", *report.objectives]
     columns += [f"{name}_std" for name in report.objectives if f"{name}_std" in front]
     columns += params
@@ -420,8 +428,12 @@ def _summary_lines(report: Report) -> list[str]:
             f"{p.removeprefix(CONFIG_PREFIX)}={as_written(knee[p])}"
             for p in varied_settings(report.frame)
         )
+        weighed = ", ".join(f"{name} {noise:.3g}" for name, noise in report.knee_noise.items()
+                            if noise > 0)  # fmt: skip
+        how = f"; each objective weighed no finer than its noise: {weighed}" if weighed else ""
         lines.append(
-            f"Knee point (most balanced front trial): {knee['trial_id']}: {values}; {settings}."
+            f"Knee point (most balanced front trial{how}): {knee['trial_id']}: {values}; "
+            f"{settings}."
         )
     return lines
 

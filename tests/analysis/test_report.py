@@ -11,6 +11,7 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from analysis.report import (
+    _summary_lines,
     bounds_from_parent,
     build_report,
     left_out_from_parent,
@@ -458,3 +459,17 @@ def test_the_report_page_draws_the_effect_chart_in_a_real_browser(tmp_path):
     assert 'class="main-svg"' in chart[:200_000]  # plotly drew it: its scripts ran
     assert "Effect of each change on the ablated config" in dom
     assert dom.index("What each setting does here") < dom.index("The front")
+
+
+def test_the_report_says_the_knee_weighed_each_objective_no_finer_than_its_noise(tmp_path):
+    report = build_report(trials(), OBJECTIVES, tmp_path / "ranged")
+    assert report.knee_noise == {}
+    (line,) = [line for line in _summary_lines(report) if line.startswith("Knee point")]
+    assert line.startswith("Knee point (most balanced front trial): ")
+
+    splits = {"val": 400, "test": 400, "train_eval": 400}
+    report = build_report(trials(), OBJECTIVES, tmp_path / "on_evidence", split_sizes=splits)
+    assert report.knee_noise["gen_gap"] == pytest.approx(1.959964 * 0.05)  # sqrt(2) x 0.035
+    (line,) = [line for line in _summary_lines(report) if line.startswith("Knee point")]
+    assert "each objective weighed no finer than its noise: " in line
+    assert "gen_gap 0.098" in line
