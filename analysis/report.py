@@ -428,8 +428,8 @@ def _summary_lines(report: Report) -> list[str]:
             f"{p.removeprefix(CONFIG_PREFIX)}={as_written(knee[p])}"
             for p in varied_settings(report.frame)
         )
-        weighed = ", ".join(f"{name} {noise:.3g}" for name, noise in report.knee_noise.items()
-                            if noise > 0)  # fmt: skip
+        weighed = ", ".join(f"{name} {noise:.0f}" if noise >= 100 else f"{name} {noise:.2g}"
+                            for name, noise in report.knee_noise.items() if noise > 0)  # fmt: skip
         how = f"; each objective weighed no finer than its noise: {weighed}" if weighed else ""
         lines.append(
             f"Knee point (most balanced front trial{how}): {knee['trial_id']}: {values}; "
