@@ -116,6 +116,10 @@ def test_the_search_run_carries_the_effects_and_the_report_answers_from_them(abl
     assert clipping in ("grad_clip_norm: null -> 1", "grad_clip_norm: 1 -> null")
     assert clipping in markdown
     assert markdown.index("## What each setting does here") < markdown.index("## The front")
+    # the report's knee is the ablations' base, both chosen on evidence (the splits' sizes)
+    (knee_line,) = [line for line in markdown.splitlines() if line.startswith("- Knee point")]
+    assert "each objective weighed no finer than its noise: " in knee_line
+    assert f"): {effects['base'].iloc[0]}: " in knee_line
     # The CPU meter is exact: a larger batch needs more memory, a smaller one less.
     batch = effects[(effects["setting"] == "batch_size") & (effects["metric"] == "peak_mem_mb")]
     (row,) = batch.itertuples()
