@@ -102,9 +102,16 @@ class Report:
     not_ablated: dict[str, str] = field(default_factory=dict)  # setting -> why not
     importances: pd.DataFrame = field(default_factory=pd.DataFrame)  # fANOVA per objective
     importance_basis: str = ""
-    # each objective's difference the evidence tells apart, where the knee was chosen on it
-    # (`analysis.pareto.told_apart`; empty: by the front's range alone)
-    knee_noise: dict[str, float] = field(default_factory=dict)
+    # the images each accuracy was scored on, where the knee was chosen on evidence
+    split_sizes: dict[str, int] | None = None
+
+    @property
+    def knee_noise(self) -> dict[str, float]:
+        """Each objective's difference the evidence tells apart, as the knee was chosen on
+        it (`analysis.pareto.told_apart`); empty where it was chosen by the front's range."""
+        if self.split_sizes is None:
+            return {}
+        return told_apart(front_of(self.frame), self.objectives, self.split_sizes)
 
     def ablation_answer(self) -> list[str]:
         """What each change did around each ablated trial, in sentences (none without
@@ -180,9 +187,7 @@ def build_report(
         bounds=declared,
         hypervolume=hypervolume(marked, objectives, declared, min_accuracy),
         knee=knee_point(marked, objectives, split_sizes),
-        knee_noise=(
-            told_apart(front_of(marked), objectives, split_sizes) if split_sizes is not None else {}
-        ),
+        split_sizes=dict(split_sizes) if split_sizes is not None else None,
         effects=technique_effects(measured, objectives, feasible, on_gpu),
         min_accuracy=min_accuracy,
         files=(),
