@@ -80,6 +80,8 @@ NOISE_CHART_CONFIGS = 8  # configs drawn in the noise-scale chart, best-ranked f
 DETAIL_WIDTH = 60  # characters a line of a trial's status detail in the markdown tables
 RESULTS_DIR_TAG = "results_dir"  # the search's folder, where its report is written
 NUM_CLASSES_TAG = "num_classes"  # the search run's classes, for its min accuracy
+# the search run's tags: the images each accuracy is scored on (`split_size_tags`)
+SPLIT_SIZE_TAG_PREFIX = "split_images."
 # the search run's param: the GPU share its trials got (`resources.gpu` may say auto)
 GPU_SHARE_PARAM = "resources.gpu_share"
 # the search run's params: a sampled setting left out on the machine, and why
@@ -631,23 +633,25 @@ def min_accuracy_from_parent(tags: Mapping[str, str]) -> float:
         return DEFAULT_MIN_ACCURACY
 
 
-def split_sizes_from_parent(
-    params: Mapping[str, str], tags: Mapping[str, str]
-) -> dict[str, int] | None:
-    """The images each accuracy of the search's trials was scored on, from its config
-    params and its `num_classes` tag (the splits take as many images of every class);
-    None where either is missing (a search from before the tag, `data.train_per_class: all`
-    leaves the training subset at `train.train_eval_size`)."""
+def split_size_tags(split_sizes: Mapping[str, int]) -> dict[str, str]:
+    """The search run's tags that say how many images each accuracy was scored on ("val",
+    "test", "train_eval"), counted by the search from its data."""
+    return {f"{SPLIT_SIZE_TAG_PREFIX}{split}": str(images) for split, images in split_sizes.items()}
+
+
+def split_sizes_from_parent(tags: Mapping[str, str]) -> dict[str, int] | None:
+    """The images each accuracy of the search's trials was scored on, from its run's tags
+    (`split_size_tags`); None for a search from before them (2026-12-06), whose knee is then
+    chosen by the front's range alone."""
+    sizes = {
+        key.removeprefix(SPLIT_SIZE_TAG_PREFIX): value
+        for key, value in tags.items()
+        if key.startswith(SPLIT_SIZE_TAG_PREFIX)
+    }
     try:
-        classes = int(tags[NUM_CLASSES_TAG])
-        val, test = (int(params[f"data.{split}_per_class"]) for split in ("val", "test"))
-        train_eval = int(params["train.train_eval_size"])
+        return {split: int(sizes[split]) for split in ("val", "test", "train_eval")}
     except (KeyError, ValueError):
         return None
-    per_class = params.get("data.train_per_class", "all")
-    if per_class.isdigit():
-        train_eval = min(train_eval, int(per_class) * classes)
-    return {"val": val * classes, "test": test * classes, "train_eval": train_eval}
 
 
 def gpu_from_parent(params: Mapping[str, str]) -> bool | None:
@@ -789,7 +793,7 @@ def main(argv: list[str] | None = None) -> int:
         histories=histories_from_mlflow(client, parent),
         on_gpu=gpu_from_parent(parent.data.params),
         left_out=left_out_from_parent(parent.data.params),
-        split_sizes=split_sizes_from_parent(parent.data.params, parent.data.tags),
+        split_sizes=split_sizes_from_parent(parent.data.tags),
     )
     publish(client, parent.info.run_id, report)
     for line in [*_summary_lines(report), *report.ablation_answer()]:

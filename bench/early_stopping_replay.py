@@ -49,9 +49,11 @@ import pandas as pd
 
 from analysis.load import frame_from_tune, histories_from_tune, trial_seconds
 from analysis.pareto import declared_bounds, hypervolume, mark_front
+from analysis.report import split_sizes_from_parent
 from analysis.same_work import pool_same_work
 from search.config import EarlyStoppingSection, SearchConfig, load_config
 from search.early_stopping import ParetoEarlyStopping, replay, rung_epoch
+from search.experiment import SearchState
 from trainables.metrics import METRICS, STATUS_STOPPED_EARLY, min_accuracy_for
 from trainables.settings import DEFAULT_EPOCHS, TrainSettings
 
@@ -178,9 +180,7 @@ class Search:
     split_sizes: dict[str, int]  # images of val, train_eval and test: the objectives' noise
 
     @classmethod
-    def read(
-        cls, experiment: Path, config: SearchConfig, min_accuracy: float, classes: int = 2
-    ) -> Search:
+    def read(cls, experiment: Path, config: SearchConfig, min_accuracy: float) -> Search:
         objectives = dict(config.objectives)
         # the trials of one work share one speed, as on the search's own front
         frame = pool_same_work(frame_from_tune(experiment, tuple(METRICS)))
@@ -201,7 +201,7 @@ class Search:
             front=set(marked.loc[marked["is_pareto"], "trial_id"]),
             most_accurate=set(frame.nlargest(MOST_ACCURATE, "best_val_acc")["trial_id"]),
             min_accuracy=min_accuracy,
-            split_sizes=split_sizes_of(config, classes),
+            split_sizes=split_sizes_of(experiment),
         )
 
     def setting_of_each_trial(self, key: str) -> dict[str, int]:
@@ -242,11 +242,14 @@ def rungs_of(config: SearchConfig) -> tuple[int, ...]:
     return (config.search.early_stopping or EarlyStoppingSection()).rungs
 
 
-def split_sizes_of(config: SearchConfig, classes: int) -> dict[str, int]:
-    """The splits' images, as `search.tuner.split_sizes` counts them from the data."""
-    data, per_class = config.data, TrainSettings.from_config(config.train).train_eval_size
-    return {"val": data.val_per_class * classes, "test": data.test_per_class * classes,
-            "train_eval": min(per_class, data.train_per_class * classes)}  # fmt: skip
+def split_sizes_of(experiment: Path) -> dict[str, int]:
+    """The images each accuracy of the search was scored on, as its MLflow run says."""
+    state = SearchState.load(experiment)
+    sizes = split_sizes_from_parent(state.parent_run().data.tags) if state else None
+    if sizes is None:
+        sys.exit(f"{experiment}: its MLflow parent run does not say the splits' sizes (a "
+                 "search from before 2026-12-06): run it again")  # fmt: skip
+    return sizes
 
 
 @dataclass(frozen=True)
@@ -395,7 +398,7 @@ def main() -> None:
             for seed in args.seeds
         ]
         min_accuracy = min_accuracy_for(args.classes)
-        searches = [Search.read(path, config, min_accuracy, args.classes) for path in experiments]
+        searches = [Search.read(path, config, min_accuracy) for path in experiments]
     for search in searches:
         missing = unscored_rungs(search, rules, list(config.objectives))
         if missing:

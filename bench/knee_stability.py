@@ -22,30 +22,31 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
-from mlflow.tracking import MlflowClient
 
 from analysis.flat import as_written
 from analysis.load import CONFIG_PREFIX
 from analysis.pareto import knee_point
 from analysis.report import split_sizes_from_parent
+from search.experiment import STATE_FILE, SearchState
 
 RULES = ("by range", "on evidence")
 
 
 def knees(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     """({rule: knee's trial id}, {rule: its config as text}) of one finished search."""
-    state = json.loads((folder / "search_state.json").read_text())
-    config = state["config"]
+    state = SearchState.load(folder)
+    if state is None:
+        raise SystemExit(f"{folder}: no {STATE_FILE}: not a search's results folder")
+    config = state.config
     objectives = config["search"]["objectives"]
-    parent = MlflowClient(state["tracking_uri"]).get_run(state["parent_run_id"])
-    splits = split_sizes_from_parent(parent.data.params, parent.data.tags)
+    splits = split_sizes_from_parent(state.parent_run().data.tags)
     if splits is None:
-        raise SystemExit(f"{folder}: its MLflow parent run does not say the splits' sizes")
+        raise SystemExit(f"{folder}: its MLflow parent run does not say the splits' sizes "
+                         "(a search from before 2026-12-06): run it again")  # fmt: skip
     table = pd.read_csv(folder / "report" / "trials.csv")
     if f"{CONFIG_PREFIX}ablation" in table:  # the ablations' trials are never on the front
         table = table[table[f"{CONFIG_PREFIX}ablation"].isna()]

@@ -22,6 +22,7 @@ from analysis.report import (
     RESULTS_DIR_TAG,
     build_report,
     publish,
+    split_size_tags,
 )
 from search.ablation_run import ABLATIONS_DIR, run_ablations
 from search.background import in_background
@@ -214,6 +215,8 @@ def open_parent_run(
         "data": data.description[:5000],
         NUM_CLASSES_TAG: str(data.num_classes),  # the report's min accuracy comes from it
         RESULTS_DIR_TAG: str(experiment_dir.resolve()),  # the report alone writes there too
+        # the images each accuracy is scored on: the noise the report's knee weighs
+        **split_size_tags(split_sizes(config, data)),
     }
     if commit:
         tags[MLFLOW_GIT_COMMIT] = commit

@@ -8,6 +8,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
 from analysis.flat import flatten
 from search.config import SearchConfig, sections_under_new_names
 from search.errors import ConfigError, Problem
@@ -59,6 +62,10 @@ class SearchState:
     def load(cls, experiment_dir: Path) -> SearchState | None:
         path = experiment_dir / STATE_FILE
         return cls(**json.loads(path.read_text())) if path.exists() else None
+
+    def parent_run(self) -> Run:
+        """The search's MLflow run, as its tracking server holds it now."""
+        return MlflowClient(self.tracking_uri).get_run(self.parent_run_id)
 
 
 class ExperimentNotFound(Exception):

@@ -1,19 +1,19 @@
 """`bench/knee_stability.py`: each finished search's knee read again by the front's range and on
 evidence, and how often runs agree, from folders and MLflow runs written here."""
 
-import json
 import subprocess
 import sys
 
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from analysis.report import split_size_tags
+from search.experiment import SearchState
 from tests.conftest import REPO
 from tests.processes import cli_env, run_bench
 
 SPACE = {"batch_size": "{choice: [32, 128]}", "lr": "{loguniform: [1.0e-3, 1.0e-2]}"}
-PARAMS = {"data.val_per_class": "200", "data.test_per_class": "200",
-          "data.train_per_class": "600", "train.train_eval_size": "400"}  # fmt: skip
+SPLITS = {"val": 400, "test": 400, "train_eval": 400}  # 200 images a class, two classes
 
 
 def trial(trial_id: str, batch: int, lr: float, speed: float, accuracy: float, gap: float):
@@ -23,20 +23,18 @@ def trial(trial_id: str, batch: int, lr: float, speed: float, accuracy: float, g
             "status": "ok", "is_pareto": True}  # fmt: skip
 
 
-def finished_search(folder, tracking_uri: str, trials: list[dict]) -> None:
+def finished_search(folder, tracking_uri: str, trials: list[dict], splits=SPLITS) -> None:
     """A search's results folder as the search leaves it: its state (config, MLflow parent
-    run) and its report's table."""
+    run, whose tags say the splits' sizes) and its report's table."""
     client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name("knees") or client.get_experiment(
         client.create_experiment("knees"))  # fmt: skip
-    parent = client.create_run(experiment.experiment_id, tags={"num_classes": "2"})
-    for key, value in PARAMS.items():
-        client.log_param(parent.info.run_id, key, value)
+    tags = {"num_classes": "2", **split_size_tags(splits)}
+    parent = client.create_run(experiment.experiment_id, tags=tags)
     objectives = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
-    state = {"parent_run_id": parent.info.run_id, "tracking_uri": tracking_uri,
-             "config": {"search": {"objectives": objectives}, "space": SPACE}}  # fmt: skip
+    config = {"search": {"objectives": objectives}, "space": SPACE}
+    SearchState(parent.info.run_id, tracking_uri, "knees", config=config).save(folder)
     (folder / "report").mkdir(parents=True)
-    (folder / "search_state.json").write_text(json.dumps(state))
     pd.DataFrame(trials).to_csv(folder / "report" / "trials.csv", index=False)
 
 
@@ -75,3 +73,15 @@ def test_a_folder_that_is_not_a_finished_search_is_named(tmp_path):
                           check=False)  # fmt: skip
     assert done.returncode == 2
     assert f"{tmp_path} holds no report/trials.csv" in done.stderr
+
+
+def test_a_search_whose_run_does_not_say_its_splits_sizes_is_named(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    finished_search(tmp_path / "old", uri, [trial("midd0001", 32, 0.0028, 4500.0, 0.84, 0.12)],
+                    splits={})  # fmt: skip
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "knee_stability.py"), "--from",
+                           str(tmp_path / "old")], capture_output=True, text=True, env=cli_env(),
+                          check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert f"{tmp_path / 'old'}: its MLflow parent run does not say the splits' sizes" in (
+        done.stderr)  # fmt: skip

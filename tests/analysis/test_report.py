@@ -20,6 +20,7 @@ from analysis.report import (
     min_accuracy_from_parent,
     objectives_from_parent,
     parse_objectives,
+    split_size_tags,
     split_sizes_from_parent,
 )
 
@@ -181,6 +182,20 @@ def test_the_command_writes_the_report_attaches_it_and_tags_every_trial(search_i
     tagged = client.search_runs([parent.info.experiment_id], "tags.pareto_rank != ''")
     assert len(tagged) == 12
     assert client.get_run(parent.info.run_id).data.metrics["hypervolume"] > 0
+
+
+def test_the_command_weighs_the_knee_on_the_splits_sizes_the_search_run_says(
+    search_in_mlflow, tmp_path, capsys
+):
+    uri, client, parent = search_in_mlflow
+    args = ["--experiment", "cats", "--tracking-uri", uri, "--out", str(tmp_path / "out")]
+    assert main(args) == 0  # a search from before the tags: the knee by the front's range
+    assert "Knee point (most balanced front trial): " in capsys.readouterr().out
+    for key, value in split_size_tags({"val": 400, "test": 400, "train_eval": 400}).items():
+        client.set_tag(parent.info.run_id, key, value)
+    assert main(args) == 0
+    assert "weighed no finer than its noise: " in capsys.readouterr().out
+    assert "gen_gap 0.098" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_the_command_prints_trend_tables_over_selected_trials(search_in_mlflow, tmp_path, capsys):
@@ -381,16 +396,13 @@ def test_the_min_accuracy_is_chance_plus_five_points_for_the_searchs_classes():
     assert min_accuracy_from_parent({}) == pytest.approx(0.55)  # a search from before the tag
 
 
-def test_the_splits_sizes_are_read_back_from_the_search_for_its_knee():
-    params = {"data.val_per_class": "200", "data.test_per_class": "150",
-              "data.train_per_class": "600", "train.train_eval_size": "400"}  # fmt: skip
-    assert split_sizes_from_parent(params, {"num_classes": "2"}) == {
-        "val": 400, "test": 300, "train_eval": 400}  # fmt: skip
-    few = {**params, "data.train_per_class": "100"}  # fewer training images than the subset
-    assert split_sizes_from_parent(few, {"num_classes": "3"})["train_eval"] == 300
-    everything = {**params, "data.train_per_class": "all"}
-    assert split_sizes_from_parent(everything, {"num_classes": "3"})["train_eval"] == 400
-    assert split_sizes_from_parent(params, {}) is None  # a search from before the tag
+def test_the_splits_sizes_are_read_back_from_the_search_runs_tags_for_its_knee():
+    sizes = {"val": 400, "test": 300, "train_eval": 250}
+    tags = {"num_classes": "2", **split_size_tags(sizes)}
+    assert split_sizes_from_parent(tags) == sizes
+    assert split_sizes_from_parent({"num_classes": "2"}) is None  # a search from before them
+    partial = {key: value for key, value in tags.items() if not key.endswith("test")}
+    assert split_sizes_from_parent(partial) is None
 
 
 def with_ablations(frame: pd.DataFrame, base: str = "t2") -> pd.DataFrame:

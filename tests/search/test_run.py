@@ -201,6 +201,13 @@ def test_the_smoke_search_runs_end_to_end_and_mlflow_holds_a_parent_with_nested_
     results = Path(parent.data.tags["results_dir"])  # where `analysis.report` writes too
     assert results.name == "smoke-e2e" and (results / "report" / "report.html").exists()
     assert parent.data.params["search.num_samples"] == str(config["search"]["num_samples"])
+    data, classes = config["data"], 2  # the images each accuracy is scored on, for the knee
+    assert {key: value for key, value in parent.data.tags.items()
+            if key.startswith("split_images.")} == {
+        "split_images.val": str(data["val_per_class"] * classes),
+        "split_images.test": str(data["test_per_class"] * classes),
+        "split_images.train_eval": str(config["train"]["train_eval_size"]),
+    }  # fmt: skip
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/trials.csv", "report/pareto_front.png"} <= artifacts
 
