@@ -25,11 +25,22 @@ whole that were still at chance at their second rung or later ended (what
 rule is ahead on accuracy as the search's default is (`search.early_stopping.ahead_on`);
 `:::any` after its min peers lets any objective decide, as before `e055fab`.
 
+Whether a rule decides alike from run to run (issue 37: the same command and seed should
+give the same search where timing does not decide): `--agreement`, given several searches
+of one config and seed, counts the configs two or more of them ran alike (the same sampled
+settings) and how many the rule stopped at the same epoch, or not at all, in every one, and
+lists the others with each search's decision. What differs between such runs is the speeds
+(training on the CPU with one seed repeats its accuracies exactly) and the order results
+arrive in. `--speed-noise 0.03 0.10` replays each rule again with every speed known to that
+relative standard error instead of its own interval (a trial's first epochs give a few
+segments, whose interval is wide and moves from run to run): what the intervals' widths
+decide.
+
     python bench/early_stopping_replay.py [--config configs/cats_dogs.yaml]
         [--num-samples 48] [--seeds 0 1]
         [--rules 2,4:0.5 1,2,4:0.5:3:::any 1,2,4:0.5:3::throughput,best_val_acc ...]
         [--from RESULTS_DIR ...] [--workdir DIR] [--classes 2] [--detail]
-        [--judge-warmup] [key.path=value ...]
+        [--agreement] [--speed-noise SHARE ...] [--judge-warmup] [key.path=value ...]
 """
 
 from __future__ import annotations
@@ -41,24 +52,26 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.load import frame_from_tune, histories_from_tune, trial_seconds
+from analysis.flat import as_written
+from analysis.load import CONFIG_PREFIX, frame_from_tune, histories_from_tune, trial_seconds
 from analysis.pareto import declared_bounds, hypervolume, mark_front
 from analysis.report import split_sizes_from_parent
 from analysis.same_work import pool_same_work
 from search.config import EarlyStoppingSection, SearchConfig, load_config
 from search.early_stopping import ParetoEarlyStopping, replay, rung_epoch
 from search.experiment import SearchState
-from trainables.metrics import METRICS, STATUS_STOPPED_EARLY, min_accuracy_for
+from trainables.metrics import METRICS, STATUS_STOPPED_EARLY, Z_95, min_accuracy_for
 from trainables.settings import DEFAULT_EPOCHS, TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]
 MOST_ACCURATE = 3  # a rule should stop none of a search's this many most accurate trials
+NOT_RUN = "-"  # a config's decision in a search that did not run it (`decision_agreement`)
 DEFAULT_RULES = [
     "1,2,4:0.5:3:blind", "1,2,4:0.5:3:::any", "1,2,4:0.5", "2,4:0.5", "1,2,4:0.4",
     "1,2,4:0.3", "1,2,4,6:0.5",
@@ -204,6 +217,29 @@ class Search:
             split_sizes=split_sizes_of(experiment),
         )
 
+    def sampled_settings(self, space: Sequence[str]) -> dict[str, str]:
+        """Each trial's sampled settings (the keys of the config's `space`), as text: the
+        trials of two searches of one config and seed that ran the same config share it."""
+        keys = [key for key in space if f"{CONFIG_PREFIX}{key}" in self.frame]
+        return {
+            str(row["trial_id"]): ", ".join(
+                f"{key}={as_written(row[f'{CONFIG_PREFIX}{key}'])}" for key in keys
+            )
+            or str(row["trial_id"])
+            for row in self.frame.to_dict("records")
+        }
+
+    def with_speeds_known_to(self, relative_error: float) -> Search:
+        """This search with every result's throughput interval replaced by one of
+        `relative_error` standard errors of its speed: what a rule decides where each
+        speed is known as well as any other (`--speed-noise`)."""
+        half = Z_95 * relative_error * self.histories["throughput"]
+        histories = self.histories.assign(
+            throughput_low=self.histories["throughput"] - half,
+            throughput_high=self.histories["throughput"] + half,
+        )
+        return replace(self, histories=histories)
+
     def setting_of_each_trial(self, key: str) -> dict[str, int]:
         """Each trial's whole-number setting `key`, the trainable's default where its config
         leaves it out."""
@@ -273,6 +309,46 @@ class Replayed:
     front_stopped: int
     most_accurate_stopped: int
     front_trials_stopped: list[FrontTrialStopped]
+    stops: dict[str, int]  # trial -> the epoch it is stopped at
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How alike one rule decided on the trials that several searches of one config and
+    seed ran alike (the same sampled settings)."""
+
+    shared: int  # configs run in two searches or more
+    alike_in_all: int  # of those, decided alike (stopped at the same epoch, or not) in all
+    pairs: int  # pairs of searches that ran a config, over the shared configs
+    pairs_alike: int
+    differing: list[tuple[str, list[int | str | None]]]  # config, its decision in each
+
+
+def decision_agreement(
+    settings: Sequence[Mapping[str, str]], stops: Sequence[Mapping[str, int]]
+) -> Agreement:
+    """Per search, each trial's sampled settings (`Search.sampled_settings`) and the epochs
+    a rule stopped trials at: whether the searches' trials of one config were decided
+    alike. A config's decision is its stop epoch, or None where it is not stopped; a
+    config run twice in one search counts once, by its first trial."""
+    decided: list[dict[str, int | None]] = []
+    for by_trial, stopped in zip(settings, stops, strict=True):
+        decisions: dict[str, int | None] = {}
+        for trial, config in by_trial.items():
+            decisions.setdefault(config, stopped.get(trial))
+        decided.append(decisions)
+    runs = Counter(config for decisions in decided for config in decisions)
+    shared = [config for config, count in runs.items() if count > 1]
+    pairs = pairs_alike = alike_in_all = 0
+    differing = []
+    for config in shared:
+        each = [decisions[config] for decisions in decided if config in decisions]
+        alike_in_all += len(set(each)) == 1
+        pairs += len(each) * (len(each) - 1) // 2
+        pairs_alike += sum(count * (count - 1) // 2 for count in Counter(each).values())
+        if len(set(each)) > 1:
+            differing.append((config, [decisions.get(config, NOT_RUN) for decisions in decided]))
+    return Agreement(len(shared), alike_in_all, pairs, pairs_alike, differing)
 
 
 def unscored_rungs(search: Search, rules: list[Rule], objectives: list[str]) -> list[int]:
@@ -332,6 +408,7 @@ def replay_rule(
         front_stopped=len(search.front & set(stops)),
         most_accurate_stopped=len(search.most_accurate & set(stops)),
         front_trials_stopped=front_trials,
+        stops=stops,
     )
 
 
@@ -376,6 +453,12 @@ def main() -> None:
                         "running new ones (run with gen_gap scored at the rungs)")  # fmt: skip
     parser.add_argument("--detail", action="store_true",
                         help="a line for each front trial a rule stops")  # fmt: skip
+    parser.add_argument("--agreement", action="store_true",
+                        help="for searches of one config and seed: how alike each rule "
+                        "decided on the configs they ran alike, and which it did not")  # fmt: skip
+    parser.add_argument("--speed-noise", type=float, nargs="+", default=[], metavar="SHARE",
+                        help="replay each rule again with every speed known to SHARE (a "
+                        "relative standard error, e.g. 0.05), not its own interval")  # fmt: skip
     parser.add_argument("--judge-warmup", action="store_true",
                         help="judge trials inside their lr warmup too (the replay before "
                         "2026-11-27; the live rule does not)")  # fmt: skip
@@ -425,22 +508,30 @@ def main() -> None:
               f"{MOST_ACCURATE} most accurate stopped"]  # fmt: skip
     rows: list[list[str]] = []
     details: list[str] = []
-    for rule in rules:
-        outcomes = [replay_rule(search, rule, config, args.judge_warmup) for search in searches]
-        for search, outcome in zip(searches, outcomes, strict=True):
-            rows.append([str(rule), search.name, f"{outcome.stopped}",
+    agreements: list[tuple[str, Agreement]] = []
+    variants = [(str(rule), rule, searches) for rule in rules] + [
+        (f"{rule}, speeds known to {share:.0%}", rule,
+         [search.with_speeds_known_to(share) for search in searches])
+        for rule in rules for share in args.speed_noise
+    ]  # fmt: skip
+    for label, rule, replayed in variants:
+        outcomes = [replay_rule(search, rule, config, args.judge_warmup) for search in replayed]
+        settings = [search.sampled_settings(list(config.space)) for search in replayed]
+        agreements.append((label, decision_agreement(settings, [o.stops for o in outcomes])))
+        for search, outcome in zip(replayed, outcomes, strict=True):
+            rows.append([label, search.name, f"{outcome.stopped}",
                          str(outcome.stopped_at or "-"),
                          f"{outcome.seconds_kept:.2f}", f"{outcome.hypervolume_kept:.3f}",
                          f"{outcome.front_stopped} of {len(search.front)}",
                          f"{outcome.most_accurate_stopped}"])  # fmt: skip
-            details += [f"{rule}, {search.name}: {stopped.trial_id} stopped at epoch "
+            details += [f"{label}, {search.name}: {stopped.trial_id} stopped at epoch "
                         f"{stopped.epoch} at best_val_acc {stopped.accuracy_then:.4g}; run "
                         f"whole it ended at {stopped.best_val_acc:.4g}, gen_gap "
                         f"{stopped.gen_gap:.3g}, and held {stopped.hypervolume_alone:.1%} of "
                         "the hypervolume alone"
                         for stopped in outcome.front_trials_stopped]  # fmt: skip
         if len(outcomes) > 1:
-            rows.append([str(rule), "mean", "", "",
+            rows.append([label, "mean", "", "",
                          f"{statistics.mean(o.seconds_kept for o in outcomes):.2f}",
                          f"{statistics.mean(o.hypervolume_kept for o in outcomes):.3f}",
                          "", f"{sum(o.most_accurate_stopped for o in outcomes)}"])  # fmt: skip
@@ -450,6 +541,15 @@ def main() -> None:
         print("\nFront trials stopped:" if details else "\nNo front trial stopped.")
         for line in details:
             print(f"  {line}")
+    if args.agreement:
+        order = ", ".join(str(path) for path in experiments)
+        print("\nDecided alike, on the configs two searches or more ran alike (each config's "
+              f"stop epoch, or None; {NOT_RUN}: not run), in the order {order}:")  # fmt: skip
+        for label, agreement in agreements:
+            print(f"  {label}: {agreement.alike_in_all} of {agreement.shared} configs alike in "
+                  f"every search, {agreement.pairs_alike} of {agreement.pairs} pairs")  # fmt: skip
+            for settings, decisions in agreement.differing:
+                print(f"    {decisions}: {settings}")
 
 
 if __name__ == "__main__":

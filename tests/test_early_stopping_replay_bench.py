@@ -151,3 +151,44 @@ def test_a_trial_resumed_from_its_checkpoint_counts_its_epochs_last_reported():
     again = search.histories[search.histories["trial_id"] == "d"].assign(best_val_acc=0.8)
     resumed = replace(search, histories=pd.concat([search.histories, again], ignore_index=True))
     assert resumed.still_at_chance_finals((1, 2)) == [0.50]  # d learned, as last reported
+
+
+def test_configs_two_searches_ran_alike_are_counted_by_whether_a_rule_decided_them_alike():
+    settings = [{"t1": "lr=0.1", "t2": "lr=0.2", "t3": "lr=0.3"},
+                {"u1": "lr=0.1", "u2": "lr=0.2", "u4": "lr=0.4"},
+                {"v1": "lr=0.1", "v2": "lr=0.2", "v3": "lr=0.3"}]  # fmt: skip
+    stops = [{"t1": 2, "t3": 1}, {"u1": 2, "u2": 1}, {"v1": 2, "v3": 1}]
+    agreement = replay_bench.decision_agreement(settings, stops)
+    # lr=0.1 stopped at epoch 2 in all three, lr=0.3 at 1 in the two that ran it; lr=0.2 ran
+    # whole in two and was stopped at 1 in one; lr=0.4 ran in one search only
+    assert (agreement.shared, agreement.alike_in_all) == (3, 2)
+    assert (agreement.pairs_alike, agreement.pairs) == (3 + 1 + 1, 3 + 3 + 1)
+    assert agreement.differing == [("lr=0.2", [None, 1, None])]
+
+
+def test_a_config_a_search_did_not_run_is_marked_so_where_the_others_differ():
+    settings = [{"a": "lr=0.1"}, {"b": "lr=0.1"}, {"c": "lr=0.9"}]
+    agreement = replay_bench.decision_agreement(settings, [{"a": 4}, {}, {}])
+    assert agreement.differing == [("lr=0.1", [4, None, replay_bench.NOT_RUN])]
+
+
+def test_speeds_known_to_a_share_replace_every_interval_and_keep_the_speeds():
+    at_rung = {"a": 0.8, "b": 0.8, "c": 0.8, "d": 0.5, "e": 0.5, "f": 0.5}
+    final = {"a": 0.81, "b": 0.80, "c": 0.70, "d": 0.60, "e": 0.60, "f": 0.90}
+    search = replayed_search(at_rung, final).with_speeds_known_to(0.05)
+    histories = search.histories
+    assert (histories["throughput"] == 1000.0).all()
+    assert histories["throughput_low"].tolist() == pytest.approx([1000 - 1.959964 * 50] * 12)
+    assert histories["throughput_high"].tolist() == pytest.approx([1000 + 1.959964 * 50] * 12)
+
+
+def test_each_trials_sampled_settings_name_the_space_keys_in_their_order():
+    import pandas as pd
+
+    search = replayed_search({"a": 0.8}, {"a": 0.81})
+    frame = pd.DataFrame([{"trial_id": "a", "config.lr": 0.002, "config.batch_size": 32,
+                           "config.amp": True}])  # fmt: skip
+    from dataclasses import replace
+
+    settings = replace(search, frame=frame).sampled_settings(["batch_size", "lr", "amp", "seed"])
+    assert settings == {"a": "batch_size=32, lr=0.002, amp=true"}
