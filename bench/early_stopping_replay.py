@@ -29,7 +29,9 @@ Whether a rule decides alike from run to run (issue 37: the same command and see
 give the same search where timing does not decide): `--agreement`, given several searches
 of one config and seed, counts the configs two or more of them ran alike (the same sampled
 settings) and how many the rule stopped at the same epoch, or not at all, in every one, and
-lists the others with each search's decision. What differs between such runs is the speeds
+lists the others with each search's decision; then, by epoch, how far a config's speed moved
+from search to search (each search's scale taken out) against what its trials' own
+intervals said. What differs between such runs is the speeds
 (training on the CPU with one seed repeats its accuracies exactly) and the order results
 arrive in. `--speed-noise 0.03 0.10` replays each rule again with every speed known to that
 relative standard error instead of its own interval (a trial's first epochs give a few
@@ -56,6 +58,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis.flat import as_written
@@ -351,6 +354,42 @@ def decision_agreement(
     return Agreement(len(shared), alike_in_all, pairs, pairs_alike, differing)
 
 
+def speed_spread_by_epoch(
+    histories: Sequence[pd.DataFrame], settings: Sequence[Mapping[str, str]], least: int = 3
+) -> pd.DataFrame:
+    """Per epoch, how far one config's speed moves from search to search, against what its
+    trials' own intervals say: over the configs `least` searches or more ran alike (each
+    search's trials' histories and sampled settings), the standard deviation of the
+    logarithm of each config's `throughput` across the searches, each search's scale taken
+    out (the median over its configs of how far above their mean across the searches it
+    read them: a search times its scale once, as it starts, and every trial of it shares
+    that), and the median of the trials' own standard errors (their 95% intervals over
+    3.92, relative to the speed). Columns: configs, between_searches, own_intervals."""
+    rows = []
+    for run, (frame, by_trial) in enumerate(zip(histories, settings, strict=True)):
+        speeds = pd.to_numeric(frame["throughput"], errors="coerce")
+        own = (frame["throughput_high"] - frame["throughput_low"]) / (2 * Z_95 * speeds)
+        rows.append(pd.DataFrame({"run": run, "config": frame["trial_id"].map(by_trial),
+                                  "epoch": frame["epoch"], "log": np.log(speeds),
+                                  "own": own}))  # fmt: skip
+    table = pd.concat(rows, ignore_index=True).dropna(subset=["log"])
+    table = table.drop_duplicates(["run", "config", "epoch"])  # a config run twice: its first
+    cell = table.groupby(["config", "epoch"])["log"]
+    shared = cell.transform("size") >= least
+    table = table[shared]
+    centred = table["log"] - table.groupby(["config", "epoch"])["log"].transform("mean")
+    table = table.assign(
+        log=table["log"] - table["run"].map(centred.groupby(table["run"]).median())
+    )
+    by_cell = table.groupby(["config", "epoch"]).agg(
+        between=("log", lambda logs: logs.std(ddof=1)), own=("own", "median")
+    )
+    return by_cell.groupby(level="epoch").agg(
+        configs=("between", "size"), between_searches=("between", "median"),
+        own_intervals=("own", "median"),
+    )  # fmt: skip
+
+
 def unscored_rungs(search: Search, rules: list[Rule], objectives: list[str]) -> list[int]:
     """The rungs that trials of `search` reached without reporting every objective there:
     nothing to replay (a search run without early stopping scores `gen_gap` only at its
@@ -550,6 +589,16 @@ def main() -> None:
                   f"every search, {agreement.pairs_alike} of {agreement.pairs} pairs")  # fmt: skip
             for settings, decisions in agreement.differing:
                 print(f"    {decisions}: {settings}")
+        spread = speed_spread_by_epoch(
+            [search.histories for search in searches],
+            [search.sampled_settings(list(config.space)) for search in searches],
+        )
+        if len(spread):
+            print("\nA config's speed from search to search (relative standard deviation, "
+                  "each search's scale taken out), against its trials' own intervals "
+                  "(median standard error), by epoch, over the configs three searches or "
+                  "more ran:")  # fmt: skip
+            print(spread.round(4).to_string())
 
 
 if __name__ == "__main__":

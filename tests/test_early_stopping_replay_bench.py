@@ -192,3 +192,35 @@ def test_each_trials_sampled_settings_name_the_space_keys_in_their_order():
 
     settings = replace(search, frame=frame).sampled_settings(["batch_size", "lr", "amp", "seed"])
     assert settings == {"a": "batch_size=32, lr=0.002, amp=true"}
+
+
+def test_a_configs_speed_from_search_to_search_is_read_with_each_searchs_scale_taken_out():
+    import math
+
+    import pandas as pd
+
+    trials = ("a", "b", "c", "d", "e")
+
+    def history(scale: float, faster: str = "") -> pd.DataFrame:
+        """Five configs at one epoch, read on a search's scale, one of them 10% faster,
+        each trial's interval +-10% (a standard error of 5.1%)."""
+        speeds = {trial: 1000.0 * scale * (1.1 if trial == faster else 1.0) for trial in trials}
+        return pd.DataFrame([{"trial_id": trial, "epoch": 1, "throughput": speed,
+                              "throughput_low": 0.9 * speed, "throughput_high": 1.1 * speed}
+                             for trial, speed in speeds.items()])  # fmt: skip
+
+    settings = [{trial: f"lr=0.{i}" for i, trial in enumerate(trials)}] * 3
+    # a search whose scale read 20% higher moves every config alike: no spread
+    alike = replay_bench.speed_spread_by_epoch([history(1.0), history(1.2), history(0.9)], settings)
+    assert alike.loc[1, "configs"] == 5 and alike.loc[1, "between_searches"] == pytest.approx(0)
+    assert alike.loc[1, "own_intervals"] == pytest.approx(0.1 / 1.959964)
+    # a, b and c each 10% faster in one search of the three, d and e never: the median
+    # config moved by log(1.1) in one of three
+    moved = replay_bench.speed_spread_by_epoch(
+        [history(1.0, "a"), history(1.2, "b"), history(0.9, "c")], settings
+    )
+    assert moved.loc[1, "between_searches"] == pytest.approx(
+        pd.Series([math.log(1.1), 0.0, 0.0]).std()
+    )
+    fewer = replay_bench.speed_spread_by_epoch([history(1.0), history(1.0)], settings[:2])
+    assert fewer.empty  # a config in two searches only: no spread told
