@@ -7,13 +7,14 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-from mlflow.entities import Run
-from mlflow.tracking import MlflowClient
+from typing import TYPE_CHECKING
 
 from analysis.flat import flatten
 from search.config import SearchConfig, sections_under_new_names
 from search.errors import ConfigError, Problem
+
+if TYPE_CHECKING:  # `--help` and config errors answer before MLflow loads
+    from mlflow.entities import Run
 
 STATE_FILE = "search_state.json"
 ABLATION_KEY = "search.ablation"  # config keys a resumed search may change
@@ -65,6 +66,8 @@ class SearchState:
 
     def parent_run(self) -> Run:
         """The search's MLflow run, as its tracking server holds it now."""
+        from mlflow.tracking import MlflowClient
+
         return MlflowClient(self.tracking_uri).get_run(self.parent_run_id)
 
 
