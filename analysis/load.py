@@ -22,7 +22,7 @@ import yaml
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from analysis.flat import flatten
+from analysis.flat import as_written, flatten
 from trainables.metrics import (
     PREDICTED_PEAK,
     SEARCH_NOTES,
@@ -78,6 +78,13 @@ def settings_key(frame: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
     As text because a setting may be a list (gap_epochs, recomputed_modules), which pandas
     can neither group by nor compare by value."""
     return frame[list(columns)].map(repr).agg("|".join, axis=1)
+
+
+def settings_text(row: Mapping[str, Any], columns: Sequence[str]) -> str:
+    """A trial's `config.` columns as its user wrote them: "batch_size=32, lr=0.002"."""
+    return ", ".join(
+        f"{column.removeprefix(CONFIG_PREFIX)}={as_written(row[column])}" for column in columns
+    )
 
 
 def varied_settings(frame: pd.DataFrame) -> list[str]:

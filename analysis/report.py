@@ -43,7 +43,7 @@ from analysis.charts import (
     parallel_chart,
 )
 from analysis.effects import technique_effects
-from analysis.flat import as_shown, as_written
+from analysis.flat import as_shown
 from analysis.importance import setting_importances
 from analysis.load import (
     CONFIG_PREFIX,
@@ -52,6 +52,7 @@ from analysis.load import (
     find_parent_run,
     frame_from_mlflow,
     histories_from_mlflow,
+    settings_text,
     varied_settings,
 )
 from analysis.pareto import (
@@ -254,8 +255,7 @@ def config_labels(frame: pd.DataFrame, limit: int) -> dict[str, str]:
     params = varied_settings(frame)
     labels = {}
     for _, row in frame.sort_values("pareto_rank", na_position="last").head(limit).iterrows():
-        settings = (f"{p.removeprefix(CONFIG_PREFIX)}={as_written(row[p])}" for p in params)
-        label = ", ".join(settings) or "all"
+        label = settings_text(row, params) or "all"
         for trial_id in str(row["trial_id"]).split("+"):
             labels[trial_id] = label
     return labels
@@ -431,10 +431,7 @@ def _summary_lines(report: Report) -> list[str]:
     if report.knee is not None:
         knee = report.frame.loc[report.knee]
         values = ", ".join(f"{name} {knee[name]:.4g}" for name in report.objectives)
-        settings = ", ".join(
-            f"{p.removeprefix(CONFIG_PREFIX)}={as_written(knee[p])}"
-            for p in varied_settings(report.frame)
-        )
+        settings = settings_text(knee, varied_settings(report.frame))
         weighed = ", ".join(f"{name} {noise:.0f}" if noise >= 100 else f"{name} {noise:.2g}"
                             for name, noise in report.knee_noise.items() if noise > 0)  # fmt: skip
         how = f"; each objective weighed no finer than its noise: {weighed}" if weighed else ""

@@ -61,8 +61,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.flat import as_written
-from analysis.load import CONFIG_PREFIX, frame_from_tune, histories_from_tune, trial_seconds
+from analysis.load import (
+    CONFIG_PREFIX,
+    frame_from_tune,
+    histories_from_tune,
+    settings_text,
+    trial_seconds,
+)
 from analysis.pareto import declared_bounds, hypervolume, mark_front
 from analysis.report import split_sizes_from_parent
 from analysis.same_work import pool_same_work
@@ -223,14 +228,10 @@ class Search:
     def sampled_settings(self, space: Sequence[str]) -> dict[str, str]:
         """Each trial's sampled settings (the keys of the config's `space`), as text: the
         trials of two searches of one config and seed that ran the same config share it."""
-        keys = [key for key in space if f"{CONFIG_PREFIX}{key}" in self.frame]
-        return {
-            str(row["trial_id"]): ", ".join(
-                f"{key}={as_written(row[f'{CONFIG_PREFIX}{key}'])}" for key in keys
-            )
-            or str(row["trial_id"])
-            for row in self.frame.to_dict("records")
-        }
+        columns = [f"{CONFIG_PREFIX}{key}" for key in space]
+        columns = [column for column in columns if column in self.frame]
+        return {str(row["trial_id"]): settings_text(row, columns) or str(row["trial_id"])
+                for row in self.frame.to_dict("records")}  # fmt: skip
 
     def with_speeds_known_to(self, relative_error: float) -> Search:
         """This search with every result's throughput interval replaced by one of
@@ -305,14 +306,21 @@ class FrontTrialStopped:
 
 @dataclass(frozen=True)
 class Replayed:
-    stopped: int
-    stopped_at: dict[int, int]  # epoch -> trials stopped there
+    stops: dict[str, int]  # trial -> the epoch it is stopped at
     seconds_kept: float  # share of the search's trial seconds
     hypervolume_kept: float  # share of the search's hypervolume
     front_stopped: int
     most_accurate_stopped: int
     front_trials_stopped: list[FrontTrialStopped]
-    stops: dict[str, int]  # trial -> the epoch it is stopped at
+
+    @property
+    def stopped(self) -> int:
+        return len(self.stops)
+
+    @property
+    def stopped_at(self) -> dict[int, int]:
+        """Epoch -> trials stopped there."""
+        return dict(sorted(Counter(self.stops.values()).items()))
 
 
 @dataclass(frozen=True)
@@ -440,14 +448,12 @@ def replay_rule(
             alone / whole if whole else 0.0,
         ))  # fmt: skip
     return Replayed(
-        stopped=len(stops),
-        stopped_at=dict(sorted(Counter(stops.values()).items())),
+        stops=stops,
         seconds_kept=sum(kept.values()) / sum(search.seconds.values()),
         hypervolume_kept=left / whole if whole else 1.0,
         front_stopped=len(search.front & set(stops)),
         most_accurate_stopped=len(search.most_accurate & set(stops)),
         front_trials_stopped=front_trials,
-        stops=stops,
     )
 
 

@@ -27,8 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.flat import as_written
-from analysis.load import CONFIG_PREFIX
+from analysis.load import CONFIG_PREFIX, settings_text
 from analysis.pareto import knee_point
 from analysis.report import split_sizes_from_parent
 from search.experiment import STATE_FILE, SearchState
@@ -56,13 +55,7 @@ def knees(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     chosen = {"by range": knee_point(table, objectives),
               "on evidence": knee_point(table, objectives, splits)}  # fmt: skip
     ids = {rule: str(table.loc[index, "trial_id"]) for rule, index in chosen.items()}
-    settings = {
-        rule: ", ".join(
-            f"{column.removeprefix(CONFIG_PREFIX)}={as_written(table.loc[index, column])}"
-            for column in sampled
-        )
-        for rule, index in chosen.items()
-    }
+    settings = {rule: settings_text(table.loc[index], sampled) for rule, index in chosen.items()}
     return ids, settings
 
 
