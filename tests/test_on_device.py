@@ -74,7 +74,7 @@ def test_a_suite_stopped_at_its_limit_still_names_what_failed_before(tmp_path):
     tests = suite_of(tmp_path, source)
     out = tmp_path / "out"
     finished = on_device(out, "--parts", "--card-tests", "", "--workers", "1",
-                         "--suite-timeout", "10", "--pytest-args", f"-q {tests}")  # fmt: skip
+                         "--suite-timeout", "5", "--pytest-args", f"-q {tests}")  # fmt: skip
     assert finished.returncode == 1
     summary = (out / "summary.txt").read_text()
     assert "pytest: " in summary and "stopped at its limit" in summary

@@ -303,7 +303,7 @@ def stopped_search(tmp_path_factory):
     import os
 
     from search.run import main
-    from tests.conftest import CONFIGS
+    from tests.conftest import CONFIGS, UNSCALED
 
     workdir = tmp_path_factory.mktemp("early")
     saved = dict(os.environ)  # main sets Ray's variables for its process
@@ -315,7 +315,7 @@ def stopped_search(tmp_path_factory):
                 "search.max_concurrent_trials=1", "search.objectives={peak_mem_mb: min}",
                 "search.early_stopping={rungs: [1], min_peers: 2}",
                 "space.activation_checkpointing={grid: [true, false]}", "space.batch_size=null",
-                "train.batch_size=64", "space.optimizer=null", "space.lr=null",
+                "train.batch_size=64", "space.optimizer=null", "space.lr=null", UNSCALED,
             ]
         )  # fmt: skip
     os.environ.clear()

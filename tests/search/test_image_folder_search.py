@@ -16,12 +16,14 @@ EVERY_QUIRK = Quirks(empty=2, truncated=2, non_image=3, grayscale=2, cmyk=2, tra
                      png_as_jpg=2, rotated=2)  # fmt: skip
 
 
-def search(workdir, name: str, folder, cache) -> list[str]:
+def search(name: str, folder, cache, per_class=(400, 100, 100)) -> list[str]:
+    """The smoke search on `folder`, taking `per_class` (train, val, test) images of each."""
+    train, val, test = per_class
     return [
         "--config", str(CONFIGS / "smoke.yaml"), "--name", name,
         "data.source=image_folder", f"data.root={folder}", f"data.cache_dir={cache}",
-        "data.train_per_class=400", "data.val_per_class=100", "data.test_per_class=100",
-        UNSCALED,
+        f"data.train_per_class={train}", f"data.val_per_class={val}",
+        f"data.test_per_class={test}", UNSCALED,
     ]  # fmt: skip
 
 
@@ -34,7 +36,7 @@ def test_a_messy_folder_of_2000_jpegs_runs_whole_searches_and_is_decoded_once(
     assert files >= 2000
     cache = tmp_path / "cache"
 
-    assert main(search(tmp_path, "first", folder.root, cache)) == 0
+    assert main(search("first", folder.root, cache)) == 0
     first = capsys.readouterr().out
     assert "image_folder" in first and "decoded now" in first
     trials = pd.read_csv(tmp_path / "ray_results" / "first" / "report" / "trials.csv")
@@ -49,7 +51,7 @@ def test_a_messy_folder_of_2000_jpegs_runs_whole_searches_and_is_decoded_once(
         raise AssertionError("the second search decoded an image")
 
     monkeypatch.setattr(cache_module, "decode_image", no_decoding)
-    assert main(search(tmp_path, "second", folder.root, cache)) == 0
+    assert main(search("second", folder.root, cache)) == 0
     assert "cache reused" in capsys.readouterr().out
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("smoke")
@@ -68,11 +70,7 @@ def test_a_folder_of_three_classes_keeps_off_the_front_only_trials_near_its_own_
     folder = write_pet_folder(
         tmp_path / "Animals", per_class=60, quirks=NO_QUIRKS, class_names=("Cat", "Dog", "Fox")
     )
-    arguments = [
-        *search(tmp_path, "three", folder.root, tmp_path / "cache")[:-3],
-        "data.train_per_class=40", "data.val_per_class=10", "data.test_per_class=10",
-    ]  # fmt: skip
-    assert main(arguments) == 0
+    assert main(search("three", folder.root, tmp_path / "cache", per_class=(40, 10, 10))) == 0
     report = (tmp_path / "ray_results" / "three" / "report" / "report.md").read_text()
     assert "below best_val_acc 0.383 are kept off" in report  # chance 1/3 + 0.05, not 0.55
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")

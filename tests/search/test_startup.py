@@ -15,11 +15,11 @@ from search import execute, startup
 from search.cli import RunOptions
 from search.config import load_config
 from search.run import main
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, UNSCALED
 from trainables.data import prepare_data
 
 SMOKE = str(CONFIGS / "smoke.yaml")
-SHORT = ["search.num_samples=2", "train.epochs=1"]
+SHORT = ["search.num_samples=2", "train.epochs=1", UNSCALED]
 
 
 @pytest.mark.ray
@@ -78,7 +78,8 @@ def test_the_speed_references_start_timing_before_the_amp_probe_runs(
 
     monkeypatch.setattr(startup.speed_scale, "start", start_timing)
     monkeypatch.setattr(startup, "machine_space", probe)
-    assert main(["--config", SMOKE, "--name", "ordered", "resources.gpu=auto", *SHORT]) == 0
+    timed = ["search.num_samples=2", "train.epochs=1"]  # the speed scale as a search times it
+    assert main(["--config", SMOKE, "--name", "ordered", "resources.gpu=auto", *timed]) == 0
     assert calls == ["speed references", "AMP probe"]
 
 
