@@ -222,7 +222,10 @@ class ParetoEarlyStopping(FIFOScheduler):
         if record is None:
             return False
         rung = rung_at[epoch]
-        peers = self.seen.setdefault(rung, {})
+        seen = self.seen.setdefault(rung, {})
+        # its own earlier report of this rung (a restart from a checkpoint older than the
+        # rung) is not a peer: it replaces it
+        peers = {peer: kept for peer, kept in seen.items() if peer != trial_id}
         dominating = rung_verdict(record, peers, self.keep, self.min_peers,
                                   self.accuracy_column, self.decisive_columns)  # fmt: skip
         rung_index = self.rungs.index(rung)
@@ -230,7 +233,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         at_chance = dominating is None and self.still_at_chance(record, rung_index)
         if at_chance:
             dominating = self.clearly_learning(record, peers)
-        peers[trial_id] = record
+        seen[trial_id] = record
         if dominating is None or epoch == last_epoch:  # nothing left to save
             return False
         if not record.above_min_accuracy and rung_index < self.slow_start_rungs:
@@ -253,7 +256,7 @@ class ParetoEarlyStopping(FIFOScheduler):
             how = self.at_chance_how(float(result["best_val_acc"]), passed=rung_index)
         self.stopped[trial_id] = (
             f"stopped at epoch {epoch} ({where}): {how} "
-            f"{len(dominating)} of the {len(peers) - 1} trials that reached it before "
+            f"{len(dominating)} of the {len(peers)} trials that reached it before "
             f"({', '.join(sorted(dominating))}){self.trailing(record, dominating, peers)}"
         )
         return True

@@ -140,7 +140,10 @@ def epoch_metrics(
     speed = own_speed(progress.images_by_config, progress.seconds_by_config, speeds)
     to_target = progress.time_to_target_s
     if progress.images_to_target is not None:
-        seconds = own_time(progress.images_to_target, progress.seconds_by_config, speeds)[0]
+        # a configuration not timed counts at the wall seconds it took up to the target
+        took = progress.seconds_to_target
+        took = progress.seconds_by_config if took is None else took
+        seconds = own_time(progress.images_to_target, took, speeds)[0]
         to_target = seconds + progress.compile_to_target_s
     return {
         "epoch": epoch,

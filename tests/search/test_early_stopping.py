@@ -146,6 +146,20 @@ def test_a_trial_missing_an_objective_at_a_rung_goes_on_and_is_nobodys_peer():
     assert set(scheduler.seen[2]) == {"a"}
 
 
+def test_a_trial_reporting_a_rung_again_is_not_its_own_peer_and_replaces_its_record():
+    """Restarted from a checkpoint older than the rung (a retried failure, the memory
+    monitor's resume), a trial reports the rung a second time, a little slower."""
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], keep=0.5, min_peers=2)
+    again = fake_trial("a")
+    assert scheduler.on_trial_result(None, again, result(2, 1000, 0.8)) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(None, again, result(2, 950, 0.8)) == TrialScheduler.CONTINUE
+    assert scheduler.seen[2] == {"a": standing(-950.0, -0.8, 0.0)} and not scheduler.stopped
+    # a peer it trails still stops it, counted once
+    scheduler.on_trial_result(None, fake_trial("b"), result(2, 2000, 0.9))
+    assert scheduler.on_trial_result(None, again, result(2, 950, 0.8)) == TrialScheduler.STOP
+    assert "by 1 of the 1 trials that reached it before (b)" in scheduler.stopped["a"]
+
+
 @pytest.mark.parametrize("status", ["oom", "diverged"])
 def test_a_pruned_result_is_left_to_its_own_status(status):
     scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2)

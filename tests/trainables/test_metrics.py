@@ -10,6 +10,7 @@ from trainables.metrics import (
     Progress,
     generalization_gap,
     min_accuracy_for,
+    standard_error,
     throughput,
 )
 
@@ -99,3 +100,38 @@ def test_a_best_epoch_not_yet_scored_has_no_gaps_until_its_weights_are():
 def test_an_unscored_gap_is_nan_not_zero():
     unscored = EvalScores(train_eval_acc=math.nan, val_acc=0.7, test_acc=math.nan)
     assert math.isnan(generalization_gap(unscored))
+
+
+def test_a_time_to_target_of_an_untimed_configuration_stays_what_it_took_to_reach_it():
+    """No speed timed (`train.speed_precision: 0`, or a configuration never timed before
+    the target): the wall seconds up to the target's epoch, not those of every epoch."""
+    from trainables.evaluation import epoch_metrics
+    from trainables.schedules import EpochSchedule
+    from trainables.speed import ConfigSpeed
+    from trainables.training import EpochResult
+
+    progress, reported = Progress(), []
+    result = EpochResult(train_loss=1.0, train_acc=0.5, images=1000, optimizer_steps=10,
+                         seconds=10.0, peak_mem_bytes=0, peak_reserved_bytes=0)  # fmt: skip
+    for epoch, val in enumerate([0.5, 0.8, 0.85, 0.9], start=1):
+        progress = progress.advance(epoch, scores(0.9, val, 0.8), 10.0, target_acc=0.75,
+                                    steps=10, config="32x1", images=1000,
+                                    train_seconds=10.0)  # fmt: skip
+        metrics = epoch_metrics(
+            epoch=epoch, result=result, scores=scores(0.9, val, 0.8), val_loss=1.0,
+            progress=progress, schedule=EpochSchedule(32, 1, lr=0.1, growths=0), lr=0.1,
+            data_bytes=0, speeds=ConfigSpeed(),
+        )  # fmt: skip
+        reported.append(metrics["time_to_target_s"])
+    assert reported == [math.inf, 20.0, 20.0, 20.0]
+
+
+def test_an_accuracy_of_one_on_a_few_images_is_not_read_as_exact():
+    """Agresti and Coull's plus four: 40 of 40 right is known no better than to about 3
+    points, and 0.8 of 400 as the plain binomial gives it."""
+    sizes = {"val": 40, "test": 40, "train_eval": 40}
+    perfect = standard_error("best_val_acc", {"best_val_acc": 1.0}, sizes)
+    assert perfect == pytest.approx(math.sqrt((42 / 44) * (2 / 44) / 44))  # 0.031
+    assert standard_error("best_val_acc", {"best_val_acc": 0.0}, sizes) == pytest.approx(perfect)
+    usual = standard_error("val_acc", {"val_acc": 0.8}, {"val": 400})
+    assert usual == pytest.approx(math.sqrt(0.8 * 0.2 / 400), rel=1e-3)
