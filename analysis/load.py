@@ -38,6 +38,9 @@ CONFIG_PREFIX = "config."
 # Config keys that are not settings of a trial: the repeat's seed and the search's notes.
 NOT_SETTINGS = frozenset({"seed", *SEARCH_NOTES})
 PREDICTED_PEAK_COLUMN = f"{CONFIG_PREFIX}{PREDICTED_PEAK}"  # the searcher's memory model
+# The notes that are text whatever they look like: a trial id of eight digits (one in 43 of
+# Tune's) is a trial id, not a number, in `ablation_of` and `repeat_of`.
+TEXT_NOTES = SEARCH_NOTES - {PREDICTED_PEAK}
 PARENT_TAG = "mlflow.parentRunId"
 # The heading Tune writes in a trial's error.txt for each of its failures.
 _FAILURE = re.compile(r"^Failure # \d+ \(occurred at (\S+)\)", re.M)
@@ -287,7 +290,8 @@ def frame_from_mlflow(client: MlflowClient, parent: Run) -> pd.DataFrame:
     `UNMEASURED_TAG`), and the status tags."""
     rows = []
     for run in child_runs(client, parent):
-        config = {key: typed_param(value) for key, value in run.data.params.items()}
+        config = {key: value if key in TEXT_NOTES else typed_param(value)
+                  for key, value in run.data.params.items()}  # fmt: skip
         metrics: dict[str, Any] = {k: _unclipped(v) for k, v in run.data.metrics.items()}
         if "epoch" in metrics:
             for name in UNTIL_TARGET_METRICS:
@@ -308,11 +312,17 @@ def _unclipped(value: float) -> float:
 
 
 def typed_param(text: str) -> Any:
-    """MLflow keeps params as text; read them back as the YAML scalars they were."""
+    """MLflow keeps params as text; read them back as the YAML scalars they were, and as
+    numbers where Python wrote a float without the dot YAML needs (1e-05)."""
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    if isinstance(value, str):
+        try:
+            value = float(text)
+        except ValueError:
+            return text
     if isinstance(value, float) and math.isnan(value):
         return text
     return value if isinstance(value, str | int | float | bool) or value is None else text

@@ -164,12 +164,18 @@ def balanced_front(
     if front.empty:
         return []
     points = objective_matrix(front, objectives)
-    low, high = points.min(axis=0), points.max(axis=0)
+    # the range over the finite values: a target never reached (inf) would make it infinite
+    # and take its objective out of the knee; it is that objective's worst end instead
+    finite = [column[np.isfinite(column)] for column in points.T]
+    low = np.array([column.min() if column.size else 0.0 for column in finite])
+    high = np.array([column.max() if column.size else 0.0 for column in finite])
     span = high - low
     if split_sizes is not None:
         noise = told_apart(front, objectives, split_sizes)
         span = np.maximum(span, [noise[name] for name in objectives])
-    distances = np.linalg.norm((points - low) / np.where(span > 0, span, 1.0), axis=1)
+    with np.errstate(invalid="ignore"):
+        scaled = (points - low) / np.where(span > 0, span, 1.0)  # finite ones within [0, 1]
+    distances = np.linalg.norm(np.nan_to_num(scaled, nan=1.0, posinf=1.0, neginf=0.0), axis=1)
     return [front.index[i] for i in np.argsort(distances, kind="stable")]
 
 

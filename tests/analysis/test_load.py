@@ -14,6 +14,7 @@ from analysis.load import (
     settings_key,
     trial_seconds,
     trial_spans,
+    typed_param,
 )
 
 METRICS = ("epoch", "val_acc", "throughput", "status", "status_detail")
@@ -170,3 +171,24 @@ def test_mlflow_histories_give_each_trial_s_metrics_by_epoch(store):
         {"trial_id": "t2", "epoch": 1, "effective_batch_size": 256.0, "noise_scale": 10.0},
         {"trial_id": "t2", "epoch": 2, "effective_batch_size": 256.0, "noise_scale": 20.0},
     ]
+
+
+def test_a_float_python_wrote_without_a_dot_reads_back_as_a_number():
+    assert typed_param("1e-05") == 1e-05 and typed_param("0.0001") == 0.0001
+    assert typed_param("small_cnn") == "small_cnn" and typed_param("nan") == "nan"
+
+
+def test_a_trial_id_of_eight_digits_in_the_notes_reads_back_as_the_id_it_is(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("search")
+    parent = client.create_run(experiment, run_name="search")
+    ablation = {"ablation_of": "12345678", "ablation": "amp=true"}
+    for trial_id, params in (("12345678", {}), ("ab12cd34", ablation)):
+        child = client.create_run(experiment, tags={
+            "mlflow.parentRunId": parent.info.run_id, "trial_id": trial_id, "status": "ok",
+        })  # fmt: skip
+        for key, value in {"weight_decay": "1e-05", **params}.items():
+            client.log_param(child.info.run_id, key, value)
+    frame = frame_from_mlflow(client, parent).set_index("trial_id")
+    assert frame.loc["ab12cd34", "config.ablation_of"] == "12345678"
+    assert (frame["config.weight_decay"] == 1e-05).all()

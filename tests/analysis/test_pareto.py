@@ -1,9 +1,12 @@
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from analysis.charts import front_staircase
 from analysis.pareto import (
+    balanced_front,
     declared_bounds,
     dominators,
     hypervolume,
@@ -173,6 +176,21 @@ def test_a_gap_the_fronts_trials_cannot_tell_apart_does_not_decide_the_knee():
     assert marked.loc[knee_point(marked, OBJECTIVES), "throughput"] == 6000.0  # by range
     knee = knee_point(marked, OBJECTIVES, SPLITS)  # by range, or by noise where that is wider
     assert marked.loc[knee, "throughput"] == 4500.0
+
+
+def test_a_front_trial_that_never_reached_its_target_is_that_objectives_worst_in_the_knee():
+    """One trial with time_to_target_s = inf (fastest, so on the front) must not take the
+    objective out of the knee: B, as fast as A, reaches the target in a ninth of A's time."""
+    objectives = {"throughput": "max", "time_to_target_s": "min"}
+    frame = mark_front(pd.DataFrame({
+        "status": "ok", "throughput": [1000.0, 990.0, 500.0, 2000.0],
+        "time_to_target_s": [900.0, 100.0, 95.0, np.inf],
+    }, index=["A", "B", "C", "D"]), objectives)  # fmt: skip
+    assert frame["is_pareto"].all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no division by an infinite range
+        order = balanced_front(frame, objectives)
+    assert order[0] == "B" and order[-1] == "A"  # A: 900 s to the target
 
 
 def test_what_the_evidence_tells_apart_is_two_standard_errors_of_a_difference():
