@@ -9,8 +9,9 @@ import argparse
 import atexit
 import logging
 import os
+import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -25,6 +26,7 @@ class RunOptions:
     run_name: str | None = None  # --name; default: <config name>-<timestamp>
     address: str | None = None  # Ray cluster; default: RAY_ADDRESS or a local instance
     resume: bool = False
+    arguments: tuple[str, ...] = ()  # the command line's, as given: `resume_command`'s
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -48,6 +50,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("overrides", nargs="*", metavar="key.path=value", help="config overrides")
     return parser.parse_args(argv)
+
+
+def resume_command(arguments: Sequence[str], name: str) -> str:
+    """The command that continues the search `name` that `arguments` started: the same
+    config, flags and overrides (a resumed search keeps its config), its name and
+    `--resume`, quoted for a shell, so that it runs as printed."""
+    args = parse_args(list(arguments))
+    flags = {"--num-samples": args.num_samples, "--tracking-uri": args.tracking_uri,
+             "--storage-path": args.storage_path, "--address": args.address}  # fmt: skip
+    words = ["python", "-m", "search.run", "--config", args.config]
+    for flag, value in flags.items():
+        if value is not None:
+            words += [flag, str(value)]
+    return shlex.join([*words, "--name", name, "--resume", *args.overrides])
 
 
 # Ray settings for a readable terminal; a user's own environment wins.

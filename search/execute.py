@@ -26,7 +26,13 @@ from analysis.report import (
 )
 from search.ablation_run import ABLATIONS_DIR, run_ablations
 from search.background import in_background
-from search.cli import EXIT_INTERRUPTED, EXIT_NOTHING_TRAINED, EXIT_STOPPED, RunOptions
+from search.cli import (
+    EXIT_INTERRUPTED,
+    EXIT_NOTHING_TRAINED,
+    EXIT_STOPPED,
+    RunOptions,
+    resume_command,
+)
 from search.cluster import is_server
 from search.config import SearchConfig
 from search.console import mlflow_ui_command, runs_link, say, summary_table
@@ -80,7 +86,7 @@ def run_search(
             say=say,
         )
     except BaseException:
-        end_unfinished(parent, config, experiment_dir, "the search failed")
+        end_unfinished(parent, config, experiment_dir, options, "the search failed")
         raise
     if result.outcome is Outcome.FINISHED:
         try:
@@ -89,7 +95,7 @@ def run_search(
                 AUTOMATIC_RESUMES, say,
             )  # fmt: skip
         except BaseException:
-            end_unfinished(parent, config, experiment_dir, "the ablations failed")
+            end_unfinished(parent, config, experiment_dir, options, "the ablations failed")
             raise
         if ablated is not None:
             result = ablated
@@ -102,7 +108,7 @@ def run_search(
                 "search.max_concurrent_trials"
             ),
         }[result.outcome]
-        end_unfinished(parent, config, experiment_dir, reason)
+        end_unfinished(parent, config, experiment_dir, options, reason)
         return EXIT_INTERRUPTED if result.outcome is Outcome.INTERRUPTED else EXIT_STOPPED
     # The report needs no Ray: its processes end meanwhile (a second or more, else paid
     # at exit).
@@ -189,20 +195,21 @@ def report_and_finish(
     return trained
 
 
-def resume_command(config: SearchConfig, experiment_dir: Path) -> str:
-    return f"python -m search.run --config {config.source} --name {experiment_dir.name} --resume"
-
-
 def end_unfinished(
-    parent: ParentRun, config: SearchConfig, experiment_dir: Path, reason: str
+    parent: ParentRun,
+    config: SearchConfig,
+    experiment_dir: Path,
+    options: RunOptions,
+    reason: str,
 ) -> None:
-    """Leave no run RUNNING, and say how to continue."""
+    """Leave no run RUNNING, and say how to continue: the command line that started it
+    (a search started from Python: its config alone), resumed."""
     parent.close_unfinished_trials("interrupted")
     parent.finish("FAILED")
     print(f"Stopped: {reason}.", file=sys.stderr)
-    print(
-        f"To continue where it stopped: {resume_command(config, experiment_dir)}", file=sys.stderr
-    )
+    arguments = options.arguments or ("--config", str(config.source))
+    command = resume_command(arguments, experiment_dir.name)
+    print(f"To continue where it stopped: {command}", file=sys.stderr)
 
 
 def open_parent_run(

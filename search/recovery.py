@@ -1,7 +1,7 @@
 """Fitting that survives what long searches meet: Ray's memory monitor killing a trial
 (which Ray 2.60 turns into an abort of the whole `Tuner.fit`), and interruptions.
 
-A fit ends in one of three ways: finished (every trial terminated or errored),
+A fit ends in one of three ways: finished (every trial ended: returned, stopped or raised),
 interrupted (Ctrl-C: Tune saved its state and returned early), or stopped by the host's
 memory monitor more often than it may be resumed automatically. The last two leave a
 search that `--resume` continues.
@@ -70,10 +70,18 @@ def fit_with_recovery(
             )
             make = restored_tuner
             continue
-        done = grid.num_terminated + grid.num_errors
+        done = trials_ended(grid)
         if done < expected_trials:
             return FitResult(
                 Outcome.INTERRUPTED, attempt, f"{done} of {expected_trials} trials finished"
             )
         return FitResult(Outcome.FINISHED, attempt)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def trials_ended(grid: tune.ResultGrid) -> int:
+    """The trials of a fit that ended: raised, or whose last result was their last (the
+    trainable returned, or the scheduler stopped it: Tune marks it `done`). Not read off
+    the trials' statuses: an interrupted fit's clean-up marks every trial TERMINATED,
+    those still pending or running too."""
+    return sum(1 for result in grid if result.error is not None or result.metrics.get("done"))

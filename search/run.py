@@ -41,6 +41,7 @@ from search.models import check_models
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     for key, value in RAY_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         run_name=args.name,
         address=args.address or os.environ.get("RAY_ADDRESS"),
         resume=args.resume,
+        arguments=tuple(argv),
     )
     set_on_command_line = [
         *(item.partition("=")[0].strip() for item in args.overrides),

@@ -3,6 +3,8 @@
 import json
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 import optuna
@@ -12,7 +14,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from search import execute
-from search.recovery import is_host_memory_kill
+from search.recovery import Outcome, fit_with_recovery, is_host_memory_kill
 from search.run import main
 from tests.conftest import CONFIGS, UNSCALED
 from tests.processes import (
@@ -150,10 +152,12 @@ def test_ctrl_c_stops_with_the_resume_command_and_leaves_no_run_running(tmp_path
         search = start_cli(args, tmp_path, cli_env(ray_tmp))
         wait_for(lambda: any(n >= 2 for n in epochs_logged(tmp_path)), 180, "a trial's epoch 2")
         os.killpg(search.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
-        out, err = search.communicate(timeout=120)
+        _, err = search.communicate(timeout=120)
     assert search.returncode == 130, err[-3000:]
     assert "Traceback" not in err
-    assert f"python -m search.run --config {SMOKE} --name ctrl-c --resume" in out + err
+    resume = (f"python -m search.run --config {SMOKE} --num-samples 4 --name ctrl-c --resume "
+              f"train.epochs=6 search.max_concurrent_trials=1 {UNSCALED}")  # fmt: skip
+    assert f"To continue where it stopped: {resume}\n" in err
     runs = trial_runs(tmp_path)
     assert runs and all(run.info.status in ("FINISHED", "FAILED") for run in runs)
     assert {"interrupted"} <= {run.data.tags.get("status") for run in runs}
@@ -175,6 +179,38 @@ def test_resuming_with_a_changed_config_names_the_keys_that_differ(tmp_path, cap
 
 class HostMemoryKill(RuntimeError):
     """What Tuner.fit raises in Ray 2.60 when its memory monitor kills a trial's worker."""
+
+
+@pytest.mark.ray
+def test_a_fit_interrupted_before_any_trial_reported_is_interrupted_not_finished(
+    ray_instance, tmp_path
+):
+    """Ctrl-C once every planned trial has started and none has reported: Tune's clean-up
+    marks them all TERMINATED, so their statuses would read as a finished search."""
+    from ray import tune
+
+    def waits(config):
+        (tmp_path / f"started-{config['x']}").touch()
+        time.sleep(120)
+
+    def tuner() -> tune.Tuner:
+        return tune.Tuner(
+            tune.with_resources(waits, {"cpu": 1}),
+            param_space={"x": tune.grid_search([1, 2])},
+            run_config=tune.RunConfig(storage_path=str(tmp_path), name="waits", verbose=0),
+        )
+
+    def interrupt_once_both_started() -> None:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("started-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGUSR1)  # Tune's stop signal besides Ctrl-C's SIGINT
+
+    threading.Thread(target=interrupt_once_both_started, daemon=True).start()
+    result = fit_with_recovery(tuner, tuner, expected_trials=2, automatic_resumes=0,
+                               say=print)  # fmt: skip
+    assert result.outcome is Outcome.INTERRUPTED
+    assert result.detail == "0 of 2 trials finished"
 
 
 def test_a_memory_monitor_kill_is_recognised_even_wrapped():
@@ -237,7 +273,8 @@ def test_a_search_the_memory_monitor_keeps_killing_stops_with_the_exact_resume_c
     code = main(["--config", SMOKE, "--name", "doomed", "--num-samples", "2", UNSCALED])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
-    assert f"python -m search.run --config {SMOKE} --name doomed --resume" in err
+    printed = f"python -m search.run --config {SMOKE} --num-samples 2 --name doomed --resume "
+    assert printed + UNSCALED in err  # as it was started: a resumed search keeps its config
     client = mlflow_client(tmp_path)
     runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
     assert runs and all(run.info.status == "FAILED" for run in runs)

@@ -142,6 +142,25 @@ def test_an_unreachable_cluster_is_refused_within_seconds_before_anything_starts
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
 
 
+def test_the_resume_command_printed_is_the_command_that_started_the_search_quoted():
+    """Pasted into a shell it parses to the same config, flags and overrides (a resumed
+    search keeps its config), with the search's name and --resume."""
+    import shlex
+
+    from search.cli import parse_args, resume_command
+
+    started = ["--config", "my cfg ü/smoke.yaml", "--storage-path", "/tmp/a b", "--name", "x",
+               "--num-samples", "2", "search.ablation={seeds: 1}", "train.epochs=1"]  # fmt: skip
+    printed = resume_command(started, "smoke-20261206-193556")
+    words = shlex.split(printed)
+    assert words[:3] == ["python", "-m", "search.run"]
+    resumed = parse_args(words[3:])
+    assert resumed.resume and resumed.name == "smoke-20261206-193556"
+    assert (resumed.config, resumed.storage_path, resumed.num_samples) == (
+        "my cfg ü/smoke.yaml", "/tmp/a b", 2)  # fmt: skip
+    assert resumed.overrides == ["search.ablation={seeds: 1}", "train.epochs=1"]
+
+
 def test_resume_with_nothing_to_resume_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["--config", str(SMOKE), "--resume"]) == 2
