@@ -7,7 +7,7 @@ Relative paths are resolved against the directory the command was run in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -370,6 +370,11 @@ def load_config(
     raw = _read_yaml(Path(path), source)
     given = {key: value for key, value in (flags or {}).items() if value is not None}
     problems = apply_overrides(raw, overrides)
+    overridden = {item.partition("=")[0].strip(): item for item in overrides}
+    for key_path, value in given.items():
+        if key_path in overridden:
+            twice = f"is given twice, {value!r} by its flag and `{overridden[key_path]}`; give one"
+            problems.append(Problem(key_path, twice))
     for key_path, value in given.items():
         problems += _set_key(raw, key_path.split("."), value)
     raw, renamed = sections_under_new_names(raw)
@@ -444,6 +449,30 @@ def say_where_set(problem: Problem, set_on_command_line: Sequence[str]) -> Probl
     return problem
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (the safe loader
+    keeps the last one, and the first would be ignored without a word)."""
+
+
+def _mapping_of_unique_keys(loader: UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    first_line: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if isinstance(key, Hashable) and key in first_line:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{key!r} is given twice (first on line {first_line[key]})",
+                key_node.start_mark,
+            )  # fmt: skip
+        if isinstance(key, Hashable):
+            first_line[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node)
+
+
+UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_of_unique_keys
+)
+
+
 def _read_yaml(path: Path, source: str) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -452,7 +481,7 @@ def _read_yaml(path: Path, source: str) -> dict[str, Any]:
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as error:
         raise ConfigError(source, [Problem("", f"cannot be read: {error}")]) from None
     try:
-        raw = yaml.safe_load(text)  # safe: a config is data, never code
+        raw = yaml.load(text, Loader=UniqueKeyLoader)  # safe: a config is data, never code
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -484,8 +513,12 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> list[Probl
             continue
         if value is None and parts[0] == "space" and len(parts) == 2:
             space = raw.get("space")
-            if isinstance(space, dict):
-                space.pop(parts[1], None)  # `space.lr=null` stops sampling lr
+            if isinstance(space, dict) and parts[1] in space:
+                space.pop(parts[1])  # `space.lr=null` stops sampling lr
+            elif not set(under_new_names({parts[1]: None})[0]) <= TRAIN_KEYS:  # a misspelling
+                problems.append(
+                    Problem(key_path, unknown_key_message(parts[1], TRAIN_KEYS - {"data"}))
+                )
             continue
         problems += _set_key(raw, parts, value)
     return problems

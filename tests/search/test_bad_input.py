@@ -146,6 +146,34 @@ def test_a_bad_override_on_the_command_line_is_one_message(override, nothing_run
 
 
 @pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["space.batchsize=null"],
+         "space.batchsize: unknown key; did you mean 'batch_size'? (set on the command line)"),
+        (["--num-samples", "3", "search.num_samples=0"],
+         "search.num_samples: is given twice, 3 by its flag and `search.num_samples=0`; "
+         "give one (set on the command line)"),
+    ],
+)  # fmt: skip
+def test_what_the_command_line_would_drop_without_a_word_is_one_message(
+    arguments, said, nothing_runs, capsys
+):
+    assert main(["--config", str(CONFIGS / "smoke.yaml"), *arguments]) == 2
+    assert said in capsys.readouterr().err and not nothing_runs
+
+
+def test_a_key_given_twice_in_the_file_is_one_message_naming_both_lines(
+    tmp_path, nothing_runs, capsys
+):
+    path = tmp_path / "twice.yaml"
+    path.write_text("name: twice\ntrain:\n  epochs: 1\n  lr: 0.01\n  epochs: 2\n")
+    assert main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "line 5, column 3: 'epochs' is given twice (first on line 3)" in err
+    assert "Traceback" not in err and not nothing_runs
+
+
+@pytest.mark.parametrize(
     ("overrides", "said"),
     [
         (["train.device=gpu"], "train.device: must be one of auto, cpu, cuda or cuda:N"),
