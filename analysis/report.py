@@ -68,10 +68,12 @@ from analysis.pareto import (
 from analysis.repeats import aggregate_repeats
 from analysis.same_work import own_values, pool_same_work, pooled_note
 from analysis.tables import select, trend_table
+from analysis.tracking_server import TrackingUnavailable, check_reachable
 from trainables.metrics import (
     ABLATION_OF,
     DEFAULT_MIN_ACCURACY,
     DEFAULT_OBJECTIVES,
+    NUMERIC_METRICS,
     STATUS_OK,
     min_accuracy_for,
 )
@@ -711,7 +713,7 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--objectives", help="e.g. throughput:max,best_val_acc:max,gen_gap:min")
     parser.add_argument(
         "--min-accuracy",
-        type=float,
+        type=fraction,
         help="trials with a lower best_val_acc stay off the front (default: chance + 0.05 "
         f"for the search's classes, {DEFAULT_MIN_ACCURACY} for two)",
     )
@@ -737,9 +739,24 @@ def argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def fraction(text: str) -> float:
+    """An accuracy on the command line: a number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not an accuracy from 0 to 1")
+    return value
+
+
 def open_search(args: argparse.Namespace) -> tuple[MlflowClient, Run, dict[str, str]]:
     """The store, the search's parent run and its objectives; `ReportError` with the
     message a user reads where any of them cannot be had."""
+    try:
+        check_reachable(args.tracking_uri)
+    except TrackingUnavailable as error:
+        raise ReportError(str(error)) from None
     try:
         check_store_exists(args.tracking_uri)
         client = MlflowClient(args.tracking_uri)
@@ -764,18 +781,59 @@ class ReportError(Exception):
     """What stops `python -m analysis.report`, as its user reads it."""
 
 
+def measured_objectives(frame: pd.DataFrame, objectives: Mapping[str, str]) -> None:
+    """`ReportError` for an objective (`--objectives`) the search's trials do not report."""
+    unknown = [name for name in objectives if name not in frame]
+    if unknown:
+        raise ReportError(
+            f"--objectives: {', '.join(map(repr, unknown))} is no metric of the search's "
+            f"trials (known: {', '.join(sorted(set(frame.columns) & set(NUMERIC_METRICS)))})"
+        )
+
+
+def trend_tables(
+    frame: pd.DataFrame, trends: list[str], value: str, where: list[str]
+) -> list[tuple[str, pd.DataFrame]]:
+    """Each `--trend` spec with its table of `value` over the trials `where` selects;
+    `ReportError` naming the option for a mistake, found before a report is written."""
+    for condition in where:
+        if "=" not in condition:
+            raise ReportError(f"--where {condition!r} must look like SETTING=VALUE")
+    try:
+        selected = select(frame, where)
+    except KeyError as error:
+        raise ReportError(f"--where: {error.args[0]}") from None
+    if where and selected.empty:
+        raise ReportError(f"--where {' '.join(where)}: no trial of the search matches")
+    if trends and value not in frame:
+        raise ReportError(f"--trend-value {value!r} is no metric of the search's trials")
+    tables = []
+    for spec in trends:
+        if spec.count(",") > 1:
+            raise ReportError(f"--trend {spec!r}: one or two settings, ROWS[,COLUMNS]")
+        try:
+            tables.append((spec, trend_table(selected, value, *spec.split(",", 1))))
+        except KeyError as error:
+            raise ReportError(f"--trend {spec!r}: {error.args[0]}") from None
+    return tables
+
+
 def main(argv: list[str] | None = None) -> int:
     args = argument_parser().parse_args(argv)
     try:
         client, parent, objectives = open_search(args)
+        frame = frame_from_mlflow(client, parent)
+        if frame.empty:
+            raise ReportError(f"search run {parent.info.run_name!r} has no trial runs")
+        if args.objectives:  # the search's own are what its trials report
+            measured_objectives(frame, objectives)
+        trends = trend_tables(frame, args.trend, args.trend_value, args.where)
+        out = Path(args.out) if args.out else default_out(parent.data.tags, parent.info.run_name)
+        if out.exists() and not out.is_dir():
+            raise ReportError(f"--out {out} is a file; the report needs a folder")
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    frame = frame_from_mlflow(client, parent)
-    if frame.empty:
-        print(f"error: search run {parent.info.run_name!r} has no trial runs", file=sys.stderr)
-        return 2
-    out = Path(args.out) if args.out else default_out(parent.data.tags, parent.info.run_name)
     report = build_report(
         frame,
         objectives,
@@ -795,16 +853,8 @@ def main(argv: list[str] | None = None) -> int:
     publish(client, parent.info.run_id, report)
     for line in [*_summary_lines(report), *report.ablation_answer()]:
         print(line)
-    try:
-        selected = select(frame, args.where)
-        trends = [
-            trend_table(selected, args.trend_value, *spec.split(",", 1)) for spec in args.trend
-        ]
-    except KeyError as error:
-        print(f"error: {error.args[0]}", file=sys.stderr)
-        return 2
     where = f" where {', '.join(args.where)}" if args.where else ""
-    for spec, table in zip(args.trend, trends, strict=True):
+    for spec, table in trends:
         by = spec.replace(",", " and ")
         print(f"\n{args.trend_value} by {by}{where} (mean ± std over seeds):")
         print(table.to_markdown())

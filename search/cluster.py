@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
-import urllib.error
 import urllib.parse
-import urllib.request
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -45,32 +43,6 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
         raise ClusterUnavailable(
             f"cannot reach the Ray cluster at {address} ({error.strerror or error}); start "
             "its head node (`ray start --head --port=6379`) or check --address / RAY_ADDRESS"
-        ) from None
-
-
-class TrackingUnavailable(Exception):
-    """The tracking store cannot be reached; raised before any trial runs."""
-
-
-def is_server(tracking_uri: str) -> bool:
-    """An MLflow server (http or https), as opposed to a store the search opens itself."""
-    return tracking_uri.startswith(("http://", "https://"))
-
-
-def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail within seconds, not after MLflow's minutes of retries, if a server is down."""
-    if not is_server(uri):
-        return
-    try:
-        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s):
-            return
-    except urllib.error.HTTPError:
-        return  # something answers; MLflow's own calls will report what is wrong
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise TrackingUnavailable(
-            f"cannot reach the MLflow server at {uri} ({reason}); start it "
-            f"(`mlflow server --host 127.0.0.1 --port PORT`) or pass another --tracking-uri"
         ) from None
 
 

@@ -14,8 +14,8 @@ from analysis.flat import as_shown
 from analysis.load import CONFIG_PREFIX
 from analysis.report import header_legend, setting_headers
 from analysis.same_work import pooled_note
+from analysis.tracking_server import is_server
 from search.ablation import ablation_trials
-from search.cluster import is_server
 from search.config import SearchConfig
 
 

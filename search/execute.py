@@ -24,6 +24,7 @@ from analysis.report import (
     publish,
     split_size_tags,
 )
+from analysis.tracking_server import is_server
 from search.ablation_run import ABLATIONS_DIR, run_ablations
 from search.background import in_background
 from search.cli import (
@@ -33,7 +34,6 @@ from search.cli import (
     RunOptions,
     resume_command,
 )
-from search.cluster import is_server
 from search.config import SearchConfig
 from search.console import mlflow_ui_command, runs_link, say, summary_table
 from search.experiment import SearchState

@@ -12,14 +12,9 @@ import os
 import sys
 from pathlib import Path
 
+from analysis.tracking_server import TrackingUnavailable, check_reachable
 from search.cli import EXIT_USAGE, RAY_ENVIRONMENT, RunOptions, parse_args, run_as_command
-from search.cluster import (
-    ClusterUnavailable,
-    TrackingUnavailable,
-    check_address,
-    check_reachable,
-    check_tracking_store,
-)
+from search.cluster import ClusterUnavailable, check_address, check_tracking_store
 from search.config import (
     ConfigError,
     SearchConfig,

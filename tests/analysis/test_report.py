@@ -1,3 +1,4 @@
+import contextlib
 import re
 import shutil
 import subprocess
@@ -207,6 +208,43 @@ def test_the_command_prints_trend_tables_over_selected_trials(search_in_mlflow, 
     assert "| False" not in out  # only the selected trials
     assert main([*args, "--trend", "momentum"]) == 2
     assert "no setting 'momentum'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--objectives", "foo:max"], "--objectives: 'foo' is no metric of the search's trials"),
+        (["--where", "batch_size"], "--where 'batch_size' must look like SETTING=VALUE"),
+        (["--where", "batch_size=999"], "--where batch_size=999: no trial of the search matches"),
+        (["--trend", "batch_size,amp,lr"], "--trend 'batch_size,amp,lr': one or two settings"),
+        (["--trend", "nope"], "--trend 'nope': no setting 'nope' among the trials"),
+        (["--trend", "amp", "--trend-value", "nope"], "--trend-value 'nope' is no metric"),
+        (["--min-accuracy", "2"], "2 is not an accuracy from 0 to 1"),
+    ],
+)  # fmt: skip
+def test_a_mistaken_option_is_one_message_and_nothing_is_written_or_attached(
+    search_in_mlflow, tmp_path, capsys, extra, said
+):
+    uri, client, parent = search_in_mlflow
+    out = tmp_path / "out"
+    with contextlib.suppress(SystemExit):  # argparse's own refusal exits 2 itself
+        assert main(["--experiment", "cats", "--tracking-uri", uri, "--out", str(out),
+                     *extra]) == 2  # fmt: skip
+    assert said in capsys.readouterr().err
+    assert not out.exists() and not client.list_artifacts(parent.info.run_id)
+
+
+def test_out_naming_a_file_is_one_message(search_in_mlflow, tmp_path, capsys):
+    uri, _, _ = search_in_mlflow
+    (tmp_path / "afile").write_text("mine")
+    assert main(["--experiment", "cats", "--tracking-uri", uri,
+                 "--out", str(tmp_path / "afile")]) == 2  # fmt: skip
+    assert "is a file; the report needs a folder" in capsys.readouterr().err
+
+
+def test_an_unreachable_server_is_one_message_within_seconds(capsys):
+    assert main(["--experiment", "cats", "--tracking-uri", "http://127.0.0.1:9"]) == 2
+    assert "cannot reach the MLflow server at http://127.0.0.1:9" in capsys.readouterr().err
 
 
 def test_the_command_names_a_missing_experiment(tmp_path, capsys):
