@@ -478,7 +478,7 @@ def _read_yaml(path: Path, source: str) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(source, [Problem("", "file not found")]) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as error:
+    except (OSError, UnicodeDecodeError) as error:  # a folder, no permission, a path too long
         raise ConfigError(source, [Problem("", f"cannot be read: {error}")]) from None
     try:
         raw = yaml.load(text, Loader=UniqueKeyLoader)  # safe: a config is data, never code

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -85,8 +86,31 @@ def check_storage(storage: Path, source: str) -> None:
     elif not os.access(existing, os.W_OK | os.X_OK):
         problem = f"cannot create the results folder in {existing} (no permission): {storage}"
     else:
-        return
+        try:  # made and taken away: what the permission bits cannot say (/proc, a full disk)
+            os.rmdir(tempfile.mkdtemp(prefix=".search-probe-", dir=existing))
+            return
+        except OSError as error:
+            problem = (
+                f"cannot create the results folder in {existing} ({error.strerror}): {storage}"
+            )
     raise ConfigError(source, [Problem("run.storage_path", problem)])
+
+
+class BadRunName(ValueError):
+    """A --name that cannot name a results folder."""
+
+
+def check_run_name(name: str | None) -> None:
+    """Refuse a `--name` that is no folder's name (the search's results folder is named by
+    it): empty, `.` or `..`, with a `/`, or longer than a file name may be."""
+    if name is None:
+        return
+    if name in ("", ".", "..") or "/" in name or "\0" in name or len(name.encode()) > 255:
+        shown = name if len(name) <= 60 else f"{name[:60]}... ({len(name)} characters)"
+        raise BadRunName(
+            f"--name {shown!r} cannot name the results folder: give a folder name without "
+            "'/', of at most 255 bytes"
+        )
 
 
 def nearest_existing(path: Path) -> Path:

@@ -26,8 +26,10 @@ from search.data_check import check_data
 from search.devices import check_devices
 from search.errors import Problem
 from search.experiment import (
+    BadRunName,
     ExperimentNotFound,
     SearchState,
+    check_run_name,
     check_storage,
     find_resumable,
     new_run_name,
@@ -66,12 +68,19 @@ def main(argv: list[str] | None = None) -> int:
         check_tracking_store(config.tracking.uri or "", config.source)
         check_reachable(config.tracking.uri or "")
         check_address(options.address)
+        check_run_name(options.run_name)
         experiment_dir = locate_experiment(config, options)
     except ConfigError as error:
         where = [say_where_set(problem, set_on_command_line) for problem in error.problems]
         print(ConfigError(error.source, where).render(), file=sys.stderr)
         return EXIT_USAGE
-    except (TrackingUnavailable, ClusterUnavailable, ExperimentNotFound, FileExistsError) as error:
+    except (
+        TrackingUnavailable,
+        ClusterUnavailable,
+        ExperimentNotFound,
+        FileExistsError,
+        BadRunName,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     from search.startup import start  # Ray, and on a thread MLflow, Optuna and Tune, load here

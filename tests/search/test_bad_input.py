@@ -162,6 +162,30 @@ def test_what_the_command_line_would_drop_without_a_word_is_one_message(
     assert said in capsys.readouterr().err and not nothing_runs
 
 
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--name", "n" * 300], "(300 characters)' cannot name the results folder"),
+        (["--name", "n" * 300, "--resume"], "cannot name the results folder"),
+        (["--name", "a/b"], "--name 'a/b' cannot name the results folder"),
+        (["run.storage_path=/proc/results"],
+         "run.storage_path: cannot create the results folder in /proc"),
+    ],
+)  # fmt: skip
+def test_a_results_folder_that_cannot_be_made_is_one_message(
+    arguments, said, nothing_runs, capsys
+):
+    assert main(["--config", str(CONFIGS / "smoke.yaml"), *arguments]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and not nothing_runs
+
+
+def test_a_config_path_through_a_file_is_one_message(tmp_path, nothing_runs, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert main(["--config", str(tmp_path / "afile" / "x.yaml")]) == 2
+    assert "cannot be read: [Errno 20] Not a directory" in capsys.readouterr().err
+
+
 def test_a_key_given_twice_in_the_file_is_one_message_naming_both_lines(
     tmp_path, nothing_runs, capsys
 ):
