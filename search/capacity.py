@@ -40,6 +40,7 @@ import torch
 from search.config import ConfigError, SearchConfig, load_config, renamed_notes
 from search.devices import slow_cpu_amp
 from search.errors import Problem
+from search.experiment import nearest_existing
 from trainables.cuda import TorchCudaCard, available, resolve_device, synchronize
 from trainables.host_memory import give_back_freed_memory, hold_host_allocator
 from trainables.memory import (
@@ -486,6 +487,38 @@ def budget_of(config: SearchConfig, card: TorchCudaCard | None) -> float:
     )
 
 
+def out_problem(out: Path) -> str | None:
+    """Why the table cannot be written at `out`, or None."""
+    if out.is_dir():
+        return "is a folder; give the CSV file's path"
+    existing = nearest_existing(out.parent)
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    return None
+
+
+def at_least_one(text: str) -> int:
+    """A count on the command line: a whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
+
+
+def positive(text: str) -> float:
+    """A size on the command line: a number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not above 0")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m search.capacity", description=__doc__.splitlines()[0]
@@ -494,14 +527,17 @@ def main(argv: list[str] | None = None) -> int:
                         "size, device and per-trial memory budget are used")  # fmt: skip
     parser.add_argument("--out", help="CSV path (default: <storage_path>/<name>-capacity.csv)")
     parser.add_argument(
-        "--accumulation-steps", type=int, default=2, help="for the last row (default: 2)"
+        "--accumulation-steps",
+        type=at_least_one,
+        default=2,
+        help="for the last row (default: 2)",
     )
     parser.add_argument(
-        "--steps", type=int, default=3, help="timed steps per technique (default: 3)"
+        "--steps", type=at_least_one, default=3, help="timed steps per technique (default: 3)"
     )
     parser.add_argument(
         "--host-limit-mb",
-        type=float,
+        type=positive,
         default=1024,
         help="CPU: time steps at the largest batch whose metered step fits in this much, and "
         "scale the time to the full batch (marked ~); the host needs several times the meter's "
@@ -520,6 +556,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(error.render(), file=sys.stderr)
         return EXIT_USAGE
+    out = (
+        Path(args.out)
+        if args.out
+        else Path(config.run.storage_path) / f"{config.name}-capacity.csv"
+    )
+    problem = out_problem(out)
+    if problem is not None:  # said now, not after minutes of measuring
+        print(f"error: --out {out}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     threads = max(1, min(int(config.resources.cpu), os.cpu_count() or 1))
     torch.set_num_threads(threads)
     hold_host_allocator()  # its timed steps run as a trial's do (trainables.host_memory)
@@ -532,11 +577,6 @@ def main(argv: list[str] | None = None) -> int:
     rows = capacity_table(config, budget, args.accumulation_steps, args.steps,
                           args.host_limit_mb, card=card, base=settings,
                           time_amp=time_amp)  # fmt: skip
-    out = (
-        Path(args.out)
-        if args.out
-        else Path(config.run.storage_path) / f"{config.name}-capacity.csv"
-    )
     write_csv(rows, out)
     print()
     print(render(rows))

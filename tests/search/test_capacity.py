@@ -260,3 +260,28 @@ def test_the_autotuners_row_searches_without_it_and_verifies_with_it_in_two_prob
     assert [step for step in steps if step[1]] == [(236, True), (237, True), (236, True),
                                                    (236, True)]  # fmt: skip
     assert torch.backends.cudnn.benchmark  # as the row's settings left it
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--accumulation-steps", "-3"], "argument --accumulation-steps: -3 is less than 1"),
+        (["--steps", "0"], "argument --steps: 0 is less than 1"),
+        (["--host-limit-mb", "-5"], "argument --host-limit-mb: -5 is not above 0"),
+        (["--out", "{tmp}/afile/x.csv"], "afile is a file, not a folder"),
+        (["--out", "{tmp}"], "is a folder; give the CSV file's path"),
+    ],
+)
+def test_a_mistaken_option_is_one_message_before_anything_is_measured(
+    arguments, said, tmp_path, capsys, monkeypatch
+):
+    (tmp_path / "afile").write_text("mine")
+    measured = []
+    monkeypatch.setattr("search.capacity.capacity_table", lambda *a, **k: measured.append(a))
+    args = [argument.format(tmp=tmp_path) for argument in arguments]
+    try:
+        code = main(["--config", str(CONFIGS / "smoke.yaml"), *args,
+                     "resources.memory_budget_mb=500"])  # fmt: skip
+    except SystemExit as exit_:  # argparse's own refusal
+        code = exit_.code
+    assert code == 2 and said in capsys.readouterr().err and not measured
