@@ -31,6 +31,12 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
     if address is None or address in LOCAL_ADDRESSES:
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if "://" in host:  # e.g. the dashboard's http://HOST:8265, which Ray Jobs take
+        raise ClusterUnavailable(
+            f"--address {address!r} is a web address; a search joins the cluster at the head "
+            "node's HOST:PORT (for example 10.0.0.5:6379, what `ray start --head` prints), or "
+            "ray://HOST:10001 for Ray Client"
+        )
     if not sep or not host or not port.isdigit():
         raise ClusterUnavailable(
             f"--address {address!r} is not HOST:PORT (for example 10.0.0.5:6379, the head "

@@ -68,7 +68,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel], str], ...] = (
     ("tracking", TrackingSection, "the MLflow store and experiment"),
 )  # fmt: skip
 # Fields a section holds that are written in a section of their own, or not by users.
-NOT_LISTED = {"train": {"data", "gap_epochs"}, "search": {"early_stopping", "ablation"}}
+NOT_LISTED = {"train": {"data"}, "search": {"early_stopping", "ablation"}}
 
 
 def field_notes(model: type[BaseModel]) -> dict[str, str]:

@@ -93,9 +93,10 @@ class TrainSettings(BaseModel):
     # that batch); set, or deterministic: that batch, or the physical one, in the trial's
     # layout
     eval_batch_size: int | None = Field(None, gt=0, **_STRICT)
-    # epochs whose report carries gen_gap and val_test_gap (an early-stopping scheduler's
-    # rungs; `search` fills them in); the last epoch always does, and between them the best
+    # epochs whose report carries gen_gap and val_test_gap: the search adds its early
+    # stopping's rungs to these; the last epoch always does, and between them the best
     # epoch's weights wait in host memory to be scored on the training subset and test split
+    # (every epoch, `[1, 2, ..., 7]`, for bench/early_stopping_replay.py)
     gap_epochs: tuple[int, ...] = ()
     # --- large-batch techniques, each a switch of the one training loop ---
     amp: bool = Field(False, **_STRICT)  # autocast: fp16 + GradScaler on CUDA, bf16 on CPU

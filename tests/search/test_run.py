@@ -139,6 +139,8 @@ def test_an_unreachable_cluster_is_refused_within_seconds_before_anything_starts
     assert "cannot reach the Ray cluster at 127.0.0.1:" in capsys.readouterr().err
     assert main(["--config", str(SMOKE), "--address", "head-node"]) == 2
     assert "is not HOST:PORT" in capsys.readouterr().err
+    assert main(["--config", str(SMOKE), "--address", "http://127.0.0.1:8265"]) == 2
+    assert "is a web address; a search joins the cluster at" in capsys.readouterr().err
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
 
 
