@@ -32,6 +32,7 @@ from analysis.ablations import (
     same_updates,
     split_ablations,
 )
+from analysis.arguments import ACCURACY
 from analysis.charts import (
     batch_size_chart,
     effect_chart,
@@ -713,7 +714,7 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--objectives", help="e.g. throughput:max,best_val_acc:max,gen_gap:min")
     parser.add_argument(
         "--min-accuracy",
-        type=fraction,
+        type=ACCURACY,
         help="trials with a lower best_val_acc stay off the front (default: chance + 0.05 "
         f"for the search's classes, {DEFAULT_MIN_ACCURACY} for two)",
     )
@@ -737,17 +738,6 @@ def argument_parser() -> argparse.ArgumentParser:
         help="--trend tables over the trials with this setting only, e.g. augment=false",
     )
     return parser
-
-
-def fraction(text: str) -> float:
-    """An accuracy on the command line: a number from 0 to 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text} is not an accuracy from 0 to 1")
-    return value
 
 
 def open_search(args: argparse.Namespace) -> tuple[MlflowClient, Run, dict[str, str]]:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from analysis.arguments import COUNT, POSITIVE
 from search.config import ConfigError, SearchConfig, load_config, renamed_notes
 from search.devices import slow_cpu_amp
 from search.errors import Problem
@@ -497,28 +498,6 @@ def out_problem(out: Path) -> str | None:
     return None
 
 
-def at_least_one(text: str) -> int:
-    """A count on the command line: a whole number, 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is less than 1")
-    return value
-
-
-def positive(text: str) -> float:
-    """A size on the command line: a number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not above 0")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m search.capacity", description=__doc__.splitlines()[0]
@@ -528,16 +507,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="CSV path (default: <storage_path>/<name>-capacity.csv)")
     parser.add_argument(
         "--accumulation-steps",
-        type=at_least_one,
+        type=COUNT,
         default=2,
         help="for the last row (default: 2)",
     )
     parser.add_argument(
-        "--steps", type=at_least_one, default=3, help="timed steps per technique (default: 3)"
+        "--steps", type=COUNT, default=3, help="timed steps per technique (default: 3)"
     )
     parser.add_argument(
         "--host-limit-mb",
-        type=positive,
+        type=POSITIVE,
         default=1024,
         help="CPU: time steps at the largest batch whose metered step fits in this much, and "
         "scale the time to the full batch (marked ~); the host needs several times the meter's "

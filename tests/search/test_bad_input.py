@@ -172,9 +172,7 @@ def test_what_the_command_line_would_drop_without_a_word_is_one_message(
          "run.storage_path: cannot create the results folder in /proc"),
     ],
 )  # fmt: skip
-def test_a_results_folder_that_cannot_be_made_is_one_message(
-    arguments, said, nothing_runs, capsys
-):
+def test_a_results_folder_that_cannot_be_made_is_one_message(arguments, said, nothing_runs, capsys):
     assert main(["--config", str(CONFIGS / "smoke.yaml"), *arguments]) == 2
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err and not nothing_runs

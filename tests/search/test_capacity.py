@@ -265,9 +265,12 @@ def test_the_autotuners_row_searches_without_it_and_verifies_with_it_in_two_prob
 @pytest.mark.parametrize(
     ("arguments", "said"),
     [
-        (["--accumulation-steps", "-3"], "argument --accumulation-steps: -3 is less than 1"),
-        (["--steps", "0"], "argument --steps: 0 is less than 1"),
-        (["--host-limit-mb", "-5"], "argument --host-limit-mb: -5 is not above 0"),
+        (
+            ["--accumulation-steps", "-3"],
+            "argument --accumulation-steps: -3 is not a whole number of 1 or more",
+        ),
+        (["--steps", "0"], "argument --steps: 0 is not a whole number of 1 or more"),
+        (["--host-limit-mb", "-5"], "argument --host-limit-mb: -5 is not a number above 0"),
         (["--out", "{tmp}/afile/x.csv"], "afile is a file, not a folder"),
         (["--out", "{tmp}"], "is a folder; give the CSV file's path"),
     ],
