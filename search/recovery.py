@@ -17,6 +17,8 @@ import ray.exceptions
 from ray import tune
 
 from trainables.data.errors import first_line
+from trainables.metrics import STATUS_OK
+from trainables.settings import DEFAULT_EPOCHS
 
 MEMORY_MONITOR_MESSAGE = "running low on memory"  # Ray's words when its monitor kills
 
@@ -80,8 +82,19 @@ def fit_with_recovery(
 
 
 def trials_ended(grid: tune.ResultGrid) -> int:
-    """The trials of a fit that ended: raised, or whose last result was their last (the
-    trainable returned, or the scheduler stopped it: Tune marks it `done`). Not read off
-    the trials' statuses: an interrupted fit's clean-up marks every trial TERMINATED,
-    those still pending or running too."""
-    return sum(1 for result in grid if result.error is not None or result.metrics.get("done"))
+    """The trials of a fit that ended (`ended`). Not read off the trials' statuses: an
+    interrupted fit's clean-up marks every trial TERMINATED, those still pending or
+    running too."""
+    return sum(1 for result in grid if ended(result))
+
+
+def ended(result: tune.Result) -> bool:
+    """Whether a trial's last result is its last: it raised; Tune marked it `done` (the
+    trainable returned, or the scheduler stopped it); or, as a trial restored from a
+    stopped search reads (its `done` is not kept), it was pruned, stopped or reached its
+    last epoch. A trial that never reported has ended only where it raised."""
+    metrics = result.metrics or {}
+    if result.error is not None or metrics.get("done"):
+        return True
+    epochs = (result.config or {}).get("epochs", DEFAULT_EPOCHS)
+    return metrics.get("status", STATUS_OK) != STATUS_OK or metrics.get("epoch") == epochs
