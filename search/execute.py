@@ -67,13 +67,14 @@ def run_search(
     this search started Ray, and shuts it down once the trials are done."""
     say(f"Data: {data.description}")
     parent = open_parent_run(config, experiment_dir, options.resume, data)
-    callback = MlflowTrialCallback(
-        config.tracking.uri or "",
-        parent.experiment_id,
-        parent.run_id,
-        fixed_params=flatten("", {k: v for k, v in config.train_config().items() if k != "data"}),
-    )
     try:
+        callback = MlflowTrialCallback(
+            config.tracking.uri or "",
+            parent.experiment_id,
+            parent.run_id,
+            fixed_params=flatten("", {k: v for k, v in config.train_config().items()
+                                      if k != "data"}),
+        )  # fmt: skip
         result = fit_with_recovery(
             first_tuner=lambda: (
                 restore_tuner(config, data, experiment_dir)
@@ -85,6 +86,9 @@ def run_search(
             automatic_resumes=AUTOMATIC_RESUMES,
             say=say,
         )
+    except KeyboardInterrupt:  # a second Ctrl-C while Tune stopped, or one outside its loop
+        end_unfinished(parent, config, experiment_dir, options, "the search was interrupted")
+        return EXIT_INTERRUPTED
     except BaseException:
         end_unfinished(parent, config, experiment_dir, options, "the search failed")
         raise
@@ -94,6 +98,11 @@ def run_search(
                 config, experiment_dir, data, [callback], min_accuracy_for(data.num_classes),
                 AUTOMATIC_RESUMES, say,
             )  # fmt: skip
+        except KeyboardInterrupt:
+            end_unfinished(
+                parent, config, experiment_dir, options, "the ablations were interrupted"
+            )
+            return EXIT_INTERRUPTED
         except BaseException:
             end_unfinished(parent, config, experiment_dir, options, "the ablations failed")
             raise
@@ -115,6 +124,13 @@ def run_search(
     stopping = in_background(ray.shutdown, name="ray-shutdown") if owns_ray else None
     try:
         trained = report_and_finish(config, experiment_dir, parent, callback, data)
+    except KeyboardInterrupt:
+        parent.finish("FAILED")  # the trials' runs are finished; the report is not
+        command = resume_command(options.arguments or ("--config", str(config.source)),
+                                 experiment_dir.name)  # fmt: skip
+        print("Stopped: interrupted while the report was written; the trials are done, and "
+              f"continuing writes it: {command}", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERRUPTED
     except BaseException:
         parent.finish("FAILED")  # the trials' runs are finished; the report is not
         raise

@@ -10,6 +10,8 @@ search that `--resume` continues.
 from __future__ import annotations
 
 import enum
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -59,7 +61,7 @@ def fit_with_recovery(
     make = first_tuner
     for attempt in range(automatic_resumes + 1):
         try:
-            grid = make().fit()
+            grid = fit_putting_sigint_back(make())
         except Exception as error:
             if not is_host_memory_kill(error):
                 raise
@@ -79,6 +81,19 @@ def fit_with_recovery(
             )
         return FitResult(Outcome.FINISHED, attempt)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def fit_putting_sigint_back(tuner: tune.Tuner) -> tune.ResultGrid:
+    """`tuner.fit()`, with the SIGINT handler it replaced put back after: Tune puts it back
+    only once interrupted, so a Ctrl-C after a fit that ended (while the report is
+    written) would be taken as one for that fit, and do nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return tuner.fit()
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        return tuner.fit()
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def trials_ended(grid: tune.ResultGrid) -> int:

@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 
 from analysis.tracking_server import TrackingUnavailable, check_reachable
-from search.cli import EXIT_USAGE, RAY_ENVIRONMENT, RunOptions, parse_args, run_as_command
+from search.cli import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    RAY_ENVIRONMENT,
+    RunOptions,
+    parse_args,
+    run_as_command,
+)
 from search.cluster import ClusterUnavailable, check_address, check_tracking_store
 from search.config import (
     ConfigError,
@@ -83,9 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     ) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    from search.startup import start  # Ray, and on a thread MLflow, Optuna and Tune, load here
+    try:
+        from search.startup import start  # Ray, and on a thread MLflow, Optuna, Tune, load here
 
-    return start(config, experiment_dir, options)
+        return start(config, experiment_dir, options)
+    except KeyboardInterrupt:  # once the search has begun, `search.execute` says how it ended
+        print("Stopped: interrupted before any trial started; the same command starts the "
+              "search again.", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERRUPTED
 
 
 def locate_experiment(config: SearchConfig, options: RunOptions) -> Path:

@@ -9,7 +9,10 @@ in): done one after the other they were a tenth of the default search.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,7 +39,36 @@ def start(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> in
     the data ready, then `search.execute.run_search`. A Ray instance this started is shut
     down at the end; one already running in this process (a notebook's, a test's) is left
     running. A refusal leaves nothing behind: MLflow's store is opened only once the
-    cluster has been accepted."""
+    cluster has been accepted. Once Ray is up, SIGTERM stops the search as Ctrl-C does
+    (`sigterm_as_interrupt`), until this returns."""
+    with contextlib.ExitStack() as until_the_end:
+        return started(config, experiment_dir, options, until_the_end)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (`kill`, a scheduler ending a job, `docker stop`) taken as Ctrl-C: Tune saves
+    its state and the search says how to continue, instead of Ray's handler for its driver
+    printing a native stack trace and aborting (exit 134). Set once Ray is up (its start
+    sets that handler), from the main thread only (where Python runs signal handlers); the
+    handler before is put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def started(
+    config: SearchConfig,
+    experiment_dir: Path,
+    options: RunOptions,
+    until_the_end: contextlib.ExitStack,
+) -> int:
+    """`start`'s body; `until_the_end` holds what is undone when the search returns."""
     planned = config.resources.gpu != "auto"  # else said once Ray has counted the cards
     if planned:
         config = machine_space(config, options, experiment_dir)
@@ -46,6 +78,7 @@ def start(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> in
     owns_ray = not ray.is_initialized()
     try:
         start_ray(options.address)
+        until_the_end.enter_context(sigterm_as_interrupt())
         config = resolve_gpu(config, options)
         check_cluster_resources(config)
         # Timed on a trial's CPU while the data loads and, here, the AMP probe runs: the

@@ -207,10 +207,12 @@ def test_a_fit_interrupted_before_any_trial_reported_is_interrupted_not_finished
         os.kill(os.getpid(), signal.SIGUSR1)  # Tune's stop signal besides Ctrl-C's SIGINT
 
     threading.Thread(target=interrupt_once_both_started, daemon=True).start()
+    sigint = signal.getsignal(signal.SIGINT)
     result = fit_with_recovery(tuner, tuner, expected_trials=2, automatic_resumes=0,
                                say=print)  # fmt: skip
     assert result.outcome is Outcome.INTERRUPTED
     assert result.detail == "0 of 2 trials finished"
+    assert signal.getsignal(signal.SIGINT) is sigint  # Tune's handler does not outlive the fit
 
 
 def test_a_memory_monitor_kill_is_recognised_even_wrapped():
@@ -281,18 +283,27 @@ def test_a_search_the_memory_monitor_keeps_killing_stops_with_the_exact_resume_c
 
 
 @pytest.mark.ray
-def test_a_report_that_fails_leaves_the_search_run_failed_not_running(
-    ray_instance, tmp_path, monkeypatch
+@pytest.mark.parametrize("stop", [OSError("No space left on device"), KeyboardInterrupt()])
+def test_a_report_that_fails_or_is_interrupted_leaves_the_search_run_failed_not_running(
+    stop, ray_instance, tmp_path, monkeypatch, capsys
 ):
     monkeypatch.chdir(tmp_path)
 
-    def report_fails(*args, **kwargs):
-        raise OSError("No space left on device")
+    def report_stops(*args, **kwargs):
+        raise stop
 
-    monkeypatch.setattr(execute, "report_and_finish", report_fails)
-    with pytest.raises(OSError, match="No space left"):
-        main(["--config", SMOKE, "--name", "reportless", "--num-samples", "2", "train.epochs=1",
-              UNSCALED])  # fmt: skip
+    monkeypatch.setattr(execute, "report_and_finish", report_stops)
+    args = ["--config", SMOKE, "--name", "reportless", "--num-samples", "2", "train.epochs=1",
+            UNSCALED]  # fmt: skip
+    if isinstance(stop, KeyboardInterrupt):  # Ctrl-C: said, and continuing writes it
+        assert main(args) == 130
+        assert (
+            "Stopped: interrupted while the report was written; the trials are done, and "
+            "continuing writes it: python -m search.run --config"
+        ) in capsys.readouterr().err
+    else:
+        with pytest.raises(OSError, match="No space left"):
+            main(args)
     client = mlflow_client(tmp_path)
     runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
     (parent,) = [run for run in runs if "mlflow.parentRunId" not in run.data.tags]

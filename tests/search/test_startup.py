@@ -2,6 +2,8 @@
 the data is prepared; a Ray instance the search started is shut down while the report is
 written, and one it found running is left running."""
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -125,6 +127,30 @@ def test_a_store_mlflow_cannot_open_is_refused_naming_the_key_and_is_left_as_it_
     assert store.read_text() == "not a database"
     assert not (tmp_path / "ray_results").exists()
     assert ray.is_initialized()  # the session's instance, not this search's to end
+
+
+def test_ctrl_c_before_any_trial_started_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(startup, "start", interrupted)
+    assert main(["--config", SMOKE]) == 130
+    err = capsys.readouterr().err
+    assert "Stopped: interrupted before any trial started" in err and "Traceback" not in err
+
+
+def test_sigterm_is_taken_as_ctrl_c_while_a_search_runs_and_left_as_it_was_after():
+    sigint = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own Ctrl-C
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(KeyboardInterrupt), startup.sigterm_as_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs here, between two of Python's steps
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_a_ray_that_fails_to_start_leaves_no_thread_waiting_and_no_store(tmp_path, monkeypatch):
