@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import logging
 import os
 import shlex
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -64,6 +67,20 @@ def resume_command(arguments: Sequence[str], name: str) -> str:
         if value is not None:
             words += [flag, str(value)]
     return shlex.join([*words, "--name", name, "--resume", *args.overrides])
+
+
+@contextlib.contextmanager
+def handler_put_back(signum: int) -> Iterator[bool]:
+    """The handler of `signum` as it was, put back on leaving; yields whether it may be set
+    here (Python sets handlers, and runs them, in the main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    before = signal.getsignal(signum)
+    try:
+        yield True
+    finally:
+        signal.signal(signum, before)
 
 
 # Ray settings for a readable terminal; a user's own environment wins.

@@ -382,7 +382,7 @@ def load_config(
     config, more = _validate(raw, source)
     problems += more
     if problems or config is None:
-        set_here = [*(item.partition("=")[0].strip() for item in overrides), *given]
+        set_here = [*overridden, *given]
         raise ConfigError(source, [say_where_set(problem, set_here) for problem in problems])
     return _resolve_paths(config, cwd)
 
@@ -458,13 +458,14 @@ def _mapping_of_unique_keys(loader: UniqueKeyLoader, node: yaml.MappingNode) -> 
     first_line: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
-        if isinstance(key, Hashable) and key in first_line:
+        if not isinstance(key, Hashable):
+            continue  # construct_mapping refuses it
+        if key in first_line:
             raise yaml.constructor.ConstructorError(
                 None, None, f"{key!r} is given twice (first on line {first_line[key]})",
                 key_node.start_mark,
             )  # fmt: skip
-        if isinstance(key, Hashable):
-            first_line[key] = key_node.start_mark.line + 1
+        first_line[key] = key_node.start_mark.line + 1
     return loader.construct_mapping(node)
 
 

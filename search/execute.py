@@ -126,10 +126,9 @@ def run_search(
         trained = report_and_finish(config, experiment_dir, parent, callback, data)
     except KeyboardInterrupt:
         parent.finish("FAILED")  # the trials' runs are finished; the report is not
-        command = resume_command(options.arguments or ("--config", str(config.source)),
-                                 experiment_dir.name)  # fmt: skip
         print("Stopped: interrupted while the report was written; the trials are done, and "
-              f"continuing writes it: {command}", file=sys.stderr)  # fmt: skip
+              f"continuing writes it: {continue_command(config, experiment_dir, options)}",
+              file=sys.stderr)  # fmt: skip
         return EXIT_INTERRUPTED
     except BaseException:
         parent.finish("FAILED")  # the trials' runs are finished; the report is not
@@ -223,9 +222,15 @@ def end_unfinished(
     parent.close_unfinished_trials("interrupted")
     parent.finish("FAILED")
     print(f"Stopped: {reason}.", file=sys.stderr)
-    arguments = options.arguments or ("--config", str(config.source))
-    command = resume_command(arguments, experiment_dir.name)
+    command = continue_command(config, experiment_dir, options)
     print(f"To continue where it stopped: {command}", file=sys.stderr)
+
+
+def continue_command(config: SearchConfig, experiment_dir: Path, options: RunOptions) -> str:
+    """`--resume` of this search: its command line's (one started from Python: its config
+    alone)."""
+    arguments = options.arguments or ("--config", str(config.source))
+    return resume_command(arguments, experiment_dir.name)
 
 
 def open_parent_run(

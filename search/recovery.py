@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import enum
 import signal
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray.exceptions
 from ray import tune
 
+from search.cli import handler_put_back
 from trainables.data.errors import first_line
 from trainables.metrics import STATUS_OK
 from trainables.settings import DEFAULT_EPOCHS
@@ -87,13 +87,8 @@ def fit_putting_sigint_back(tuner: tune.Tuner) -> tune.ResultGrid:
     """`tuner.fit()`, with the SIGINT handler it replaced put back after: Tune puts it back
     only once interrupted, so a Ctrl-C after a fit that ended (while the report is
     written) would be taken as one for that fit, and do nothing."""
-    if threading.current_thread() is not threading.main_thread():
+    with handler_put_back(signal.SIGINT):
         return tuner.fit()
-    before = signal.getsignal(signal.SIGINT)
-    try:
-        return tuner.fit()
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 def trials_ended(grid: tune.ResultGrid) -> int:

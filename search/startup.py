@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -21,7 +20,7 @@ import ray
 
 from search import speed_scale
 from search.background import in_background
-from search.cli import EXIT_USAGE, RunOptions
+from search.cli import EXIT_USAGE, RunOptions, handler_put_back
 from search.config import ConfigError, SearchConfig
 from search.console import plan, say
 from search.devices import machine_space, resolve_gpu
@@ -52,14 +51,10 @@ def sigterm_as_interrupt() -> Iterator[None]:
     printing a native stack trace and aborting (exit 134). Set once Ray is up (its start
     sets that handler), from the main thread only (where Python runs signal handlers); the
     handler before is put back after."""
-    if threading.current_thread() is not threading.main_thread():
+    with handler_put_back(signal.SIGTERM) as settable:
+        if settable:
+            signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
         yield
-        return
-    before = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
 
 
 def started(
