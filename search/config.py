@@ -370,7 +370,7 @@ def load_config(
     raw = _read_yaml(Path(path), source)
     given = {key: value for key, value in (flags or {}).items() if value is not None}
     problems = apply_overrides(raw, overrides)
-    overridden = {item.partition("=")[0].strip(): item for item in overrides}
+    overridden = {override_key(item): item for item in overrides}
     for key_path, value in given.items():
         if key_path in overridden:
             twice = f"is given twice, {value!r} by its flag and `{overridden[key_path]}`; give one"
@@ -435,6 +435,11 @@ def renamed_notes(config: SearchConfig) -> list[str]:
         f"note: {config.source}: {old} is now {new}; the old name still works for now"
         for old, new in config.renamed
     ]
+
+
+def override_key(override: str) -> str:
+    """The key path a `key.path=value` override sets."""
+    return override.partition("=")[0].strip()
 
 
 def say_where_set(problem: Problem, set_on_command_line: Sequence[str]) -> Problem:

@@ -26,6 +26,7 @@ from search.config import (
     ConfigError,
     SearchConfig,
     load_config,
+    override_key,
     renamed_notes,
     say_where_set,
 )
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         arguments=tuple(argv),
     )
     set_on_command_line = [
-        *(item.partition("=")[0].strip() for item in args.overrides),
+        *map(override_key, args.overrides),
         *(key for key, value in flags.items() if value is not None),
     ]
     try:

@@ -184,7 +184,11 @@ class ParentRun:
             client.update_run(resume_run_id, status=RunStatus.to_string(RunStatus.RUNNING))
             return cls(client, resume_run_id, experiment_id)
         run = client.create_run(experiment_id, run_name=run_name, tags=dict(tags))
-        log_params(client, run.info.run_id, params)
+        try:
+            log_params(client, run.info.run_id, params)
+        except BaseException:  # Ctrl-C included: no caller has the run yet to end it
+            client.set_terminated(run.info.run_id, status="FAILED")
+            raise
         return cls(client, run.info.run_id, experiment_id)
 
     def finish(self, status: str = "FINISHED") -> None:

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 
 class ModelFactory(Protocol):
@@ -356,7 +357,7 @@ def _logits_of_two(name: str, num_classes: int, image_size: int) -> object:
 
 def meta_model(name: str, num_classes: int, image_size: int) -> nn.Module:
     """The model with its tensors on the meta device: built there, or (for builders that
-    read values while building, like RegNet's) built on the CPU and moved."""
+    read values while building, like RegNet's) built on the CPU, uninitialised, and moved."""
     try:
         with torch.device("meta"):
             return build_model(name, num_classes, image_size)
@@ -365,4 +366,23 @@ def meta_model(name: str, num_classes: int, image_size: int) -> nn.Module:
     except Exception as error:
         if "meta" not in str(error):
             raise
-    return build_model(name, num_classes, image_size).to("meta")
+    with _InitialisationSkipped(), torch.no_grad():
+        model = build_model(name, num_classes, image_size)
+    return model.to("meta")
+
+
+class _InitialisationSkipped(TorchFunctionMode):
+    """Weights are not filled with random numbers: for a model whose values are thrown away.
+    Filling RegNet-Y 128GF's 645 million weights was most of its check's time. `torch.nn.init`
+    reaches the mode by its own name or by the tensor methods it calls; the builder's own
+    arithmetic (RegNet's widths) runs as usual, and constant fills (small, and used in
+    arithmetic) too."""
+
+    RANDOM_FILLS = frozenset({torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.random_})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        initialising = getattr(func, "__module__", None) == "torch.nn.init"
+        if initialising or func in self.RANDOM_FILLS:
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)

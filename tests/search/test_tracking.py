@@ -182,3 +182,16 @@ def test_the_parent_run_carries_the_config_as_params_and_ends_when_told(parent, 
     assert run.data.params == {"data.seed": "0"} and run.data.tags["team"] == "t"
     parent.finish("FINISHED")
     assert client.get_run(parent.run_id).info.status == "FINISHED"
+
+
+class _InterruptedWhileWritten:
+    def __str__(self) -> str:
+        raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_while_the_parent_runs_params_are_logged_leaves_it_failed_not_running(store):
+    client = MlflowClient(store)
+    with pytest.raises(KeyboardInterrupt):
+        ParentRun.start(store, "interrupted", "search-1", {"x": _InterruptedWhileWritten()}, {})
+    (run,) = client.search_runs([client.get_experiment_by_name("interrupted").experiment_id])
+    assert run.info.status == "FAILED"

@@ -6,6 +6,7 @@ from trainables.models import (
     ModelError,
     build_model,
     check_model,
+    meta_model,
     model_names,
     torchvision_names,
     weights_file,
@@ -172,6 +173,28 @@ def test_a_registered_factory_is_known_by_name_and_a_name_is_registered_once(mon
     )
     with pytest.raises(ValueError, match="already registered"):
         models.register_model("small_cnn")(tiny_net)
+
+
+def test_a_builder_that_reads_values_gives_a_meta_model_of_the_cpu_models_shapes():
+    """RegNet computes its widths with tensors while building, so it is built on the CPU
+    with torch.nn.init's filling skipped, then moved: same shapes, and init works after."""
+    meta = meta_model("regnet_y_400mf", num_classes=2, image_size=64)
+    cpu = build_model("regnet_y_400mf", num_classes=2, image_size=64)
+    assert {p.device.type for p in meta.parameters()} == {"meta"}
+    shapes = {name: p.shape for name, p in cpu.state_dict().items()}
+    assert {name: p.shape for name, p in meta.state_dict().items()} == shapes
+    weight = torch.zeros(4, 4)
+    nn.init.ones_(weight)  # the skipping ended with the build
+    assert weight.sum() == 16
+
+
+def test_a_meta_model_built_on_the_cpu_skips_filling_in_weights_a_cpu_model_fills():
+    from tests.trainables import user_models
+
+    user_models.INITIALISED_SUMS.clear()
+    meta_model(f"{USER}:reads_values_while_built", num_classes=2, image_size=8)
+    build_model(f"{USER}:reads_values_while_built", num_classes=2, image_size=8)
+    assert user_models.INITIALISED_SUMS == [0.0, 8.0]
 
 
 def test_a_model_whose_forward_cannot_run_on_the_meta_device_is_checked_on_the_cpu():

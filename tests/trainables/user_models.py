@@ -147,3 +147,19 @@ def slow_under_autocast(*, num_classes: int, image_size: int) -> nn.Module:
 
 def slow_without_autocast(*, num_classes: int, image_size: int) -> nn.Module:
     return SleepsUnderAutocast(num_classes, under=False)
+
+
+# What each build of `reads_values_while_built` filled in: ones asked of `torch.nn.init` and of
+# a tensor's own `normal_`, or the zeros that were there where the filling was skipped.
+INITIALISED_SUMS: list[float] = []
+
+
+def reads_values_while_built(*, num_classes: int, image_size: int) -> nn.Module:
+    """Reads a tensor's values while building (as RegNet's builder computes its widths)."""
+    import torch
+
+    (width,) = (torch.arange(1) + 4).tolist()
+    by_name = nn.init.normal_(torch.zeros(width), mean=1.0, std=0.0)
+    by_method = torch.zeros(width).normal_(1.0, 0.0)  # as nn.init.kaiming_normal_ fills
+    INITIALISED_SUMS.append(float(by_name.sum() + by_method.sum()))
+    return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, num_classes))
