@@ -7,15 +7,23 @@ from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()
 GUIDE = (REPO / "docs" / "GUIDE.md").read_text()
+# two workers, each file on one (pytest-xdist): bench/suite_time.py
+TEST_COMMAND = "python -m pytest -n 2 --dist loadfile"
 
 
 def test_the_readme_gives_the_install_main_test_and_mlflow_commands():
     assert 'pip install -e ".[dev]"' in README
     assert "python -m search.run --config configs/cats_dogs.yaml" in README
-    assert "python -m pytest" in README
+    assert f"```bash\n{TEST_COMMAND}\n```" in README
     assert "mlflow ui --backend-store-uri" in README
     ci = (REPO / ".ci" / "run").read_text()
-    assert 'pip install -e ".[dev]"' in ci and "python -m pytest" in ci
+    assert 'pip install -e ".[dev]"' in ci and f"\n{TEST_COMMAND}  " in ci
+
+
+def test_the_test_command_is_the_guides_and_its_workers_come_with_the_dev_install():
+    assert f"```bash\n{TEST_COMMAND}\n```" in GUIDE
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'^dev = \[.*"pytest-xdist[>=\d.]*".*\]$', pyproject, re.M)
 
 
 def test_the_readme_fits_on_a_few_screens():

