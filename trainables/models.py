@@ -373,7 +373,7 @@ def meta_model(name: str, num_classes: int, image_size: int) -> nn.Module:
 
 class _InitialisationSkipped(TorchFunctionMode):
     """Weights are not filled with random numbers: for a model whose values are thrown away.
-    Filling RegNet-Y 128GF's 645 million weights was most of its check's time. `torch.nn.init`
+    Filling RegNet-Y 128GF's 640 million weights is seconds of work thrown away. `torch.nn.init`
     reaches the mode by its own name or by the tensor methods it calls; the builder's own
     arithmetic (RegNet's widths) runs as usual, and constant fills (small, and used in
     arithmetic) too."""
