@@ -15,11 +15,12 @@ the parts measured before (`--parts packing oom capacity --card-tests '' --suite
 about 330 s).
 
 First the tests only a card can run (tests/trainables/test_on_a_real_card.py, one per
-technique), then the bench's parts, then the rest of the suite. Written to --out, seven files
-(a call brings back at most eight): summary.txt (the card, each step's wall time and exit,
-the failures), gpu.csv (the bench's table), card-tests.log and tests.log (pytest's output),
-failures.txt (each failed test and the first line of its error), failures-as-they-came.log
-(each failure with the end of its error, written as it happens: a suite stopped at its limit
+technique), then the bench's parts, then (with --suite-timeout) the rest of the suite.
+Written to --out, seven files at most (a call brings back at most eight): summary.txt (the
+card, each step's wall time and exit, the failures), gpu.csv (the bench's table),
+card-tests.log and, with the suite, tests.log (pytest's output), failures.txt (each failed
+test and the first line of its error), failures-as-they-came.log (where a test fails: each
+failure with the end of its error, written as it happens: a suite stopped at its limit
 still names them) and parts.tar.gz (each part's CSV and log, the JUnit reports). A step that
 runs past its limit is stopped, with everything it started, and the next runs: what finished
 is kept, and every bench row is written as it is measured.

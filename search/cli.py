@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Search batch-size techniques with Ray Tune; log to MLflow; report the "
         "speed / accuracy / generalization Pareto front.",
         epilog="Example: python -m search.run --config configs/cats_dogs.yaml "
-        "search.num_samples=4 train.epochs=3",
+        "search.num_samples=4 train.epochs=5",
     )
     parser.add_argument("--config", required=True, help="YAML file (see configs/)")
     parser.add_argument("--num-samples", type=int, help="trials to run (search.num_samples)")

@@ -696,10 +696,15 @@ def _early_stopping_problems(config: SearchConfig) -> list[Problem]:
     fixed = isinstance(epochs, int) and "epochs" not in config.space
     late = [rung for rung in search.early_stopping.rungs if fixed and rung >= epochs]
     if late:
+        # Said with both ways out: shortening train.epochs is how a quick search is asked
+        # for, and the rungs come from the config file, not from the user's override.
+        kept = [rung for rung in search.early_stopping.rungs if rung not in late]
+        way_out = f"search.early_stopping.rungs={kept}" if kept else "search.early_stopping=null"
         problems.append(Problem(
             "search.early_stopping.rungs",
             f"must be below train.epochs ({epochs}): a rung at the last epoch or later "
-            f"saves nothing, got {late}",
+            f"saves nothing, got {late}; set {way_out}, or train.epochs={max(late) + 1} "
+            "or more",
         ))  # fmt: skip
     rungs, spared = search.early_stopping.rungs, search.early_stopping.slow_start_rungs
     if spared > len(rungs):

@@ -218,7 +218,13 @@ def test_early_stopping_rungs_must_increase_and_come_before_the_last_epoch(tmp_p
         ]
     )
     late = problems_of(path, ["search.early_stopping={rungs: [2, 4]}"])
-    assert "must be below train.epochs (4)" in late["search.early_stopping.rungs"]
+    assert late["search.early_stopping.rungs"].startswith(
+        "must be below train.epochs (4): a rung at the last epoch or later saves nothing, "
+        "got [4]; set search.early_stopping.rungs=[2], or train.epochs=5 or more"
+    )
+    none_left = problems_of(path, ["search.early_stopping={rungs: [4, 5]}"])
+    message = none_left["search.early_stopping.rungs"]
+    assert "got [4, 5]; set search.early_stopping=null, or train.epochs=6 or more" in message
     keep = problems_of(path, ["search.early_stopping={rungs: [2], keep: 0}"])
     assert "search.early_stopping.keep" in keep
     spared = problems_of(path, ["search.early_stopping={rungs: [1, 2], slow_start_rungs: 3}"])

@@ -163,6 +163,26 @@ def test_the_resume_command_printed_is_the_command_that_started_the_search_quote
     assert resumed.overrides == ["search.ablation={seeds: 1}", "train.epochs=1"]
 
 
+def test_the_helps_example_is_a_command_that_loads(capsys, monkeypatch):
+    """`--help`'s example is the first command a new user copies: its config and overrides
+    load as written (an example whose epochs left a shipped rung behind was refused)."""
+    import shlex
+
+    from search.cli import parse_args
+    from search.config import load_config
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    example = help_text.split("Example: ", 1)[1]
+    words = shlex.split(example)
+    assert words[:3] == ["python", "-m", "search.run"]
+    monkeypatch.chdir(REPO)
+    given = parse_args(words[3:])
+    config = load_config(given.config, given.overrides)
+    assert config.name == "cats_dogs"
+
+
 def test_resume_with_nothing_to_resume_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["--config", str(SMOKE), "--resume"]) == 2
