@@ -310,7 +310,7 @@ def sentence(rows: pd.DataFrame) -> str:
     status = rows["status"].iloc[0]
     if status != STATUS_OK:
         return f"{change}: {rows['verdict'].iloc[0]}."
-    told, within, unknown, same_work, not_learned = [], [], [], [], []
+    told, within, same, unknown, same_work, not_learned = [], [], [], [], [], []
     for _, row in rows.iterrows():
         if row["verdict"] == BY_CONSTRUCTION:
             same_work.append(row["metric"])
@@ -322,8 +322,10 @@ def sentence(rows: pd.DataFrame) -> str:
                 f"{abs(row['effect']):.1f}{' points' if row['unit'] == 'points' else '%'} "
                 f"{_spoken_interval(row)}"
             )
-        elif row["verdict"] in ("not told from noise", "no change"):
+        elif row["verdict"] == "not told from noise":
             within.append(row["metric"])
+        elif row["verdict"] == "no change":  # a zero interval around zero: the meter's
+            same.append(row["metric"])
         else:
             unknown.append(f"{row['metric']}: {row['verdict']}")
     parts = []
@@ -334,6 +336,8 @@ def sentence(rows: pd.DataFrame) -> str:
         parts.append(", ".join(told))
     if within:
         parts.append(f"left {', '.join(within)} within the noise")
+    if same:
+        parts.append(f"left {', '.join(same)} unchanged ({EXACT})")
     if same_work:
         parts.append(f"{', '.join(same_work)}: none by construction (the same work per image)")
     if unknown:

@@ -395,8 +395,9 @@ def _ran_with(frame: pd.DataFrame) -> pd.Series:
     return pd.to_numeric(frame["physical_batch_size"], errors="coerce").fillna(started)
 
 
-TOLD, NOISE = "#2ca02c", "#7f7f7f"  # an effect told from the noise, one within it
+TOLD, NOISE, SAME = "#2ca02c", "#7f7f7f", "#000000"  # told from the noise, within it, exact
 EFFECT_KINDS = {True: "told from noise", False: "within the noise"}  # legend names
+UNCHANGED = "unchanged in every run"  # a zero effect with a zero interval (the CPU's meter)
 
 
 def effect_rows(effects: pd.DataFrame) -> pd.DataFrame:
@@ -406,12 +407,34 @@ def effect_rows(effects: pd.DataFrame) -> pd.DataFrame:
     return effects.assign(row=effects["change"] + (" @ " + effects["base"] if several else ""))
 
 
+def unchanged(effect: pd.Series) -> bool:
+    """An effect measured as exactly none: a zero interval around zero."""
+    return effect["verdict"] == "no change"
+
+
+def words_instead_of_a_point(effect: pd.Series) -> tuple[str, str] | None:
+    """(text, colour) written in an effect's row where it has no point to draw, or None:
+    how the changed trial ended (out of memory, diverged: that is its effect), "learned
+    nothing" (at chance, no accuracy to compare), "none by construction" (the same work
+    per image) or why there is no value (a target never reached with the change, say), as
+    the answer's sentence says it."""
+    if np.isfinite(effect["effect"]):
+        return None
+    if effect["status"] != STATUS_OK:
+        return effect["verdict"], INFEASIBLE
+    if learned_nothing(effect["verdict"]):
+        return LEARNED_NOTHING, INFEASIBLE
+    if effect["verdict"] == BY_CONSTRUCTION:
+        return "none by construction", NOISE
+    return effect["verdict"], NOISE
+
+
 def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
     """A panel per metric: each change's effect (points or % of the base config) with its
-    95% interval, green where told from the seeds' noise, grey where not; a change whose
-    trial ended (out of memory, diverged) says so in its row, one without a value (a target
-    not always reached) says "no value"; a metric with no value at all has no panel (the
-    table says why). None without ablations."""
+    95% interval, green where told from the seeds' noise, grey where not, black where the
+    same in every run; a change whose trial ended (out of memory, diverged) says so in its
+    row, one without a value says why (a target not always reached); a metric with
+    no value at all has no panel (the table says why). None without ablations."""
     if effects.empty:
         return None
     drawn = effects["effect"].notna() | (effects["status"] != STATUS_OK)
@@ -428,26 +451,22 @@ def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
         chosen = effects[effects["metric"] == metric]
         for _, effect in chosen.iterrows():
             y = rows.index(effect["row"])
-            if np.isfinite(effect["effect"]):
-                colour = TOLD if effect["verdict"] in TOLD_VERDICTS else NOISE
-                spread = None
-                if np.isfinite(effect["low"]):
-                    spread = [
-                        [effect["effect"] - effect["low"]],
-                        [effect["high"] - effect["effect"]],
-                    ]
-                axis.errorbar([effect["effect"]], [y], xerr=spread, fmt="o", c=colour, ms=5,
-                              capsize=3)  # fmt: skip
-            elif effect["status"] != STATUS_OK:  # how it ended is its effect
-                axis.text(0, y, effect["verdict"], fontsize=7, ha="center", va="center",
-                          color=INFEASIBLE)  # fmt: skip
-            elif learned_nothing(effect["verdict"]):  # at chance: no accuracy to compare
-                axis.text(0, y, LEARNED_NOTHING, fontsize=7, ha="center", va="center",
-                          color=INFEASIBLE)  # fmt: skip
-            else:  # the same work per image; a time to target not always reached
-                same_work = effect["verdict"] == BY_CONSTRUCTION
-                text = "none by construction" if same_work else "no value"
-                axis.text(0, y, text, fontsize=7, ha="center", va="center", color=NOISE)
+            words = words_instead_of_a_point(effect)
+            if words is not None:
+                # centred in the panel, which need not be centred on zero: nothing runs
+                # past its edges
+                axis.text(0.5, y, words[0], fontsize=7, ha="center", va="center",
+                          color=words[1], transform=axis.get_yaxis_transform())  # fmt: skip
+                continue
+            if unchanged(effect):
+                axis.plot([effect["effect"]], [y], "D", c=SAME, ms=4)
+                continue
+            colour = TOLD if effect["verdict"] in TOLD_VERDICTS else NOISE
+            spread = None
+            if np.isfinite(effect["low"]):
+                spread = [[effect["effect"] - effect["low"]], [effect["high"] - effect["effect"]]]
+            axis.errorbar([effect["effect"]], [y], xerr=spread, fmt="o", c=colour, ms=5,
+                          capsize=3)  # fmt: skip
         axis.axvline(0, c="k", lw=0.8)
         unit = "points" if in_points(metric) else "% of the base"
         axis.set_xlabel(f"{metric} ({unit})", fontsize=9)
@@ -458,8 +477,12 @@ def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
                     fontsize=10)  # fmt: skip
     # both kinds named whatever is drawn: a reader of a chart all grey learns what green means
     kinds = [Line2D([], [], marker="o", ls="", c=colour) for colour in (TOLD, NOISE)]
-    figure.legend(kinds, list(EFFECT_KINDS), loc="lower center", ncol=2, fontsize=7,
-                  bbox_to_anchor=(0.5, -0.02))  # fmt: skip
+    names = list(EFFECT_KINDS.values())
+    if effects.apply(unchanged, axis=1).any():
+        kinds.append(Line2D([], [], marker="D", ls="", c=SAME, ms=4))
+        names.append(UNCHANGED)
+    # below the panels' axis labels, never over them
+    figure.legend(kinds, names, loc="outside lower center", ncol=len(names), fontsize=7)
     return figure
 
 
@@ -469,7 +492,8 @@ def effect_chart(effects: pd.DataFrame, path: Path, title: str = "") -> Path | N
 
 
 def interactive_effect_figure(effects: pd.DataFrame) -> go.Figure | None:
-    """The effect chart for the report's page: a panel per metric, hover for the verdict."""
+    """The effect chart for the report's page: a panel per metric, hover for the verdict;
+    a row without a point says why in words, as the PNG's does."""
     if effects.empty:
         return None
     metrics = list(dict.fromkeys(effects["metric"]))
@@ -491,6 +515,14 @@ def interactive_effect_figure(effects: pd.DataFrame) -> go.Figure | None:
                 text=kind["verdict"], hovertemplate="%{y}: %{x:+.1f} (%{text})<extra></extra>",
                 name=EFFECT_KINDS[told], showlegend=False, legendgroup=str(told),
             ), row=1, col=column)  # fmt: skip
+        for _, effect in chosen.iterrows():
+            words = words_instead_of_a_point(effect)
+            if words is not None:
+                axis = "" if column == 1 else column
+                figure.add_annotation(
+                    x=0.5, xref=f"x{axis} domain", y=effect["row"], yref=f"y{axis}",
+                    text=words[0], showarrow=False, font={"size": 10, "color": words[1]},
+                )  # fmt: skip
         figure.add_vline(x=0, line_width=1, row=1, col=column)
     for told in (True, False):  # the legend names both kinds, whatever is drawn
         figure.add_trace(go.Scatter(

@@ -146,6 +146,22 @@ def test_the_answer_says_what_a_change_did_with_its_interval_and_what_stayed_in_
     assert table.loc[0, "throughput (%)"].startswith("+50.0% [+")
 
 
+def test_a_change_the_meter_measures_as_none_in_every_run_is_said_unchanged_not_noise():
+    """The CPU's meter counts the same tensors on every seed: an accumulation that leaves a
+    step's tensors alone is exactly 0% with a zero interval, which read "within the noise"
+    (2026-12-07)."""
+    search, ablations = search_and_ablations(
+        [{"best_val_acc": 0.71}, {"best_val_acc": 0.69}],
+        [{"config.ablation": "amp=true", "best_val_acc": 0.70}],
+    )
+    effects = ablation_effects(search, ablations, ["best_val_acc", "peak_mem_mb"])
+    assert effects.set_index("metric").loc["peak_mem_mb", "verdict"] == "no change"
+    assert answer(effects)[1] == (
+        "amp: false -> true: left best_val_acc within the noise; left peak_mem_mb unchanged "
+        "(the same in every run)."
+    )
+
+
 def test_a_change_that_learned_nothing_says_so_instead_of_reading_within_the_noise():
     """Adam at SGD's learning rate ended at chance beside a floor of 0.755 / 0.7975 / 0.6925:
     three runs' spread leaves even that inside a 95% prediction interval, so the answer

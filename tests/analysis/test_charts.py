@@ -15,6 +15,7 @@ from analysis.charts import (
     batch_size_figure,
     effect_figure,
     front_3d_chart,
+    interactive_effect_figure,
     interactive_figures,
     noise_scale_chart,
     off_front_groups,
@@ -230,6 +231,38 @@ def test_the_effect_chart_draws_each_effect_with_its_interval_and_says_how_a_tri
     assert "points" in accuracy.get_xlabel() and "%" in speed.get_xlabel()
     plt.close(figure)
     assert effect_figure(effects.iloc[0:0]) is None
+
+
+def test_the_effect_charts_legend_names_its_kinds_and_rows_without_a_point_say_why_in_both():
+    """The legend read "True" / "False" (its dict's keys), and the page's chart left rows
+    without a point blank where the PNG said why (2026-12-07)."""
+    effects = pd.DataFrame({
+        "base": "k",
+        "change": ["lr: 0.01 -> 0.005", "optimizer: sgd -> adam", "accumulation_steps: 1 -> 2",
+                   "amp: false -> true", "amp: false -> true", "amp: false -> true"],
+        "status": "ok", "metric": ["throughput", "time_to_target_s", "peak_mem_mb"] * 2,
+        "unit": "%", "effect": [np.nan, np.nan, 0.0, 30.0, -20.0, -10.0],
+        "low": [np.nan, np.nan, 0.0, 20.0, -40.0, -10.0],
+        "high": [np.nan, np.nan, 0.0, 40.0, 10.0, -10.0],
+        "verdict": ["none by construction (the same work per image)",
+                    "never reached with the change", "no change", "raises",
+                    "not told from noise", "lowers"],
+        "base_runs": 3,
+    })  # fmt: skip
+    figure = effect_figure(effects)
+    panels = {axis.get_xlabel().split()[0]: axis for axis in figure.axes}
+    speed, target, memory = (panels[m] for m in ("throughput", "time_to_target_s", "peak_mem_mb"))
+    (legend,) = figure.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "told from noise", "within the noise", "unchanged in every run"]  # fmt: skip
+    assert [t.get_text() for t in speed.texts] == ["none by construction"]
+    assert [t.get_text() for t in target.texts] == ["never reached with the change"]
+    # written in the middle of its panel (axes' x), whatever the panel's range of values
+    assert speed.texts[0].get_transform() == speed.get_yaxis_transform()
+    assert [line.get_marker() for line in memory.lines].count("D") == 1  # the exact zero
+    plt.close(figure)
+    words = {a.text for a in interactive_effect_figure(effects).layout.annotations}
+    assert {"none by construction", "never reached with the change"} <= words
 
 
 def test_the_effect_chart_says_a_change_learned_nothing_where_it_has_no_accuracy_to_draw():
