@@ -241,12 +241,11 @@ class ParetoEarlyStopping(FIFOScheduler):
         where = f"rung {rung_index + 1} of {len(self.rungs)}"
         if warmup_epochs:
             where += f", its epoch {rung} at full rate after {warmup_epochs} of warmup"
-        how = f"dominated on {', '.join(self.objectives)} by"
-        if self.ahead_on is not None:
-            how = (
-                f"dominated on {', '.join(self.objectives)}, and behind on "
-                f"{' or '.join(self.ahead_on)}, by"
-            )
+        # "dominated on throughput" by a slower peer read as a contradiction: on evidence
+        # a peer dominates where it is worse on nothing beyond the noise
+        noise = " beyond the noise" if self.split_sizes is not None else ""
+        behind = f", and behind on {' or '.join(self.ahead_on)}" if self.ahead_on else ""
+        how = f"dominated (no better{noise} on {', '.join(self.objectives)}{behind}) by"
         if not record.above_min_accuracy:
             how = (
                 f"best_val_acc {float(result['best_val_acc']):.3f} below the min accuracy "
