@@ -113,11 +113,13 @@ def plan_changes(
         changes = changes[: max_trials - seeds]
     seed = int(base.get("seed", 0))
     floor = [Change("seed", seed + NOISE_SEED_OFFSET + i) for i in range(seeds)]
-    at = {round(i * len(changes) / seeds): floor[i] for i in range(seeds)}
+    # several seeds may fall before one change (fewer changes than seeds): each is kept
+    at: dict[int, list[Change]] = {}
+    for i in range(seeds):
+        at.setdefault(round(i * len(changes) / seeds), []).append(floor[i])
     planned: list[Change] = []
     for index, change in enumerate([*changes, None]):
-        if index in at:
-            planned.append(at[index])
+        planned += at.get(index, [])
         if change is not None:
             planned.append(change)
     return planned

@@ -67,6 +67,16 @@ def test_a_trial_count_keeps_the_seeds_and_the_first_changes():
     assert plan_changes(KNEE, SPACE, seeds=2, on_gpu=False, max_trials=2) == []  # no room
 
 
+def test_fewer_changes_than_seeds_keep_every_seed():
+    """Room for one change beside two seeds planned one seed: both seeds fell before the
+    change and one took the other's place (2026-12-07)."""
+    labels = [c.label for c in plan_changes(KNEE, SPACE, seeds=2, on_gpu=False, max_trials=3)]
+    assert labels == ["noise floor", "noise floor", "batch_size=32"]
+    three = plan_changes(KNEE, SPACE, seeds=3, on_gpu=False, max_trials=4)
+    assert [c.value for c in three if c.label == "noise floor"] == [1007, 1008, 1009]
+    assert len(three) == 4
+
+
 def test_the_cudnn_autotuner_is_ablated_on_gpus_only():
     assert "cudnn_benchmark" not in ablated_settings(SPACE, on_gpu=False)
     on_gpu = [c.label for c in plan_changes(KNEE, SPACE, seeds=1, on_gpu=True)]
