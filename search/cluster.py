@@ -52,6 +52,22 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
         ) from None
 
 
+def join_refused(address: str, error: Exception) -> ClusterUnavailable:
+    """Why Ray could not join the cluster at `address` (which answered `check_address`),
+    with the likely cause where this process does not ask for token authentication: a head
+    started by `ray start --head` takes only clients that send its token (Ray 2.59 and
+    later), and Ray turns token authentication on by itself only for a cluster it finds,
+    never for an address it is given. Ray retried for about 20 s first (2.60)."""
+    message = f"could not join the Ray cluster at {address} ({error})"
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        message += (
+            "; a head started by `ray start --head` takes only clients with its token: run "
+            "the search with RAY_AUTH_MODE=token and that token (the head node's "
+            "~/.ray/auth_token copied to this machine, or RAY_AUTH_TOKEN)"
+        )
+    return ClusterUnavailable(message)
+
+
 def check_tracking_store(uri: str, source: str) -> None:
     """Refuse, before anything starts, a tracking URI MLflow keeps no runs in, or a SQLite
     store that cannot be made where it points: MLflow would fail after Ray had started, or

@@ -21,6 +21,7 @@ import ray
 from search import speed_scale
 from search.background import in_background
 from search.cli import EXIT_USAGE, RunOptions, handler_put_back
+from search.cluster import ClusterUnavailable, join_refused
 from search.config import ConfigError, SearchConfig
 from search.console import plan, say
 from search.devices import machine_space, resolve_gpu
@@ -83,7 +84,7 @@ def started(
             config = machine_space(config, options, experiment_dir)
             say(plan(config, experiment_dir, options.resume))
         accepted.set_result(True)
-    except ConfigError as error:
+    except (ConfigError, ClusterUnavailable) as error:
         accepted.set_result(False)
         with contextlib.suppress(TimeoutError):  # the thread stops at its next step
             preparing.exception(timeout=REFUSED_WAIT_S)
@@ -107,11 +108,12 @@ def started(
     return run_search(config, experiment_dir, options, data, owns_ray=owns_ray)
 
 
-def refuse(error: ConfigError, owns_ray: bool) -> int:
+def refuse(error: ConfigError | ClusterUnavailable, owns_ray: bool) -> int:
     """End the search as if nothing had started: Ray, if this started it, is shut down."""
     if owns_ray:
         ray.shutdown()
-    print(error.render(), file=sys.stderr)
+    said = error.render() if isinstance(error, ConfigError) else f"error: {error}"
+    print(said, file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -157,8 +159,11 @@ def start_ray(address: str | None) -> None:
             runtime_env=runtime_env,
         )
     else:
-        ray.init(address=address, log_to_driver=False, ignore_reinit_error=True,
-                 runtime_env=runtime_env)  # fmt: skip
+        try:
+            ray.init(address=address, log_to_driver=False, ignore_reinit_error=True,
+                     runtime_env=runtime_env)  # fmt: skip
+        except ConnectionError as error:
+            raise join_refused(address, error) from None
 
 
 def check_cluster_resources(config: SearchConfig) -> None:

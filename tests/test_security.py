@@ -1,6 +1,7 @@
 """Configs are data, checkpoints are data, and what the project starts stays on loopback."""
 
 import pickle
+import re
 import subprocess
 import sys
 
@@ -63,9 +64,19 @@ def test_a_local_ray_instance_runs_with_token_authentication():
 
 
 def test_no_code_turns_ray_authentication_off():
+    """The project may read Ray's authentication mode (to say what a refused join lacks)
+    and name it in messages, never set it, let alone to "disabled"."""
     sources = [
         p for folder in ("search", "trainables", "analysis") for p in (REPO / folder).rglob("*.py")
     ]
     assert sources
+    sets_it = re.compile(
+        r"environ\[\s*.RAY_AUTH_MODE.\s*\]\s*=(?!=)|setdefault\(\s*.RAY_AUTH_MODE"
+        r"|putenv\(\s*.RAY_AUTH_MODE|.RAY_AUTH_MODE.\s*:|RAY_AUTH_MODE=(?!token)"
+    )
     for source in sources:
-        assert "RAY_AUTH_MODE" not in source.read_text(), source
+        for line in source.read_text().splitlines():
+            if "RAY_AUTH_MODE" in line:
+                assert "disabled" not in line.lower() and not sets_it.search(line), (source, line)
+    assert sets_it.search('os.environ["RAY_AUTH_MODE"] = "disabled"')  # the pattern bites
+    assert sets_it.search('env = {"RAY_AUTH_MODE": "token"}')

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from search.run import main
 from tests.conftest import CONFIGS, UNSCALED
-from tests.processes import free_port
+from tests.processes import cli_env, free_port, run_cli
 
 pytestmark = pytest.mark.slow
 SMOKE = str(CONFIGS / "smoke.yaml")
@@ -57,6 +57,19 @@ def test_a_search_on_a_two_node_cluster_runs_trials_on_both_nodes(
     nodes = {run.data.tags["node"] for run in runs if "node" in run.data.tags}
     (worker,) = two_node_cluster.worker_nodes
     assert nodes == {two_node_cluster.head_node.node_id, worker.node_id}
+
+    # A shell without RAY_AUTH_MODE=token (Ray turns it on by itself only for a cluster it
+    # finds, never for an address it is given) is refused by the head: one message that
+    # says what to set, after Ray's retries, where it was a traceback (2026-12-07).
+    env = {k: v for k, v in cli_env().items() if k != "RAY_AUTH_MODE"}
+    args = ["--config", SMOKE, "--name", "no-token", "--address", two_node_cluster.address]
+    refused = run_cli(args, search_environment, env, timeout=180)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("error: ")]
+    assert line.startswith(f"error: could not join the Ray cluster at {two_node_cluster.address}")
+    assert "run the search with RAY_AUTH_MODE=token and that token" in line
+    assert "Traceback" not in refused.stderr
+    assert not (search_environment / "ray_results" / "no-token").exists()
 
 
 @pytest.fixture
