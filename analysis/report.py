@@ -784,8 +784,10 @@ def measured_objectives(frame: pd.DataFrame, objectives: Mapping[str, str]) -> N
 def trend_tables(
     frame: pd.DataFrame, trends: list[str], value: str, where: list[str]
 ) -> list[tuple[str, pd.DataFrame]]:
-    """Each `--trend` spec with its table of `value` over the trials `where` selects;
-    `ReportError` naming the option for a mistake, found before a report is written."""
+    """Each `--trend` spec with its table of `value` over the search's trials `where`
+    selects (not its ablations: a noise-floor run or a changed knee is no sample of the
+    space); `ReportError` naming the option for a mistake, found before a report is written."""
+    frame, _ = split_ablations(frame)
     for condition in where:
         if "=" not in condition:
             raise ReportError(f"--where {condition!r} must look like SETTING=VALUE")

@@ -23,6 +23,7 @@ from analysis.report import (
     parse_objectives,
     split_size_tags,
     split_sizes_from_parent,
+    trend_tables,
 )
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
@@ -208,6 +209,15 @@ def test_the_command_prints_trend_tables_over_selected_trials(search_in_mlflow, 
     assert "| False" not in out  # only the selected trials
     assert main([*args, "--trend", "momentum"]) == 2
     assert "no setting 'momentum'" in capsys.readouterr().err
+
+
+def test_trend_tables_count_the_searchs_trials_not_its_ablations():
+    """The knee's noise-floor runs and its changed copies counted as trials of the space
+    (2026-12-07: a --trend by batch size held the knee's batch-16 ablation)."""
+    ((_, alone),) = trend_tables(trials(), ["batch_size"], "best_val_acc", [])
+    ((_, ablated),) = trend_tables(with_ablations(trials()), ["batch_size"], "best_val_acc", [])
+    assert ablated.equals(alone)
+    assert "1 of 3 oom_predicted" in ablated.loc[64, "best_val_acc"] and 128 not in ablated.index
 
 
 @pytest.mark.parametrize(
