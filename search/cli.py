@@ -52,7 +52,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="continue the search named by --name, or this config's newest one",
     )
     parser.add_argument("overrides", nargs="*", metavar="key.path=value", help="config overrides")
-    return parser.parse_args(argv)
+    # overrides anywhere among the flags (`train.epochs=5 --num-samples 2 train.lr=0.01`),
+    # where parse_args refused a second run of them as unrecognized arguments
+    return parser.parse_intermixed_args(argv)
 
 
 def resume_command(arguments: Sequence[str], name: str) -> str:

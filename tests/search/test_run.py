@@ -183,6 +183,16 @@ def test_the_helps_example_is_a_command_that_loads(capsys, monkeypatch):
     assert config.name == "cats_dogs"
 
 
+def test_overrides_may_come_before_between_and_after_the_flags():
+    """A second run of overrides after a flag was refused as unrecognized arguments."""
+    from search.cli import parse_args
+
+    given = parse_args(["train.epochs=5", "--config", "c.yaml", "train.lr=0.01",
+                        "--num-samples", "2", "search.seed=1"])  # fmt: skip
+    assert (given.config, given.num_samples) == ("c.yaml", 2)
+    assert given.overrides == ["train.epochs=5", "train.lr=0.01", "search.seed=1"]
+
+
 def test_resume_with_nothing_to_resume_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["--config", str(SMOKE), "--resume"]) == 2
