@@ -38,6 +38,7 @@ from trainables.metrics import (
     unit_of,
 )
 from trainables.settings import SAME_WORK_PER_IMAGE
+from trainables.techniques import idle_settings
 
 CONFIDENCE = 0.95
 # Besides the objectives: what every large-batch technique is chosen or avoided for.
@@ -56,7 +57,20 @@ ENDED = {
 
 # What a step's work decides; a change that leaves it alone leaves these alone.
 WORK_METRICS = ("throughput", "peak_mem_mb", "peak_reserved_mb")
+
 BY_CONSTRUCTION = "none by construction (the same work per image)"
+
+
+def inert_settings(metric: str, on_gpu: bool | None) -> dict[str, str]:
+    """Setting -> why it cannot act on `metric` where the trials ran: the learning rate,
+    its warmup and the seed on a speed or a memory (the same work per image), and a
+    GPU-only technique on CPUs (`trainables.techniques.idle_settings`)."""
+    inert = dict(idle_settings(on_gpu))
+    if metric in WORK_METRICS:
+        inert.update(dict.fromkeys(SAME_WORK_PER_IMAGE, BY_CONSTRUCTION))
+    return inert
+
+
 TIMED_IN_ALTERNATION = "speed_vs_baseline"  # the metric of a trial timed against its base
 TOLD = ("raises", "lowers")  # the verdicts of an effect told from the noise
 # The verdict's start for the accuracy metrics of an ablated run that ended below the min

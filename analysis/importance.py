@@ -4,11 +4,16 @@ objective, over the feasible trials. It ranks settings; it measures no effect (t
 ablations do: `analysis.ablations`), and on a small search it rests on few trials (the
 report says how many). PED-ANOVA, Optuna's other evaluator, compares the top tenth of
 the trials with the rest: on a search of 16 it is one trial, and it ranks a continuous
-setting (the learning rate) first whatever it does."""
+setting (the learning rate) first whatever it does.
+
+A setting that cannot act on an objective is no feature of that objective's forest (`inert`:
+the learning rate, its warmup and the seed on a speed or a memory, where they do the same
+work per image; a GPU-only technique on CPUs): the forest split the speeds' noise by them,
+and gave the cuDNN autotuner a quarter of a CPU search's throughput (2026-12-07)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import optuna
@@ -39,10 +44,15 @@ def _plain(value: object) -> object:
 
 
 def setting_importances(
-    frame: pd.DataFrame, objectives: Mapping[str, str], usable: np.ndarray
+    frame: pd.DataFrame,
+    objectives: Mapping[str, str],
+    usable: np.ndarray,
+    inert: Callable[[str], Mapping[str, str]] = lambda objective: {},
 ) -> tuple[pd.DataFrame, str]:
     """(a row per varied setting, a column per objective: its fANOVA importance, the
-    columns summing to 1; what it rests on). Empty with the reason where too few trials."""
+    columns summing to 1, NaN where `inert(objective)` names the setting (setting -> why it
+    cannot act); what it rests on, with the settings sampled but constant over the usable
+    trials). Empty with the reason where too few trials."""
     trials = frame.loc[usable]
     settings = varied_settings(trials)
     if len(trials) < MIN_TRIALS or not settings:
@@ -52,27 +62,57 @@ def setting_importances(
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per in-memory study
     try:
-        columns = _importances(trials, objectives, distributions)
+        columns = _importances(trials, objectives, distributions, inert)
     finally:
         optuna.logging.set_verbosity(verbosity)
     if not columns:
         return pd.DataFrame(), "not estimated: too few trials with a value"
-    table = pd.DataFrame(columns).reindex(list(distributions)).fillna(0.0)
+    table = pd.DataFrame(columns).reindex(list(distributions))
+    for objective in columns:
+        acting = [name for name in distributions if name not in inert(objective)]
+        table.loc[acting, objective] = table.loc[acting, objective].fillna(0.0)
     table.index.name = "setting"
-    return table.reset_index(), f"fANOVA (Optuna) over {len(trials)} feasible trials"
+    basis = f"fANOVA (Optuna) over {len(trials)} feasible trials"
+    constant = [c.removeprefix(CONFIG_PREFIX) for c in varied_settings(frame) if c not in settings]
+    if constant:
+        basis += f"; {', '.join(constant)} the same in all of them"
+    return table.reset_index(), basis
+
+
+def inert_reasons(table: pd.DataFrame, inert: Callable[[str], Mapping[str, str]]) -> list[str]:
+    """What the "-" of an importance table stand for, one phrase per reason and the
+    objectives it holds on: "lr, warmup_epochs on throughput, none by construction (...)"."""
+    objectives = list(table.columns.drop("setting"))
+    shown = set(table["setting"])
+    where: dict[tuple[str, str], list[str]] = {}  # (setting, why) -> objectives
+    for objective in objectives:
+        for setting, why in inert(objective).items():
+            if setting in shown:
+                where.setdefault((setting, why), []).append(objective)
+    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}  # (why, objectives) -> settings
+    for (setting, why), on in where.items():
+        grouped.setdefault((why, tuple(on)), []).append(setting)
+    phrases = []
+    for (why, on), settings in grouped.items():
+        scope = "every objective" if list(on) == objectives else ", ".join(on)
+        phrases.append(f"{', '.join(sorted(settings))} on {scope}, {why}")
+    return phrases
 
 
 def _importances(
     trials: pd.DataFrame,
     objectives: Mapping[str, str],
-    distributions: Mapping[str, optuna.distributions.BaseDistribution],
+    every: Mapping[str, optuna.distributions.BaseDistribution],
+    inert: Callable[[str], Mapping[str, str]],
 ) -> dict[str, dict[str, float]]:
-    """Objective -> setting -> importance, for the objectives with enough trials."""
+    """Objective -> setting -> importance, for the objectives with enough trials, each over
+    the settings that can act on it."""
     columns: dict[str, dict[str, float]] = {}
     for objective, direction in objectives.items():
         values = pd.to_numeric(trials[objective], errors="coerce")
         known = trials[np.isfinite(values.to_numpy(dtype=float))]
-        if len(known) < MIN_TRIALS:
+        distributions = {k: v for k, v in every.items() if k not in inert(objective)}
+        if len(known) < MIN_TRIALS or not distributions:
             continue
         study = optuna.create_study(direction="maximize" if direction == "max" else "minimize")
         for _, row in known.iterrows():

@@ -29,6 +29,7 @@ from analysis.ablations import (
     at_a_glance,
     effect_metrics,
     effect_table,
+    inert_settings,
     same_updates,
     split_ablations,
 )
@@ -45,7 +46,7 @@ from analysis.charts import (
 )
 from analysis.effects import technique_effects
 from analysis.flat import as_shown
-from analysis.importance import setting_importances
+from analysis.importance import inert_reasons, setting_importances
 from analysis.load import (
     CONFIG_PREFIX,
     PREDICTED_PEAK_COLUMN,
@@ -108,6 +109,7 @@ class Report:
     not_ablated: dict[str, str] = field(default_factory=dict)  # setting -> why not
     importances: pd.DataFrame = field(default_factory=pd.DataFrame)  # fANOVA per objective
     importance_basis: str = ""
+    importance_inert: tuple[str, ...] = ()  # what each "-" of the importances stands for
     # the images each accuracy was scored on, where the knee was chosen on evidence
     split_sizes: dict[str, int] | None = None
 
@@ -185,7 +187,13 @@ def build_report(
     effects = ablation_effects(search, ablations, effect_metrics(objectives), min_accuracy)
     # each trial's own speed counted once: a pooled figure repeated k times is no k readings
     measured = own_values(marked)
-    importances, importance_basis = setting_importances(measured, objectives, feasible)
+
+    def cannot_act(objective: str) -> dict[str, str]:
+        return inert_settings(objective, on_gpu)
+
+    importances, importance_basis = setting_importances(
+        measured, objectives, feasible, inert=cannot_act
+    )
     varied = {c.removeprefix(CONFIG_PREFIX) for c in varied_settings(search)}
     report = Report(
         frame=marked,
@@ -207,6 +215,7 @@ def build_report(
         else {},
         importances=importances,
         importance_basis=importance_basis,
+        importance_inert=tuple(inert_reasons(importances, cannot_act)) if len(importances) else (),
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     title = title or "search"
@@ -470,7 +479,24 @@ def _measurable(effects: pd.DataFrame) -> bool:
 
 
 def _importance_table(report: Report) -> pd.DataFrame:
-    return report.importances.round(3)
+    """Rounded, "-" where a setting cannot act on the objective."""
+    table = report.importances.round(3)
+    return table.astype(object).where(table.notna(), "-")
+
+
+# What fANOVA's numbers are and are not, said under its table.
+IMPORTANCE_CAVEAT = (
+    "It ranks the settings by how much of each objective's spread over the search's trials "
+    "they explain; it measures no effect (the ablations do)."
+)
+
+
+def _importance_notes(report: Report) -> list[str]:
+    """The caveat, then what the "-" stand for."""
+    if not report.importance_inert:
+        return [IMPORTANCE_CAVEAT]
+    inert = "; ".join(report.importance_inert)
+    return [IMPORTANCE_CAVEAT, f'"-" where a setting cannot act on the objective: {inert}.']
 
 
 def render_markdown(report: Report, title: str, charts: list[str]) -> str:
@@ -491,6 +517,8 @@ def render_markdown(report: Report, title: str, charts: list[str]) -> str:
             f"Importance per objective, each column summing to 1: {report.importance_basis}.",
             "",
             _importance_table(report).to_markdown(index=False),
+            "",
+            *(f"{line}  " for line in _importance_notes(report)),
             "",
         ]
     if not report.effects.empty:
@@ -558,6 +586,7 @@ def render_html(
             f"<p>Importance per objective, each column summing to 1: "
             f"{html.escape(report.importance_basis)}.</p>"
             + _importance_table(report).to_html(index=False)
+            + "".join(f"<p>{html.escape(line)}</p>" for line in _importance_notes(report))
         )
     if not report.effects.empty:
         body = (

@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.importance import distribution_of, setting_importances
+from analysis.ablations import inert_settings
+from analysis.importance import distribution_of, inert_reasons, setting_importances
 
 
 def trials(n: int, seed: int = 0) -> pd.DataFrame:
@@ -41,3 +42,35 @@ def test_a_real_number_is_a_range_and_a_list_of_values_a_category():
     frame = trials(16)
     assert distribution_of(frame["config.lr"]).log  # spans two decades
     assert distribution_of(frame["config.batch_size"]).choices == (16, 32, 64)
+
+
+def test_a_setting_that_cannot_act_on_an_objective_is_no_feature_of_it_and_says_why():
+    """On a CPU search the forest gave the cuDNN autotuner 0.22-0.29 of throughput and the
+    learning rate 0.31 (2026-12-07): noise split by settings that cannot move it."""
+    frame = trials(16).assign(**{"config.cudnn_benchmark": [True, False] * 8,
+                                 "config.channels_last": True})  # fmt: skip
+    objectives = {"throughput": "max", "best_val_acc": "max"}
+
+    def cannot_act(objective):
+        return inert_settings(objective, on_gpu=False)
+
+    table, basis = setting_importances(frame, objectives, np.ones(16, dtype=bool), cannot_act)
+    by_setting = table.set_index("setting")
+    assert np.isnan(by_setting.loc["cudnn_benchmark"]).all()  # a GPU-only switch on CPUs
+    assert np.isnan(by_setting.loc["lr", "throughput"])  # the same work per image
+    assert by_setting.loc["lr", "best_val_acc"] >= 0  # an accuracy it can move
+    assert by_setting[["throughput", "best_val_acc"]].sum().to_numpy() == pytest.approx([1, 1])
+    assert basis.endswith("over 16 feasible trials")  # channels_last never varied at all
+    assert inert_reasons(table, cannot_act) == [
+        "cudnn_benchmark on every objective, it does nothing on the CPUs these trials ran on",
+        "lr on throughput, none by construction (the same work per image)",
+    ]
+
+
+def test_a_setting_sampled_but_the_same_in_every_usable_trial_is_named():
+    frame = trials(16).assign(**{"config.channels_last": [True] * 15 + [False]})
+    usable = np.array([True] * 15 + [False])
+    _, basis = setting_importances(frame, {"throughput": "max"}, usable)
+    assert basis == (
+        "fANOVA (Optuna) over 15 feasible trials; channels_last the same in all of them"
+    )

@@ -200,6 +200,17 @@ def test_the_command_weighs_the_knee_on_the_splits_sizes_the_search_run_says(
     assert "gen_gap 0.098" in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_the_importance_table_says_what_it_measures_and_where_a_setting_cannot_act(tmp_path):
+    build_report(trials(), OBJECTIVES, tmp_path, title="test", on_gpu=False)
+    page = (tmp_path / "report.md").read_text()
+    table = page[page.index("## How much each setting explains") :]
+    (lr,) = [line for line in table.splitlines() if line.startswith("| lr ")]
+    assert lr.split("|")[2].strip() == "-"  # throughput: the same work per image
+    assert "it measures no effect (the ablations do)" in table
+    assert '"-" where a setting cannot act on the objective: lr on throughput, none by ' in table
+    assert "measures no effect" in (tmp_path / "report.html").read_text()
+
+
 def test_the_command_prints_trend_tables_over_selected_trials(search_in_mlflow, tmp_path, capsys):
     uri, _, _ = search_in_mlflow
     args = ["--experiment", "cats", "--tracking-uri", uri, "--out", str(tmp_path / "o")]
