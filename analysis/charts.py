@@ -151,9 +151,21 @@ def pairwise_front_chart(
         axis.set_xlabel(axis_label(x_name, objectives[x_name]))
         axis.set_ylabel(axis_label(y_name, objectives[y_name]))
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
+    legend_below(figure)
     figure.suptitle(title or "Trials and Pareto front")
     return _save(figure, path)
+
+
+def legend_below(figure: plt.Figure) -> None:
+    """One legend under the panels, of what any of them drew (each label once): a legend
+    inside a panel covered its points wherever they filled it (2026-12-07)."""
+    entries: dict[str, object] = {}
+    for axis in figure.axes:
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if entries:
+        figure.legend(list(entries.values()), list(entries), loc="outside lower center",
+                      ncol=min(4, len(entries)), fontsize=7)  # fmt: skip
 
 
 def front_3d_chart(
@@ -324,8 +336,7 @@ def batch_size_figure(
         axis.set_xlabel("physical batch size (images per forward pass)")
         axis.set_ylabel(axis_label(metric))
         axis.grid(alpha=0.3)
-        if axis.collections:
-            axis.legend(fontsize=7)
+    legend_below(figure)
     memory.set_title("Peak memory of a training step", fontsize=10)
     speed.set_title("Training throughput", fontsize=10)
     figure.suptitle(title or "Against the batch size")
