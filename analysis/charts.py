@@ -126,14 +126,9 @@ def pairwise_front_chart(
         front = _finite(frame.loc[feasible & on_front], pair)
         axis.scatter(front[x_name], front[y_name], s=70, c=FRONT, edgecolors="k", zorder=3,
                      label="Pareto front (all objectives)")  # fmt: skip
-        if len(good):
-            # lower is better (one objective alone is drawn against itself); undone to draw
-            signs = np.concatenate(
-                [lower_is_better_signs({name: objectives[name]}) for name in (x_name, y_name)]
-            )
-            points = good[[x_name, y_name]].to_numpy(dtype=float) * signs
-            line = front_staircase(points[moocore.is_nondominated(points)]) * signs
-            axis.plot(line[:, 0], line[:, 1], c=FRONT, lw=1.2, label="front of this pair")
+        line = pair_front_line(good, objectives, x_name, y_name)
+        if line is not None:
+            axis.plot(line[:, 0], line[:, 1], c=FRONT, lw=1.2, label=PAIR_FRONT)
         edges = []  # trials kept off with one of the pair's values: drawn at that axis' edge
         for mask, color, label in off_front_groups(frame, feasible):
             bad = _finite(frame.loc[mask], pair)
@@ -154,6 +149,24 @@ def pairwise_front_chart(
     legend_below(figure)
     figure.suptitle(title or "Trials and Pareto front")
     return _save(figure, path)
+
+
+PAIR_FRONT = "front of this pair"
+
+
+def pair_front_line(
+    good: pd.DataFrame, objectives: Mapping[str, str], x_name: str, y_name: str
+) -> np.ndarray | None:
+    """The step line through the front of two objectives over the trials `good` (feasible,
+    both values known), in the objectives' own directions; None without trials."""
+    if not len(good):
+        return None
+    # lower is better (one objective alone is drawn against itself); undone to draw
+    signs = np.concatenate(
+        [lower_is_better_signs({name: objectives[name]}) for name in (x_name, y_name)]
+    )
+    points = good[[x_name, y_name]].to_numpy(dtype=float) * signs
+    return front_staircase(points[moocore.is_nondominated(points)]) * signs
 
 
 def legend_below(figure: plt.Figure) -> None:
@@ -657,6 +670,13 @@ def interactive_figures(
                 x=frame.loc[mask, x_name], y=frame.loc[mask, y_name], mode="markers", name=label,
                 marker={"color": color, "symbol": symbol, "size": 9}, text=hover[mask],
                 hovertemplate="%{text}<extra></extra>",
+            ))  # fmt: skip
+        pair = {x_name: objectives[x_name], y_name: objectives[y_name]}
+        line = pair_front_line(_finite(frame.loc[feasible], pair), objectives, x_name, y_name)
+        if line is not None:  # as the PNG draws it
+            figure.add_trace(go.Scatter(
+                x=line[:, 0], y=line[:, 1], mode="lines", name=PAIR_FRONT,
+                line={"color": FRONT, "width": 1.5}, hoverinfo="skip",
             ))  # fmt: skip
         figure.update_layout(
             title=f"{x_name} ({objectives[x_name]}) vs {y_name} ({objectives[y_name]})",

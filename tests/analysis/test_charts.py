@@ -59,9 +59,13 @@ def test_the_interactive_charts_name_each_kind_of_trial_and_leave_out_empty_ones
         "Pareto front",
         "pruned (oom, diverged, stopped early)",
         "finished, kept off (at chance)",
+        "front of this pair",  # the PNG's step line, on the page too
     ]
     at_chance = pair.data[2]
     assert list(at_chance.x) == [1500.0] and to_hex(at_chance.marker.color) == AT_CHANCE
+    front = [t for t in pair.data if t.name == "Pareto front"][0]
+    line = pair.data[3]
+    assert set(line.x) == set(front.x) and line.mode == "lines"  # through the pair's front
 
 
 def test_every_trial_is_in_exactly_one_group_when_all_finished_well():
