@@ -241,7 +241,7 @@ def build_report(
             -1
         ].name
     if histories is not None and not histories.empty:
-        labels = config_labels(marked, NOISE_CHART_CONFIGS)
+        labels = config_labels(measured_noise(marked, histories), NOISE_CHART_CONFIGS)
         chart = noise_scale_chart(histories, labels, out_dir / "noise_scale.png", title)
         charts.append(chart)
         if chart is not None:
@@ -260,6 +260,16 @@ def _trial_ids(frame: pd.DataFrame) -> set[str]:
     if "trial_id" not in frame:  # no trial at all
         return set()
     return {t for ids in frame["trial_id"].astype(str) for t in ids.split("+")}
+
+
+def measured_noise(frame: pd.DataFrame, histories: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `frame` whose trials measured a gradient noise scale in some epoch: the
+    noise chart draws the best-ranked of these (of the best-ranked configs alone, none had
+    measured it in a default search, and the chart was left out without a word)."""
+    scale = pd.to_numeric(histories.get("noise_scale", pd.Series(dtype=float)), errors="coerce")
+    measured = set(histories.loc[scale > 0, "trial_id"].astype(str))
+    ids = frame["trial_id"].astype(str).str.split("+")
+    return frame[ids.map(lambda trial_ids: bool(measured.intersection(trial_ids)))]
 
 
 def config_labels(frame: pd.DataFrame, limit: int) -> dict[str, str]:

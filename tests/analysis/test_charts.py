@@ -63,7 +63,7 @@ def test_the_interactive_charts_name_each_kind_of_trial_and_leave_out_empty_ones
     ]
     at_chance = pair.data[2]
     assert list(at_chance.x) == [1500.0] and to_hex(at_chance.marker.color) == AT_CHANCE
-    front = [t for t in pair.data if t.name == "Pareto front"][0]
+    front = next(t for t in pair.data if t.name == "Pareto front")
     line = pair.data[3]
     assert set(line.x) == set(front.x) and line.mode == "lines"  # through the pair's front
 

@@ -327,6 +327,20 @@ def test_epoch_histories_add_the_chart_of_the_batch_used_against_the_noise_scale
     assert '<img src="noise_scale.png"' in (tmp_path / "report.html").read_text()
 
 
+def test_the_noise_chart_draws_the_best_ranked_trials_that_measured_a_noise_scale(tmp_path):
+    """Of the eight best-ranked configs none had measured it in a default search, and the
+    chart was left out though others had (2026-12-07)."""
+    frame = trials()
+    report = build_report(frame, OBJECTIVES, tmp_path / "ranked")
+    worst = report.frame.sort_values("pareto_rank").iloc[-1]["trial_id"]
+    histories = pd.DataFrame(
+        {"trial_id": frame["trial_id"], "epoch": 1, "effective_batch_size": 16,
+         "noise_scale": np.where(frame["trial_id"] == worst, 40.0, np.nan)}
+    )  # fmt: skip
+    report = build_report(frame, OBJECTIVES, tmp_path, histories=histories)
+    assert tmp_path / "noise_scale.png" in report.files
+
+
 def test_no_noise_scale_chart_where_none_was_measured(tmp_path):
     frame = trials()
     histories = pd.DataFrame(
