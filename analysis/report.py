@@ -547,9 +547,15 @@ def render_markdown(report: Report, title: str, charts: list[str]) -> str:
 
 
 def _not_measured_line(report: Report) -> str:
+    """Why no technique's effect over the search's trials could be estimated, each reason
+    with the techniques it holds for."""
     reasons = report.effects["estimated from"].str.removeprefix("not measurable here: ")
+    techniques: dict[str, list[str]] = {}
+    for technique, reason in zip(report.effects["technique"], reasons, strict=True):
+        techniques.setdefault(reason, []).append(str(technique))
+    said = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in techniques.items())
     return (
-        f"Not measurable over {len(report.frame)} configs ({'; '.join(dict.fromkeys(reasons))}): "
+        f"Not measurable over {len(report.frame)} configs ({said}): "
         "too few trials for the settings that vary"
         + ("; the ablations above answer instead." if not report.ablation_effects.empty else ".")
     )
