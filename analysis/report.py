@@ -9,6 +9,7 @@ The same report is written at the end of every `search.run`.
 from __future__ import annotations
 
 import argparse
+import base64
 import html
 import sys
 import textwrap
@@ -237,15 +238,13 @@ def build_report(
     ]
     images = {}
     if charts[-1] is not None:
-        images["Peak memory and throughput against the batch they were measured at"] = charts[
-            -1
-        ].name
+        images["Peak memory and throughput against the batch they were measured at"] = charts[-1]
     if histories is not None and not histories.empty:
         labels = config_labels(measured_noise(marked, histories), NOISE_CHART_CONFIGS)
         chart = noise_scale_chart(histories, labels, out_dir / "noise_scale.png", title)
         charts.append(chart)
         if chart is not None:
-            images["The batch used against the gradient noise scale, by epoch"] = chart.name
+            images["The batch used against the gradient noise scale, by epoch"] = chart
     files += [chart for chart in charts if chart is not None]
     markdown = out_dir / "report.md"
     markdown.write_text(render_markdown(report, title, [c.name for c in charts if c]))
@@ -562,9 +561,11 @@ def _not_measured_line(report: Report) -> str:
 
 
 def render_html(
-    report: Report, title: str, feasible: np.ndarray, images: Mapping[str, str] | None = None
+    report: Report, title: str, feasible: np.ndarray, images: Mapping[str, Path] | None = None
 ) -> str:
-    """The report page; `images` (heading -> PNG beside the page) follow the charts."""
+    """The report page; `images` (heading -> PNG) follow the charts, inside the page: MLflow
+    shows an attached page in a sandboxed frame where a link to a file beside it loads
+    nothing (2026-12-07), and a page saved alone keeps its charts."""
     effect_figure = interactive_effect_figure(report.ablation_effects)
     figures = interactive_figures(report.frame, report.objectives, feasible)
     if effect_figure is not None:
@@ -619,8 +620,12 @@ def render_html(
             + (f"<p>{html.escape(legend)}</p>" if legend else "")
         )
     sections.append("<h2>Charts (hover a point for its config)</h2>" + "".join(plots))
-    for heading, name in (images or {}).items():
-        sections.append(f'<h2>{html.escape(heading)}</h2><img src="{html.escape(name)}" alt="">')
+    for heading, path in (images or {}).items():
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        sections.append(
+            f"<h2>{html.escape(heading)}</h2>"
+            f'<img src="data:image/png;base64,{data}" alt="{html.escape(path.name)}">'
+        )
     return PAGE.format(title=html.escape(title), body="".join(sections))
 
 

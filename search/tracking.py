@@ -103,8 +103,10 @@ def trial_run_name(config: Mapping[str, Any], trial_id: str) -> str:
 
 
 def ablation_run_name(name: str, change: str, base: str) -> str:
-    """An ablation trial's run says which change of which trial it is, first."""
-    return f"[ablation of {base}: {change}] {name}"
+    """An ablation trial's run says which change of which trial it is, the change first:
+    the runs list's name column shows about twenty characters, and "[ablation of a7f7..."
+    was all eleven ablations showed there (2026-12-07)."""
+    return f"[{change}, ablation of {base}] {name}"
 
 
 def tag_ablated(parent: ParentRun, ablations: pd.DataFrame) -> None:

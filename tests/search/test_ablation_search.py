@@ -86,7 +86,8 @@ def test_ablation_trials_are_mlflow_children_found_from_the_trial_they_ablate(ab
         [knee.info.experiment_id], filter_string=f"tags.ablation_of = '{base}'"
     )
     assert len(found) == PLANNED
-    assert all(run.info.run_name.startswith("[ablation of ") for run in ablation_runs)
+    assert all(run.info.run_name.startswith(f"[{run.data.tags['ablation']}, ablation of {base}] ")
+               for run in ablation_runs)  # fmt: skip
     assert all(run.info.status == "FINISHED" for run in ablation_runs)
     assert all(run.data.tags["is_pareto"] == "false" for run in ablation_runs)  # off the front
 

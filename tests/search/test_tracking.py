@@ -6,7 +6,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis.load import frame_from_mlflow, frame_from_tune
-from search.tracking import MlflowTrialCallback, ParentRun, trial_run_name
+from search.tracking import MlflowTrialCallback, ParentRun, ablation_run_name, trial_run_name
 from tests.fakes import FakeTrial, schema_result
 
 
@@ -57,6 +57,11 @@ def test_plain_trials_get_short_names_and_the_noise_rule_says_so():
     other_model = {"model": "shufflenet_v2_x0_5", "batch_size": 32}
     assert trial_run_name(other_model, "abcd1234") == "shufflenet_v2_x0_5-bs32-abcd1234"
     assert trial_run_name({"model": "small_cnn", "batch_size": 8}, "abcd1234") == "bs8-abcd1234"
+
+
+def test_an_ablation_run_name_leads_with_its_change_which_a_narrow_column_still_shows():
+    name = ablation_run_name("bs16-sgd-1d0d7_00002", "batch_size=16", "a7f75574")
+    assert name == "[batch_size=16, ablation of a7f75574] bs16-sgd-1d0d7_00002"
 
 
 def test_a_pruned_trial_s_run_says_so_in_its_name_and_its_description(parent, store):
