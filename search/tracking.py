@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from ray import tune
 
+from analysis.flat import flatten
 from analysis.load import CONFIG_PREFIX
 from trainables.metrics import (
     ABLATION,
@@ -326,7 +327,9 @@ class MlflowTrialCallback(tune.Callback):
         tags = {"trial_id": trial.trial_id, "trial_name": str(trial), "status": "running"}
         if config.get(ABLATION_OF):  # found from the trial it ablates (`tag_ablated`)
             tags |= {ABLATION_OF: str(config[ABLATION_OF]), ABLATION: str(config[ABLATION])}
-        params = {**self.fixed_params, **config}
+        # a mapping (the speed scale) as its keys, as the fixed params and Tune's folder
+        # have it, not once more as one string beside them
+        params = {**self.fixed_params, **flatten("", config)}
         return create_child_run(
             self.client, self.experiment_id, self.parent_run_id, self.run_name(trial), tags, params
         )

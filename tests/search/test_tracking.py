@@ -36,6 +36,16 @@ def test_each_trial_becomes_a_child_run_nested_under_the_search(parent, store):
     assert run.data.params == {"batch_size": "32", "lr": "0.01", "epochs": "2"}
 
 
+def test_a_mapping_in_a_trials_config_is_logged_as_its_keys_once(parent, store):
+    """The speed scale was logged as its four keys and once more as one string."""
+    callback = MlflowTrialCallback(store, parent.experiment_id, parent.run_id,
+                                   {"speed_scale.fp32_contiguous": 2000.0})  # fmt: skip
+    trial = FakeTrial("abc", {"batch_size": 32, "speed_scale": {"fp32_contiguous": 2000.0}})
+    callback.on_trial_start(0, [], trial)
+    run = MlflowClient(store).get_run(callback.run_id_for(trial))
+    assert run.data.params == {"batch_size": "32", "speed_scale.fp32_contiguous": "2000.0"}
+
+
 def test_a_trial_run_is_named_by_what_it_trains_with_and_stays_unique(parent, store):
     callback = callback_for(parent, store)
     config = {"batch_size": 64, "optimizer": "adam", "lr": 0.001, "amp": True,
