@@ -165,7 +165,7 @@ def report_and_finish(
         rows = [trial_row(s.trial_id, s.config, s.metrics) for s in skipped]
         frame = pd.concat([frame, pd.DataFrame(rows)], ignore_index=True)
         count = f"{len(skipped)} suggestion{'s' if len(skipped) != 1 else ''}"
-        say(f"Never started: {count} known to run out of memory (see the trials table).")
+        say(f"Never started: {count} predicted to run out of memory (see the trials table).")
     if len(ablations):
         frame = pd.concat([frame, ablations], ignore_index=True)
     report = build_report(
