@@ -26,6 +26,7 @@ from analysis.report import (
     split_sizes_from_parent,
     trend_tables,
 )
+from tests.analysis.test_repeats_and_effects import unmeasurable_search
 
 OBJECTIVES = {"throughput": "max", "best_val_acc": "max", "gen_gap": "min"}
 
@@ -214,17 +215,7 @@ def test_the_importance_table_says_what_it_measures_and_where_a_setting_cannot_a
 
 def test_a_technique_effect_not_measurable_names_the_techniques_each_reason_holds_for(tmp_path):
     """Three reasons in one line without the techniques they held for (2026-12-07)."""
-    frame = pd.DataFrame({
-        "trial_id": list("abcd"),
-        "config.amp": [True, True, False, False],
-        "config.optimizer": ["adam", "adam", "sgd", "sgd"],  # always together with amp
-        "config.cudnn_benchmark": [True, False, True, False],
-        "throughput": [300.0, 280.0, 100.0, 90.0],
-        "best_val_acc": [0.7, 0.72, 0.6, 0.62],
-        "gen_gap": [0.1, 0.1, 0.1, 0.1],
-        "status": "ok",
-    })  # fmt: skip
-    build_report(frame, OBJECTIVES, tmp_path, on_gpu=False)
+    build_report(unmeasurable_search(), OBJECTIVES, tmp_path, on_gpu=False)
     (line,) = [ln for ln in (tmp_path / "report.md").read_text().splitlines()
                if ln.startswith("Not measurable over")]  # fmt: skip
     assert "cudnn_benchmark: it does nothing on the CPUs these trials ran on" in line
