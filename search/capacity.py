@@ -413,7 +413,8 @@ HEADINGS = ("technique", "batch", "accum", "effective", "step s", "peak MiB", "p
 
 
 def render(rows: list[CapacityRow]) -> str:
-    """The table; a step time scaled from a smaller timed batch is marked ~."""
+    """The table; a step time scaled from a smaller timed batch is marked ~, and said so
+    under it."""
     widths = [int(spec.rstrip("sdf").split(".")[0]) for _, spec in COLUMNS]
     widths[0] = max(widths[0], *(len(row.technique) for row in rows))
     header = " ".join(
@@ -431,6 +432,8 @@ def render(rows: list[CapacityRow]) -> str:
             cells[4] = "~" + cells[4].lstrip()
             cells[4] = f"{cells[4]:>8s}"
         lines.append(" ".join(cells))
+    if any(row.timed_batch_size != row.max_batch_size for row in rows):
+        lines.append("~: timed at a smaller batch that fits --host-limit-mb, scaled to the batch")
     return "\n".join(lines)
 
 

@@ -5,7 +5,15 @@ import re
 import pytest
 import torch
 
-from search.capacity import Prober, largest_fitting, largest_near, main, measure_row
+from search.capacity import (
+    CapacityRow,
+    Prober,
+    largest_fitting,
+    largest_near,
+    main,
+    measure_row,
+    render,
+)
 from tests.conftest import CONFIGS
 from tests.fake_cuda import MIB, CardLoad
 from tests.trainables.stages import insert_stage
@@ -294,3 +302,12 @@ def test_a_mistaken_option_is_one_message_before_anything_is_measured(
     except SystemExit as exit_:  # argparse's own refusal
         code = exit_.code
     assert code == 2 and said in capsys.readouterr().err and not measured
+
+
+def test_a_step_time_scaled_from_a_smaller_batch_is_marked_and_the_mark_said_under_the_table():
+    scaled = CapacityRow("baseline", 130, 1, 130, 45.6, 10920.3, timed_batch_size=9)
+    whole = CapacityRow("AMP", 252, 1, 252, 1.2, 10975.0, timed_batch_size=252)
+    table = render([scaled, whole]).splitlines()
+    assert "~45.600" in table[2] and "~" not in table[3]
+    assert table[-1] == "~: timed at a smaller batch that fits --host-limit-mb, scaled to the batch"
+    assert "~:" not in render([whole])
