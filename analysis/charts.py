@@ -502,7 +502,7 @@ def effect_figure(effects: pd.DataFrame, title: str = "") -> plt.Figure | None:
     # both kinds named whatever is drawn: a reader of a chart all grey learns what green means
     kinds = [Line2D([], [], marker="o", ls="", c=colour) for colour in (TOLD, NOISE)]
     names = list(EFFECT_KINDS.values())
-    if effects.apply(unchanged, axis=1).any():
+    if (effects["verdict"] == "no change").any():  # as `unchanged` reads a row
         kinds.append(Line2D([], [], marker="D", ls="", c=SAME, ms=4))
         names.append(UNCHANGED)
     # below the panels' axis labels, never over them

@@ -351,7 +351,9 @@ def memory_when_refused(prober: Prober) -> str:
 
 
 def say_now(line: str) -> None:
-    """A progress line, seen as it goes where the output is piped (`| tee`) too."""
+    """A progress line, seen as it goes where the output is piped (`| tee`) too. As
+    `search.console.say` does; that module is not imported here, it loads the report's
+    charting and MLflow for the search's end, seconds a capacity table does not need."""
     print(line, flush=True)
 
 
