@@ -2,7 +2,10 @@
 
 For every switch the search varied: how many trials used it, what share of the front uses
 it (against its share of all feasible trials), and its effect on each objective with a 95%
-interval, estimated so that the other settings do not masquerade as the switch's effect:
+interval, estimated so that the other settings do not masquerade as the switch's effect. As
+the ablations give theirs (`analysis.ablations.in_points`): accuracies and gaps in points,
+speeds, memory and times in percent, estimated on their logarithms so that an interval never
+claims a switch takes away more than all of a speed (never below -100%):
 
 - matched pairs where the search has them: configs that differ in this switch only (their
   seeds averaged), the mean of on minus off over the pairs, with a t interval;
@@ -12,10 +15,14 @@ interval, estimated so that the other settings do not masquerade as the switch's
 - "not measurable here" when neither is possible (too few trials for the settings that
   vary, or the switch always moved with another setting), or when the switch does nothing
   on the device the trials ran on (the cuDNN autotuner on a CPU).
+
+A suggestion never started (predicted to run out of memory) used no switch: it is counted
+nowhere.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -24,8 +31,10 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats
 
+from analysis.ablations import in_points
 from analysis.load import CONFIG_PREFIX, as_numbers, spans_decades, varied_settings
 from analysis.pareto import front_of
+from trainables.metrics import STATUS_OOM_PREDICTED
 from trainables.optimizers import OPTIMIZERS
 from trainables.techniques import IDLE_ON_CPU, TECHNIQUES
 
@@ -61,7 +70,7 @@ def switches() -> dict[str, Switch]:
 
 @dataclass(frozen=True)
 class Effect:
-    estimate: float  # NaN: not measurable here
+    estimate: float  # in points or percent (`in_points`); NaN: not measurable here
     low: float
     high: float
     basis: str  # what it rests on, or why it cannot be measured
@@ -70,7 +79,7 @@ class Effect:
     def interval(self) -> str:
         if not np.isfinite(self.low):
             return "-"
-        return f"[{self.low:+.4g}, {self.high:+.4g}]"
+        return f"[{self.low:+.1f}, {self.high:+.1f}]"
 
 
 def not_measurable(why: str) -> Effect:
@@ -93,10 +102,10 @@ def switch_column(frame: pd.DataFrame, switch: str) -> pd.Series | None:
 
 
 def matched_pairs(
-    frame: pd.DataFrame, on: pd.Series, objective: str, others: list[str]
+    frame: pd.DataFrame, on: pd.Series, values: pd.Series, others: list[str]
 ) -> np.ndarray:
-    """On minus off of `objective` for every group of trials equal in `others`."""
-    values = frame[objective].replace([np.inf, -np.inf], np.nan)
+    """On minus off of `values` (an objective's, per trial) for every group of trials equal
+    in `others`."""
     keys = [frame[column].map(repr) for column in others]
     groups = frame.groupby(keys).groups.values() if keys else [frame.index]
     differences = []
@@ -124,13 +133,33 @@ def design_matrix(frame: pd.DataFrame, on: pd.Series, others: list[str]) -> pd.D
 def estimate_effect(
     frame: pd.DataFrame, on: pd.Series, objective: str, others: list[str]
 ) -> Effect:
-    """The switch's effect on `objective` over `frame` (feasible trials), see the module."""
-    pairs = matched_pairs(frame, on, objective, others)
+    """The switch's effect on `objective` over `frame` (feasible trials), see the module:
+    in points for a fraction, else in percent from the logarithms' difference."""
+    values = pd.to_numeric(frame[objective], errors="coerce").replace([np.inf, -np.inf], np.nan)
+    points = in_points(objective)
+    if not points:
+        if (values <= 0).any():
+            return not_measurable("not a positive amount: no ratio")
+        values = np.log(values)
+    effect = difference_of(frame, on, values, others)
+    if not np.isfinite(effect.estimate):
+        return effect
+    if points:
+        scaled = (100 * value for value in (effect.estimate, effect.low, effect.high))
+    else:
+        scaled = (100 * math.expm1(value) for value in (effect.estimate, effect.low, effect.high))
+    return Effect(*scaled, effect.basis)
+
+
+def difference_of(
+    frame: pd.DataFrame, on: pd.Series, values: pd.Series, others: list[str]
+) -> Effect:
+    """On minus off of `values` over `frame`, from matched pairs or the regression."""
+    pairs = matched_pairs(frame, on, values, others)
     if len(pairs) >= 2:
         mean, spread = float(pairs.mean()), stats.sem(pairs)
         half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(pairs) - 1) * spread)
         return Effect(mean, mean - half, mean + half, f"{len(pairs)} matched pairs")
-    values = frame[objective].replace([np.inf, -np.inf], np.nan)
     known = values.notna()
     design = design_matrix(frame, on, others)[known]
     rank = np.linalg.matrix_rank(design.to_numpy(dtype=float))
@@ -146,6 +175,13 @@ def estimate_effect(
     return Effect(float(fit.params[switch]), float(low), float(high), basis)
 
 
+def started_trials(frame: pd.DataFrame) -> pd.DataFrame:
+    """The trials that began training: not those refused before (predicted out of memory)."""
+    if "status" not in frame:
+        return frame
+    return frame[frame["status"] != STATUS_OOM_PREDICTED]
+
+
 def technique_effects(
     frame: pd.DataFrame,
     objectives: Mapping[str, str],
@@ -155,6 +191,7 @@ def technique_effects(
     """One row per varied switch (see the module docstring); `frame` needs `is_pareto`.
     `on_gpu` False: the trials ran on CPUs, where GPU-only switches are not measurable."""
     usable = frame.loc[feasible]
+    frame = started_trials(frame)
     front = front_of(usable)
     settings = varied_settings(usable)
     rows = []

@@ -73,10 +73,19 @@ def setting_importances(
         table.loc[acting, objective] = table.loc[acting, objective].fillna(0.0)
     table.index.name = "setting"
     basis = f"fANOVA (Optuna) over {len(trials)} feasible trials"
-    constant = [c.removeprefix(CONFIG_PREFIX) for c in varied_settings(frame) if c not in settings]
-    if constant:
-        basis += f"; {', '.join(constant)} the same in all of them"
+    same = [c.removeprefix(CONFIG_PREFIX) for c in varied_settings(frame) if c not in settings]
+    if same:
+        basis += f"; {', '.join(same)} the same in all of them"
+    flat = [name for name in objectives if name in trials and constant(trials[name])]
+    if flat:
+        basis += f"; {', '.join(flat)} the same in all of them, nothing to explain"
     return table.reset_index(), basis
+
+
+def constant(values: pd.Series) -> bool:
+    """One value over the trials that have one (fANOVA has no variance to split there)."""
+    values = pd.to_numeric(values, errors="coerce")
+    return values[np.isfinite(values.to_numpy(dtype=float))].nunique() == 1
 
 
 def inert_reasons(table: pd.DataFrame, inert: Callable[[str], Mapping[str, str]]) -> list[str]:
@@ -112,7 +121,7 @@ def _importances(
         values = pd.to_numeric(trials[objective], errors="coerce")
         known = trials[np.isfinite(values.to_numpy(dtype=float))]
         distributions = {k: v for k, v in every.items() if k not in inert(objective)}
-        if len(known) < MIN_TRIALS or not distributions:
+        if len(known) < MIN_TRIALS or not distributions or constant(known[objective]):
             continue
         study = optuna.create_study(direction="maximize" if direction == "max" else "minimize")
         for _, row in known.iterrows():

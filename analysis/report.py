@@ -13,7 +13,7 @@ import base64
 import html
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from analysis.ablations import (
     at_a_glance,
     effect_metrics,
     effect_table,
+    in_points,
     inert_settings,
     same_updates,
     split_ablations,
@@ -45,7 +46,7 @@ from analysis.charts import (
     pairwise_front_chart,
     parallel_chart,
 )
-from analysis.effects import technique_effects
+from analysis.effects import started_trials, technique_effects
 from analysis.flat import as_shown
 from analysis.importance import inert_reasons, setting_importances
 from analysis.load import (
@@ -474,11 +475,30 @@ ABLATION_INTRO = (
 )
 REGRESSION_INTRO = (
     "Share of the front that uses it against its share of feasible trials, and its effect on "
-    "each objective with a 95% interval: from configs that differ in it alone where the "
-    "search has them, otherwise a regression that controls for the other settings the "
-    "search varied; 'estimated from' says which, and on how many. Sound on large searches; "
-    "the ablations above answer for the config they ran around."
+    "each objective with a 95% interval (accuracies and gaps in points; speeds, memory and "
+    "times in percent, from their logarithms: never below -100%): from configs that differ "
+    "in it alone where the search has them, otherwise a regression that controls for the "
+    "other settings the search varied; 'estimated from' says which, and on how many. Sound "
+    "on large searches; the ablations above answer for the config they ran around."
 )
+
+
+def effects_shown(effects: pd.DataFrame) -> pd.DataFrame:
+    """The technique table as read: each effect with its unit, as the ablations say theirs,
+    shares to two decimals, "-" where there is no number."""
+
+    def number(unit: str, sign: str = "+", places: int = 1) -> Callable[[object], str]:
+        return lambda value: (
+            f"{float(value):{sign}.{places}f}{unit}" if np.isfinite(float(value)) else "-"
+        )
+
+    shown = effects.copy()
+    for column in [c for c in shown.columns if c.startswith("effect on ")]:
+        unit = " points" if in_points(column.removeprefix("effect on ")) else "%"
+        shown[column] = shown[column].map(number(unit))
+    for column in ("share_of_feasible", "share_of_front"):
+        shown[column] = shown[column].map(number("", sign="", places=2))
+    return shown
 
 
 def _measurable(effects: pd.DataFrame) -> bool:
@@ -533,7 +553,8 @@ def render_markdown(report: Report, title: str, charts: list[str]) -> str:
     if not report.effects.empty:
         parts += ["## What each technique does over the search's trials", ""]
         if _measurable(report.effects):
-            parts += [REGRESSION_INTRO, "", report.effects.round(4).to_markdown(index=False), ""]
+            table = effects_shown(report.effects).to_markdown(index=False)
+            parts += [REGRESSION_INTRO, "", table, ""]
         else:
             parts += [_not_measured_line(report), ""]
     infeasible = _infeasible_table(report)
@@ -554,7 +575,7 @@ def _not_measured_line(report: Report) -> str:
         techniques.setdefault(reason, []).append(str(technique))
     said = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in techniques.items())
     return (
-        f"Not measurable over {len(report.frame)} configs ({said}): "
+        f"Not measurable over {len(started_trials(report.frame))} configs ({said}): "
         "too few trials for the settings that vary"
         + ("; the ablations above answer instead." if not report.ablation_effects.empty else ".")
     )
@@ -607,7 +628,8 @@ def render_html(
         )
     if not report.effects.empty:
         body = (
-            f"<p>{html.escape(REGRESSION_INTRO)}</p>" + report.effects.round(4).to_html(index=False)
+            f"<p>{html.escape(REGRESSION_INTRO)}</p>"
+            + effects_shown(report.effects).to_html(index=False)
             if _measurable(report.effects)
             else f"<p>{html.escape(_not_measured_line(report))}</p>"
         )

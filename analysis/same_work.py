@@ -142,9 +142,9 @@ def own_values(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def pooled_note(frame: pd.DataFrame) -> str:
-    """What a reader of the throughput column should know: how many of its rows share a
-    speed with rows of other settings (empty where none do). Rows are trials, or configs
-    where seeds of one config were averaged (`analysis.repeats`: a `seeds` column)."""
+    """What a reader of the throughput column should know: how many of its rows that have a
+    speed share it with rows of other settings (empty where none do). Rows are trials, or
+    configs where seeds of one config were averaged (`analysis.repeats`: a `seeds` column)."""
     if SAME_WORK_TRIALS not in frame:
         return ""
     seeds = pd.to_numeric(frame["seeds"], errors="coerce").fillna(1) if "seeds" in frame else 1
@@ -153,8 +153,9 @@ def pooled_note(frame: pd.DataFrame) -> str:
     if not shared:
         return ""
     rows = "configs" if "seeds" in frame else "trials"
+    timed = int(pd.to_numeric(frame["throughput"], errors="coerce").notna().sum())
     return (
-        f"{shared} of {len(frame)} {rows} share a speed with others of the same work per image "
+        f"{shared} of {timed} {rows} share a speed with others of the same work per image "
         "(they differ only in the learning rate, its warmup or the seed): the geometric mean "
         f"of their own timings ({TRIAL_THROUGHPUT} keeps each trial's)."
     )

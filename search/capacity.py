@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from analysis.arguments import COUNT, POSITIVE
+from search.cli import say
 from search.config import ConfigError, SearchConfig, load_config, renamed_notes
 from search.devices import slow_cpu_amp
 from search.errors import Problem
@@ -350,20 +351,13 @@ def memory_when_refused(prober: Prober) -> str:
     )
 
 
-def say_now(line: str) -> None:
-    """A progress line, seen as it goes where the output is piped (`| tee`) too. As
-    `search.console.say` does; that module is not imported here, it loads the report's
-    charting and MLflow for the search's end, seconds a capacity table does not need."""
-    print(line, flush=True)
-
-
 def capacity_table(
     config: SearchConfig,
     budget_mb: float,
     accumulation_steps: int,
     steps: int,
     host_limit_mb: float,
-    say: Callable[[str], None] = say_now,
+    say: Callable[[str], None] = say,
     card: TorchCudaCard | None = None,
     base: TrainSettings | None = None,
     time_amp: bool = True,

@@ -24,6 +24,11 @@ EXIT_NOTHING_TRAINED = 1  # every trial raised or never started: Ray's errors sa
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT: resumable
 
 
+def say(message: str = "") -> None:
+    """A line for the user, seen as it is said where the output is piped (`| tee`) too."""
+    print(message, flush=True)
+
+
 @dataclass(frozen=True)
 class RunOptions:
     run_name: str | None = None  # --name; default: <config name>-<timestamp>

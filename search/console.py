@@ -19,10 +19,6 @@ from search.ablation import ablation_trials
 from search.config import SearchConfig
 
 
-def say(message: str = "") -> None:
-    print(message, flush=True)
-
-
 def mlflow_ui_command(tracking_uri: str) -> str:
     if is_server(tracking_uri):
         return f"open {tracking_uri} in a browser"

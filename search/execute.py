@@ -33,9 +33,10 @@ from search.cli import (
     EXIT_STOPPED,
     RunOptions,
     resume_command,
+    say,
 )
 from search.config import SearchConfig
-from search.console import mlflow_ui_command, runs_link, say, summary_table
+from search.console import mlflow_ui_command, runs_link, summary_table
 from search.experiment import SearchState
 from search.recovery import Outcome, fit_with_recovery
 from search.skipped import skipped_suggestions

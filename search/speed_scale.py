@@ -19,9 +19,8 @@ from pathlib import Path
 
 import ray
 
-from search.cli import RunOptions
+from search.cli import RunOptions, say
 from search.config import SearchConfig
-from search.console import say
 from search.experiment import SearchState
 from trainables.reference_kinds import scales_from
 from trainables.settings import TrainSettings

@@ -20,10 +20,10 @@ import ray
 
 from search import speed_scale
 from search.background import in_background
-from search.cli import EXIT_USAGE, RunOptions, handler_put_back
+from search.cli import EXIT_USAGE, RunOptions, handler_put_back, say
 from search.cluster import ClusterUnavailable, join_refused
 from search.config import ConfigError, SearchConfig
-from search.console import plan, say
+from search.console import plan
 from search.devices import machine_space, resolve_gpu
 from search.errors import Problem
 from trainables.host_memory import WORKER_ENV

@@ -74,3 +74,13 @@ def test_a_setting_sampled_but_the_same_in_every_usable_trial_is_named():
     assert basis == (
         "fANOVA (Optuna) over 15 feasible trials; channels_last the same in all of them"
     )
+
+
+def test_an_objective_the_same_in_every_usable_trial_is_named_not_ranked():
+    """fANOVA raised "zero total variance" on it, and the report with it (2026-12-07)."""
+    frame = trials(16).assign(gen_gap=0.1)
+    table, basis = setting_importances(
+        frame, {"throughput": "max", "gen_gap": "min"}, np.ones(16, dtype=bool)
+    )
+    assert list(table.columns) == ["setting", "throughput"]
+    assert basis.endswith("; gen_gap the same in all of them, nothing to explain")

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -84,23 +86,27 @@ def test_effects_come_from_matched_pairs_where_the_search_has_them():
     effects = technique_effects(marked, OBJECTIVES, feasible_mask(marked, OBJECTIVES))
     amp = effects.set_index("technique").loc["amp"]
     assert amp["trials_on"] == 3 and amp["trials_off"] == 3
-    # adam: 300 on, 110 off; sgd: 280 on, mean(100, 90) off; the oom trial left out
-    assert amp["effect on throughput"] == pytest.approx((190.0 + 185.0) / 2)
+    # adam: 300 on, 110 off; sgd: 280 on, 100 and 90 off (their geometric mean); the oom
+    # trial left out; speeds compared as ratios, the pairs' logarithms averaged
+    pairs = [math.log(300 / 110), math.log(280) - (math.log(100) + math.log(90)) / 2]
+    assert amp["effect on throughput"] == pytest.approx(100 * math.expm1(np.mean(pairs)))
     assert amp["estimated from"] == "2 matched pairs"
     low, high = (float(x) for x in amp["throughput 95% interval"].strip("[]").split(","))
-    assert low < 187.5 < high
+    assert low < amp["effect on throughput"] < high
+    # accuracies in points: adam 0.70 against 0.61, sgd 0.72 against 0.61
+    assert amp["effect on best_val_acc"] == pytest.approx(10.0)
     assert amp["share_of_front"] == 1.0
     assert amp["share_of_feasible"] == pytest.approx(2 / 5)
     assert set(effects["technique"]) == {"amp", "optimizer adam"}
 
 
 def confounded_search(seed: int = 0) -> pd.DataFrame:
-    """AMP adds 50 images/s, but the search tried it mostly at small batches, which are
-    slow: on minus off says AMP costs speed. No two configs differ in AMP alone."""
+    """AMP makes a step 22% faster (e^0.2), but the search tried it mostly at small batches,
+    which are slow: on minus off says AMP costs speed. No two configs differ in AMP alone."""
     rng = np.random.default_rng(seed)
     batch = np.array([16, 16, 16, 32, 32, 256, 256, 256, 128, 128, 64, 64])
     amp = np.array([1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0], dtype=bool)
-    throughput = 100 + 300 * np.log10(batch) + 50 * amp + rng.normal(0, 5, len(batch))
+    throughput = (100 + 300 * np.log10(batch)) * np.exp(0.2 * amp + rng.normal(0, 0.02, 12))
     return pd.DataFrame({
         "trial_id": [f"t{i}" for i in range(len(batch))],
         "config.batch_size": batch,
@@ -120,9 +126,9 @@ def test_without_pairs_a_regression_on_the_other_settings_finds_the_effect_a_med
     marked = mark_front(frame, OBJECTIVES)
     effects = technique_effects(marked, OBJECTIVES, feasible_mask(marked, OBJECTIVES))
     amp = effects.set_index("technique").loc["amp"]
-    assert amp["effect on throughput"] == pytest.approx(50, abs=10)
+    assert amp["effect on throughput"] == pytest.approx(22.1, abs=5)  # percent
     low, high = (float(x) for x in amp["throughput 95% interval"].strip("[]").split(","))
-    assert low < 50 < high and high - low < 40
+    assert low < 22.1 < high and high - low < 20
     assert amp["estimated from"].startswith("regression on 12 trials, controlling for")
 
 
@@ -152,6 +158,37 @@ def test_an_effect_that_cannot_be_measured_says_so_and_why():
         "not measurable here: it does nothing on the CPUs these trials ran on"
     )
     assert effects.loc["cudnn_benchmark", "throughput 95% interval"] == "-"
+
+
+def test_a_speed_effect_is_a_ratio_whose_interval_never_falls_below_minus_100_percent():
+    """Three pairs that disagree (x2, /2, x1): on minus off in images/s would be 0 +- 248,
+    its low end far below all of the 150 images/s the switch could take away; a ratio's
+    interval, taken on the logarithms, stays above -100%."""
+    frame = pd.DataFrame({
+        "trial_id": list("abcdef"),
+        "config.amp": [True, False] * 3,
+        "config.batch_size": [16, 16, 64, 64, 256, 256],
+        "throughput": [200.0, 100.0, 100.0, 200.0, 150.0, 150.0],
+        "best_val_acc": 0.7,
+        "status": "ok",
+    })  # fmt: skip
+    marked = mark_front(frame, OBJECTIVES)
+    effects = technique_effects(marked, OBJECTIVES, feasible_mask(marked, OBJECTIVES))
+    amp = effects.set_index("technique").loc["amp"]
+    assert amp["effect on throughput"] == pytest.approx(0.0, abs=1e-9)
+    low, high = (float(x) for x in amp["throughput 95% interval"].strip("[]").split(","))
+    assert -90 < low < -75 and 300 < high < 600  # x0.18 to x5.6: a halving and a doubling alike
+
+
+def test_a_suggestion_never_started_is_counted_among_no_switchs_trials():
+    frame = pd.concat([trials(), pd.DataFrame({
+        "trial_id": ["skipped-1"], "config.amp": [True], "config.accumulation_steps": [1],
+        "config.optimizer": ["sgd"], "status": ["oom_predicted"],
+    })], ignore_index=True)  # fmt: skip
+    marked = mark_front(frame, OBJECTIVES)
+    effects = technique_effects(marked, OBJECTIVES, feasible_mask(marked, OBJECTIVES))
+    amp = effects.set_index("technique").loc["amp"]
+    assert amp["trials_on"] == 3 and amp["trials_off"] == 3
 
 
 def test_a_trend_table_gives_the_mean_and_seed_spread_by_two_settings():

@@ -222,6 +222,30 @@ def test_a_technique_effect_not_measurable_names_the_techniques_each_reason_hold
     assert "amp, optimizer adam: the switch always moved with another setting" in line
 
 
+def test_the_technique_table_gives_each_effect_its_unit_and_a_dash_where_it_has_none(tmp_path):
+    """Its cells read "108.536" (images/s, unsaid) and "nan" where a switch was not
+    measurable (2026-12-07)."""
+    frame = pd.DataFrame({
+        "trial_id": [f"t{i}" for i in range(8)],
+        "config.amp": [True, False] * 4,  # four pairs that differ in it alone
+        "config.batch_size": [16, 16, 64, 64, 128, 128, 256, 256],
+        "config.cudnn_benchmark": [True, True, False, False] * 2,  # nothing on CPUs
+        "throughput": np.repeat([100.0, 200.0, 300.0, 400.0], 2) * np.tile([1.2, 1.0], 4),
+        "best_val_acc": np.repeat([0.6, 0.65, 0.7, 0.75], 2) + np.tile([0.1, 0.0], 4),
+        "gen_gap": 0.1,
+        "status": "ok",
+    })  # fmt: skip
+    build_report(frame, OBJECTIVES, tmp_path, on_gpu=False)
+    for page in ("report.md", "report.html"):
+        text = (tmp_path / page).read_text()
+        table = text[text.index("What each technique does") :]
+        table = re.split(r"\n## |<h2>", table)[0]
+        assert "nan" not in table.lower()
+        assert "+20.0%" in table  # amp's throughput, in percent
+        assert re.search(r"\+10\.0 points", table)  # amp's accuracy, in points
+        assert "from their logarithms: never below -100%" in table
+
+
 def test_the_command_prints_trend_tables_over_selected_trials(search_in_mlflow, tmp_path, capsys):
     uri, _, _ = search_in_mlflow
     args = ["--experiment", "cats", "--tracking-uri", uri, "--out", str(tmp_path / "o")]

@@ -170,6 +170,14 @@ def test_a_config_pooled_only_with_its_own_seeds_is_not_said_to_share_a_speed():
     assert pooled_note(ranked(other, OBJECTIVES, None)[0]).startswith("2 of 2 configs share")
 
 
+def test_the_shared_speed_note_counts_only_trials_that_have_a_speed():
+    """A suggestion never started (predicted out of memory) was counted: "12 of 17 trials"
+    where 16 had a speed (2026-12-07)."""
+    frame = trials(throughput=[1000.0, 1440.0, np.nan], best_val_acc=[0.8, 0.82, np.nan],
+                   status=["ok", "ok", "oom_predicted"])  # fmt: skip
+    assert pooled_note(ranked(frame, OBJECTIVES, None)[0]).startswith("2 of 2 trials share")
+
+
 def test_the_report_ranks_on_the_shared_speed_and_says_so(tmp_path):
     frame = trials(throughput=[1600.0, 1400.0, 900.0], best_val_acc=[0.80, 0.86, 0.90],
                    **{"config.batch_size": [32, 32, 16]})  # fmt: skip
