@@ -316,6 +316,12 @@ def capacity_part(out_dir: Path) -> list[Row]:
                     "needs a GPU; the CPU meter's table: docs/RESULTS.md section 1")]  # fmt: skip
     from search.capacity import main as capacity
 
+    def probed(row: Any) -> str:
+        if pd.isna(row.probes):  # accumulation's: the largest physical batch, stepped k times
+            return "derived from the row above, not probed"
+        predicted = f"{row.predicted_batch_size:.0f}"
+        return f"predicted {predicted}, {row.probes:.0f} probes, {row.seconds:.1f} s"
+
     csv_path = out_dir / "capacity.csv"
     config = str(REPO / "configs" / "deelvin_resnet50.yaml")
     started = time.perf_counter()
@@ -328,9 +334,8 @@ def capacity_part(out_dir: Path) -> list[Row]:
             f"{int(table['probes'].sum())} probes in all; goal 60 s on an H100-class card"),
         *(
             Row("capacity", f"largest batch, {row.technique}", row.effective_batch_size,
-                "images", f"physical {row.max_batch_size} (predicted {row.predicted_batch_size}, "
-                f"{row.probes} probes, {row.seconds:.1f} s), peak {row.peak_mem_mb:.0f} MiB, "
-                f"step {row.step_time_s:.3f} s")
+                "images", f"physical {row.max_batch_size} ({probed(row)}), peak "
+                f"{row.peak_mem_mb:.0f} MiB, step {row.step_time_s:.3f} s")
             for row in table.itertuples()
         ),
     ]  # fmt: skip

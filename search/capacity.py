@@ -118,9 +118,11 @@ class CapacityRow:
     step_time_s: float  # one optimizer step at the largest batch
     peak_mem_mb: float  # at the largest batch
     timed_batch_size: int  # the batch the step time was measured at (see --host-limit-mb)
-    predicted_batch_size: int = 0  # from the two probes' line, before it was verified
-    probes: int = 0  # steps (or meter readings) that decided the largest batch
-    seconds: float = 0.0  # the row's wall time, its trial's start and the timed steps included
+    # None in a row derived from another (accumulation's), which nothing probed: "-" in the
+    # table, empty in the CSV
+    predicted_batch_size: int | None = None  # from the two probes' line, before it was verified
+    probes: int | None = None  # steps (or meter readings) that decided the largest batch
+    seconds: float | None = None  # the row's wall time, its trial's start and timed steps included
 
 
 class Prober:
@@ -420,7 +422,11 @@ def render(rows: list[CapacityRow]) -> str:
     lines = [header, "-" * len(header)]
     for row in rows:
         values = asdict(row)
-        cells = [format(values[name], spec) for name, spec in COLUMNS]
+        cells = [
+            f"{'-':>{spec.rstrip('sdf').split('.')[0]}s}" if values[name] is None
+            else format(values[name], spec)
+            for name, spec in COLUMNS
+        ]  # fmt: skip
         cells[0] = f"{row.technique:{widths[0]}s}"
         if math.isnan(row.step_time_s):
             cells[4] = f"{'untimed':>8s}"

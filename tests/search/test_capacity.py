@@ -185,10 +185,15 @@ def test_the_capacity_table_ranks_the_techniques_like_the_seed_article(tmp_path,
     assert batch[together] >= batch["AMP"]
     accumulated = rows[f"{together} + accumulation x2"]
     assert int(accumulated["effective_batch_size"]) == 2 * batch[together]
+    # derived from the row above, not probed: no zeros that read as measured
+    assert accumulated["probes"] == accumulated["seconds"] == ""
+    assert int(rows[together]["probes"]) > 0
     for row in rows.values():
         assert 0 < float(row["peak_mem_mb"]) <= 40.0  # the config's budget
     printed = capsys.readouterr().out
     assert "largest batch" in printed
+    (derived,) = [line for line in printed.splitlines() if "accumulation x2 " in line]
+    assert derived.split()[-1] == "-"  # its probes
     # on a CPU the autotuner's row trains as the baseline does: its time is no cost
     assert (
         "cuDNN autotuner off: it does nothing on the CPUs these trials ran on; its row trains "
