@@ -97,6 +97,14 @@ def test_a_best_epoch_not_yet_scored_has_no_gaps_until_its_weights_are():
     assert scored.gen_gap == pytest.approx(0.15) and scored.val_test_gap == pytest.approx(0.05)
 
 
+def test_a_gap_is_the_accuracies_difference_without_float_noise():
+    """0.645 - 0.47 is 0.17500000000000004 in floats, and MLflow showed it so (2026-12-07)."""
+    scores = EvalScores(train_eval_acc=0.645, val_acc=0.6, test_acc=0.47)
+    assert generalization_gap(scores) == 0.175
+    scored = Progress(best_val_acc=0.6, best_epoch=1).with_best_scored(0.645, 0.47)
+    assert scored.gen_gap == 0.175 and scored.val_test_gap == 0.13
+
+
 def test_an_unscored_gap_is_nan_not_zero():
     unscored = EvalScores(train_eval_acc=math.nan, val_acc=0.7, test_acc=math.nan)
     assert math.isnan(generalization_gap(unscored))
