@@ -13,10 +13,14 @@ its smallest process. With `--env KEY=VALUE`, every other process runs with that
 environment (A B A B, the first without), and the end gives each column's median and spread
 per set: `THP_MEM_ALLOC_ENABLE=1` asks torch to back its large CPU buffers with transparent
 huge pages, which the kernel gives only where asked (`/sys/kernel/mm/transparent_hugepage/
-enabled` at `madvise`).
+enabled` at `madvise`). `--without-onednn` trains every process on torch's own kernels
+instead of oneDNN's, which oneDNN compiles for each shape as the process runs; a reference
+at the config's own batch (`--reference-batch 128`) is a twin of the config in the process,
+with buffers of its own and the same shapes.
 
     python bench/process_spread.py [--processes 16] [--seconds 3] [--batch-size 128]
         [--amp] [--channels-last] [--reference-batch 16 64] [--env KEY=VALUE]
+        [--without-onednn]
 
 The config defaults to float32 at batch 128; `--amp --channels-last` is the default
 search's knee on the Intel Xeon (docs/RESULTS.md, section 48).
@@ -37,7 +41,8 @@ from trainables.host_memory import WORKER_ENV
 
 
 def measure(args: argparse.Namespace) -> dict[str, float]:
-    """In the child: the config's median images/s and each reference's, interleaved."""
+    """In the child: the config's median images/s and each reference's, interleaved, and
+    whether oneDNN trained them (`onednn`, 1 or 0)."""
     import torch
     from alternation_estimators import one_step  # bench/, first on a script's path
 
@@ -45,10 +50,11 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
 
     torch.set_num_threads(1)
     hold_host_allocator()
+    torch.backends.mkldnn.enabled = not args.without_onednn
     steps = {"config": (args.batch_size, one_step(args.batch_size, args.amp, args.channels_last))}
     for batch in args.reference_batch:
         steps[f"reference {batch}"] = (batch, one_step(batch, args.amp, args.channels_last))
-    return window(steps, args.seconds)
+    return window(steps, args.seconds) | {"onednn": float(torch.backends.mkldnn.enabled)}
 
 
 def spread(values: list[float]) -> float:
@@ -62,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     add_config_arguments(parser)
     parser.add_argument("--reference-batch", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--env", help="KEY=VALUE in every other process's environment")
+    parser.add_argument("--without-onednn", action="store_true",
+                        help="torch's own kernels, not oneDNN's (which it compiles per shape, "
+                        "as the process runs)")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -77,18 +86,22 @@ def main(argv: list[str] | None = None) -> int:
              "--batch-size", str(args.batch_size), "--reference-batch",
              *map(str, args.reference_batch)]  # fmt: skip
     child += ["--amp"] * args.amp + ["--channels-last"] * args.channels_last
+    child += ["--without-onednn"] * args.without_onednn
     sets: dict[str, list[dict[str, float]]] = {}
     for number in range(args.processes):
         with_env = bool(changed) and number % 2 == 1
         env = {**os.environ, **WORKER_ENV, **(changed if with_env else {})}
         done = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
         speeds = json.loads(done.stdout.strip().splitlines()[-1])
+        if speeds.pop("onednn") != float(not args.without_onednn):
+            raise SystemExit(f"process {number + 1}: oneDNN was not as asked")
         read = {"config": speeds["config"]} | {
             f"config / {name}": speeds["config"] / speeds[name]
             for name in speeds if name != "config"}  # fmt: skip
         label = args.env if with_env else "as it is"
         sets.setdefault(label, []).append(read)
         where = f" ({args.env})" if with_env else ""
+        where += " (torch's kernels, oneDNN off)" if args.without_onednn else ""
         print(f"process {number + 1}{where}: config {read['config']:.0f} images/s, " + ", ".join(
             f"{name} {value:.3f}" for name, value in read.items() if name != "config"),
             flush=True)  # fmt: skip

@@ -34,6 +34,13 @@ def test_with_an_environment_every_other_process_runs_with_it_and_the_end_compar
     assert [label for label, _ in sets] == ["as it is", "THP_MEM_ALLOC_ENABLE=1"]
 
 
+def test_without_onednn_each_process_trains_on_torchs_own_kernels_and_says_so():
+    done = run_bench("process_spread.py", *BRIEFLY, "--without-onednn")
+    said = re.findall(r"^process (\d) \(torch's kernels, oneDNN off\): config \d+ images/s",
+                      done.stdout, re.M)  # fmt: skip
+    assert said == ["1", "2"]  # each child reported oneDNN off, else the bench stops
+
+
 def test_an_environment_not_written_as_key_equals_value_is_refused():
     done = subprocess.run([sys.executable, str(REPO / "bench" / "process_spread.py"),
                            "--env", "THP_MEM_ALLOC_ENABLE"],
