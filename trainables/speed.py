@@ -91,9 +91,8 @@ PAIRED_BLOCK_SECONDS = 0.03
 # (`trainables.speed_reference`) where nobody crowds the device: a segment, read as one ratio.
 # A held window times the reference after each block (its blocks are few, its neighbours
 # wait), and every epoch's last segment ends with one, however short. The reference's block
-# is one or two steps, about 10 ms, on this project's 2-core machines: 4% of the timed
-# blocks' seconds (blocks of 20 ms cost 8%; both met issue 36's consistency aim:
-# docs/RESULTS.md section 46)
+# is one step of about 10 ms after an untimed one, on this project's 2-core machines: about
+# 8% of the timed blocks' seconds (docs/RESULTS.md, sections 46 and 55)
 REFERENCE_SEGMENT_SECONDS = 0.25
 MIN_ROUNDS = MIN_BLOCKS  # rounds of an alternation before it may stop: a median's interval
 

@@ -40,6 +40,28 @@ def test_a_block_of_the_reference_lasts_its_least_seconds_and_says_its_images_pe
     assert reference() == pytest.approx(REFERENCE_BATCH * steps / 0.004)
 
 
+def test_each_block_is_timed_after_an_untimed_step_that_brings_the_reference_back_warm(
+    monkeypatch,
+):
+    """Timed from cold after a trial's steps, a config read 1.2-1.5x its own speed over the
+    reference (docs/RESULTS.md, section 55)."""
+    import trainables.speed_reference as module
+
+    events: list[str] = []
+    monkeypatch.setattr(module, "train_step", lambda *args, **kwargs: events.append("step"))
+    ticks = iter(range(1000))
+
+    def clock() -> float:
+        events.append("clock")
+        return next(ticks) * 0.004
+
+    reference = SpeedReference(clock=clock)
+    steps = reference.steps
+    events.clear()
+    reference()
+    assert events == ["step", "clock", *["step"] * steps, "clock"]
+
+
 def test_each_reference_trains_in_its_kinds_arithmetic():
     plain, amp_nhwc = SpeedReference("fp32_contiguous"), SpeedReference("bfloat16_channels_last")
     images = amp_nhwc._batch[0][0]
