@@ -9,14 +9,16 @@ that moves from one process to the next by more than the reference moves sets tw
 one config apart however long each is timed. Printed per process: the config's median
 images per second and its ratio over each reference (the small CNN at each
 `--reference-batch`, in the config's arithmetic); at the end, each column's largest over
-its smallest process. With `--env KEY=VALUE`, every other process runs with that in its
-environment (A B A B, the first without), and the end gives each column's median and spread
-per set: `THP_MEM_ALLOC_ENABLE=1` asks torch to back its large CPU buffers with transparent
-huge pages, which the kernel gives only where asked (`/sys/kernel/mm/transparent_hugepage/
-enabled` at `madvise`). `--without-onednn` trains every process on torch's own kernels
-instead of oneDNN's, which oneDNN compiles for each shape as the process runs; a reference
-at the config's own batch (`--reference-batch 128`) is a twin of the config in the process,
-with buffers of its own and the same shapes.
+its smallest process, then (with three processes or more) the standard deviation of its
+logarithm and the share of threes of processes within 3% of each other, as the knee and its
+two noise-floor runs would have to be. With `--env KEY=VALUE`, every other process runs
+with that in its environment (A B A B, the first without), and the end gives each column's
+median and spread per set: `THP_MEM_ALLOC_ENABLE=1` asks torch to back its large CPU
+buffers with transparent huge pages, which the kernel gives only where asked
+(`/sys/kernel/mm/transparent_hugepage/enabled` at `madvise`). `--without-onednn` trains
+every process on torch's own kernels instead of oneDNN's, which oneDNN compiles for each
+shape as the process runs; a reference at the config's own batch (`--reference-batch
+128`) is a twin of the config in the process, with buffers of its own and the same shapes.
 
     python bench/process_spread.py [--processes 16] [--seconds 3] [--batch-size 128]
         [--amp] [--channels-last] [--reference-batch 16 64] [--env KEY=VALUE]
@@ -29,7 +31,9 @@ search's knee on the Intel Xeon (docs/RESULTS.md, section 48).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -59,6 +63,19 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
 
 def spread(values: list[float]) -> float:
     return max(values) / min(values)
+
+
+def log_sd(values: list[float]) -> float:
+    """The standard deviation of the values' logarithms: a relative spread."""
+    return statistics.stdev(math.log(value) for value in values)
+
+
+def threes_within(values: list[float], within: float = 1.03) -> float:
+    """The share of every three of the values whose largest is at most `within` times their
+    smallest: how often three runs of one config, each in a fresh process (the knee and
+    its two noise-floor runs), would agree within 3%."""
+    threes = list(itertools.combinations(values, 3))
+    return sum(spread(list(three)) <= within for three in threes) / len(threes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +124,13 @@ def main(argv: list[str] | None = None) -> int:
             flush=True)  # fmt: skip
     every = [read for reads in sets.values() for read in reads]
     for name in every[0]:
-        print(f"{name}: largest / smallest process {spread([r[name] for r in every]):.3f}")
+        values = [r[name] for r in every]
+        print(f"{name}: largest / smallest process {spread(values):.3f}")
+    if len(every) >= 3:
+        for name in every[0]:
+            values = [r[name] for r in every]
+            print(f"{name}: sd of the logarithm {log_sd(values):.1%}, threes of processes "
+                  f"within 3% {threes_within(values):.2f}")  # fmt: skip
     if len(sets) > 1:
         for label, reads in sets.items():
             print(f"{label}: " + ", ".join(

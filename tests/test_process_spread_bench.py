@@ -25,6 +25,19 @@ def test_each_process_reads_the_config_and_its_ratios_and_the_spreads_close_it()
     assert float(spreads["config"]) == pytest.approx(max(speeds) / min(speeds), rel=0.01)
 
 
+def test_the_end_gives_each_columns_relative_spread_and_how_often_three_processes_agree():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from process_spread import log_sd, threes_within
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert threes_within([100.0, 101.0, 102.0, 110.0]) == 0.25  # only the first three
+    assert log_sd([100.0, 100.0, 100.0]) == 0.0
+    done = run_bench("process_spread.py", "--processes", "3", *BRIEFLY[2:])
+    assert re.search(r"^config / reference 2: sd of the logarithm [\d.]+%, threes of "
+                     r"processes within 3% (0\.00|1\.00)$", done.stdout, re.M)  # fmt: skip
+
+
 def test_with_an_environment_every_other_process_runs_with_it_and_the_end_compares_the_sets():
     done = run_bench("process_spread.py", *BRIEFLY, "--env", "THP_MEM_ALLOC_ENABLE=1")
     assert re.search(r"^process 1: ", done.stdout, re.M)
