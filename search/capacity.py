@@ -423,10 +423,9 @@ def render(rows: list[CapacityRow]) -> str:
     for row in rows:
         values = asdict(row)
         cells = [
-            f"{'-':>{spec.rstrip('sdf').split('.')[0]}s}" if values[name] is None
-            else format(values[name], spec)
-            for name, spec in COLUMNS
-        ]  # fmt: skip
+            f"{'-':>{width}s}" if values[name] is None else format(values[name], spec)
+            for (name, spec), width in zip(COLUMNS, widths, strict=True)
+        ]
         cells[0] = f"{row.technique:{widths[0]}s}"
         if math.isnan(row.step_time_s):
             cells[4] = f"{'untimed':>8s}"
