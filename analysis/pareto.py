@@ -224,7 +224,12 @@ def dominators(
     row i dominates row j only where it is worse in no column by more than z standard
     errors of the difference (sqrt(e_i² + e_j²)) and better in one by more than that; a
     feasible row dominates an infeasible one only where it is better beyond that in the
-    `constraint_column` (the objective the constraint is on).
+    `constraint_column` (the objective the constraint is on). `errors` of shape (rows,
+    columns, 2) give each value's standard error below it and above it: whether i is worse
+    than j beyond the noise weighs how much lower i may be and how much higher j may be
+    (sqrt(below_i² + above_j²)), and better, the other sides (`trainables.metrics.error_sides`:
+    a speed's interval is not symmetric): the bounds of a difference from two lopsided
+    intervals as the MOVER method recovers them (Zou and Donner, 2008).
 
     With `decisive` (column indices), a row dominates only where it is better (beyond the
     noise, with `errors`) in one of those columns (with `errors` and no `constraint_column`,
@@ -236,12 +241,16 @@ def dominators(
         ahead = values[:, None, :] < values[None, :, :]  # [i, j, k]: i better than j on k
     else:
         spread = np.nan_to_num(np.asarray(errors, dtype=float), nan=0.0)
-        margin = z * np.sqrt(spread[:, None, :] ** 2 + spread[None, :, :] ** 2)
+        below, above = (spread[..., 0], spread[..., 1]) if spread.ndim == 3 else (spread, spread)
+        # [i, j, k]: the noise of "i lower than j on k" (i may be higher, j lower), and of
+        # "i higher than j" (i may be lower, j higher)
+        margin_lower = z * np.sqrt(above[:, None, :] ** 2 + below[None, :, :] ** 2)
+        margin_higher = z * np.sqrt(below[:, None, :] ** 2 + above[None, :, :] ** 2)
         with np.errstate(invalid="ignore"):  # inf - inf: neither better nor worse
             difference = values[None, :, :] - values[:, None, :]  # [i, j]: j's less i's
         difference = np.nan_to_num(difference, nan=0.0)
-        no_worse = (difference >= -margin).all(axis=2)
-        ahead = difference > margin
+        no_worse = (difference >= -margin_higher).all(axis=2)
+        ahead = difference > margin_lower
     better = (ahead[:, :, list(decisive)] if decisive is not None else ahead).any(axis=2)
     if errors is None:  # across the constraint, whatever the values
         clearly_better = np.ones(no_worse.shape, dtype=bool)

@@ -20,10 +20,15 @@ searcher tells Optuna PRUNED and the report keeps it off the front.
 
 On evidence (a search gives the splits' sizes): each objective carries its standard error
 (`trainables.metrics.standard_error`: an accuracy by the binomial of its split, a gap by
-the two splits', the throughput by its timed interval), and a peer dominates a trial only
-where it is no worse on any objective by more than 1.96 standard errors of the difference
-and better on one by more than that; across the min accuracy only where it is more
-accurate by more than that. At a rung where the trials are within the noise of chance
+the two splits', the throughput by its timed interval, each side of it its own:
+`trainables.metrics.error_sides`), and a peer dominates a trial only where it is no worse
+on any objective by more than 1.96 standard errors of the difference and better on one by
+more than that; across the min accuracy only where it is more accurate by more than that.
+Whether a peer is slower beyond the noise weighs how much faster the peer may be and how
+much slower the trial: a speed's interval from a few segments is lopsided (one slow
+reference block puts a segment far out on one side), and an error from its whole width
+let a peer 1.6x slower stop a trial as "no slower beyond the noise" (docs/RESULTS.md,
+section 56). At a rung where the trials are within the noise of chance
 and of each other, nobody is stopped. A rung counts epochs at a trial's full learning
 rate (`rung_epoch`): a trial that warms up over 2 epochs meets rung 1 at epoch 3, among
 the trials at their first epoch at full rate. The detail says by how much, in standard
@@ -69,18 +74,21 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from analysis.pareto import dominators, minimised
-from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY, standard_error
+from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY, error_sides, standard_error
 from trainables.settings import DEFAULT_EPOCHS
 
 
 class RungRecord(NamedTuple):
     """A trial's standing at a rung: its objectives ("lower is better"), whether its
-    `best_val_acc` is at or above the min accuracy, and each objective's standard error
-    (empty: exact, as records saved before the rule weighed evidence)."""
+    `best_val_acc` is at or above the min accuracy, each objective's standard error
+    (empty: exact, as records saved before the rule weighed evidence) and, where they
+    differ, its standard errors below and above the value (empty: `errors` on both sides,
+    as records saved before a speed's sides were told apart)."""
 
     values: tuple[float, ...]
     above_min_accuracy: bool = True
     errors: tuple[float, ...] = ()
+    sides: tuple[tuple[float, float], ...] = ()
 
 
 def rung_verdict(
@@ -108,7 +116,7 @@ def rung_verdict(
     matrix = np.array([r.values for r in records], dtype=float)
     errors = None
     if any(r.errors for r in records):
-        errors = np.array([r.errors or (0.0,) * len(r.values) for r in records], dtype=float)
+        errors = np.array([side_errors(r) for r in records], dtype=float)
     dominated_by = dominators(matrix, np.array([r.above_min_accuracy for r in records]),
                               errors, accuracy_column, decisive=decisive)  # fmt: skip
     own = dominated_by[-1]
@@ -118,6 +126,14 @@ def rung_verdict(
     if ahead < math.ceil(keep * count):
         return None
     return [ids[i] for i in own]
+
+
+def side_errors(record: RungRecord) -> list[tuple[float, float]]:
+    """Each objective's standard errors (below, above) in `record`: its sides where it
+    has them, else its error on both sides (0: exact)."""
+    if record.sides:
+        return list(record.sides)
+    return [(error, error) for error in record.errors or (0.0,) * len(record.values)]
 
 
 class ParetoEarlyStopping(FIFOScheduler):
@@ -266,13 +282,26 @@ class ParetoEarlyStopping(FIFOScheduler):
         values = tuple(minimised(result, self.objectives))
         if any(math.isnan(value) for value in values):
             return None
-        return RungRecord(values, self.above_min_accuracy(result), self.errors_of(result))
+        return RungRecord(values, self.above_min_accuracy(result), self.errors_of(result),
+                          self.sides_of(result))  # fmt: skip
 
     def errors_of(self, result: Mapping[str, Any]) -> tuple[float, ...]:
         """Each objective's standard error in `result`, on evidence; else none (exact)."""
         if self.split_sizes is None:
             return ()
         return tuple(standard_error(name, result, self.split_sizes) for name in self.objectives)
+
+    def sides_of(self, result: Mapping[str, Any]) -> tuple[tuple[float, float], ...]:
+        """Each objective's standard errors below and above its value in `result`, "lower
+        is better" as the record's values (a maximised objective's sides turned over), on
+        evidence; else none."""
+        if self.split_sizes is None:
+            return ()
+        sides = []
+        for name, goal in self.objectives.items():
+            below, above = error_sides(name, result, self.split_sizes)
+            sides.append((above, below) if goal == "max" else (below, above))
+        return tuple(sides)
 
     def record_at_chance(self, result: Mapping[str, Any]) -> RungRecord | None:
         """A result below the min accuracy as a record, whatever its other objectives (NaN
@@ -285,7 +314,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         if not accuracy < self.min_accuracy:  # NaN too
             return None
         return RungRecord(tuple(minimised(result, self.objectives)), False,
-                          self.errors_of(result))  # fmt: skip
+                          self.errors_of(result), self.sides_of(result))  # fmt: skip
 
     def rung_epochs(self, warmup_epochs: int) -> dict[int, int]:
         """The epoch at which a trial warming up over `warmup_epochs` meets each rung."""
@@ -418,11 +447,14 @@ def furthest_behind(
     the objective among `columns` (index, name) on which `record` trails a dominating peer
     furthest; None: it trails none on them."""
     best = None
+    own = side_errors(record)
     for peer_id in dominating:
         peer = peers[peer_id]
+        theirs = side_errors(peer) if peer.errors else own
         for column, name in columns:
             behind = record.values[column] - peer.values[column]
-            error = math.hypot(record.errors[column], (peer.errors or record.errors)[column])
+            # the sides facing each other: how much lower it may be, how much higher the peer
+            error = math.hypot(own[column][0], theirs[column][1])
             if behind > 0 and error > 0 and (best is None or behind / error > best[0]):
                 best = (behind / error, name, peer_id, column, peer)
     return best

@@ -339,6 +339,35 @@ def standard_error(metric: str, result: Mapping[str, Any], split_sizes: Mapping[
     return 0.0
 
 
+def error_sides(
+    metric: str, result: Mapping[str, Any], split_sizes: Mapping[str, int]
+) -> tuple[float, float]:
+    """The standard errors below and above a result's `metric`: where its interval is not
+    symmetric, each side's own. A throughput is the median of a few timed segments, whose
+    interval runs from one order statistic to another: one slow reference block gives a
+    segment's ratio far out, and the interval's far side with it ([2981, 8130] around
+    3437 images/s in one trial's fourth epoch, docs/RESULTS.md section 56), while its near
+    side stays where the other segments are. Whether a trial is slower than another
+    beyond the noise is a question for its lower side and the other's upper one: a
+    symmetric error from the whole width let the far side hide a trial 1.6x the faster.
+    A time (images over the speed) takes its speed's sides, turned over. Every other
+    metric: `standard_error` on both sides."""
+    error = standard_error(metric, result, split_sizes)
+    timed = metric == "throughput" or metric.endswith("_time_s") or metric == "time_to_target_s"
+    if not timed:
+        return error, error
+    bounds = ("throughput_low", "throughput_high", "throughput")
+    low, high, speed = (float(result.get(name, math.nan)) for name in bounds)
+    value = float(result.get(metric, math.nan))
+    if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(value) and low > 0
+            and low <= speed <= high):  # fmt: skip
+        return error, error  # untimed: `UNTIMED_SPEED_NOISE` either way
+    if metric == "throughput":
+        return (speed - low) / Z_95, (high - speed) / Z_95
+    # a time's bounds are the speed's turned over: its lower one from the faster speed
+    return abs(value) * (1 - speed / high) / Z_95, abs(value) * (speed / low - 1) / Z_95
+
+
 def generalization_gap(scores: EvalScores) -> float:
     """Only a positive gap counts against a trial: a model that scores lower on training
     images than on test images is not generalizing better, it is undertrained, and a

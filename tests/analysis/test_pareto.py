@@ -246,6 +246,27 @@ def test_on_evidence_a_point_dominates_only_where_it_is_better_beyond_the_noise(
     assert dominators(points, feasible, errors, constraint_column=0) == [[], [], [0, 1]]
 
 
+def test_on_evidence_with_each_sides_error_only_the_sides_facing_each_other_count():
+    from analysis.pareto import dominators
+
+    # lower is better: 0 is 3 above 1 in the first column and 3 below it in the second
+    points = np.array([[3.0, 0.0], [0.0, 3.0]])
+    symmetric = np.full((2, 2), 1.0)
+    sides = np.stack([symmetric, symmetric], axis=2)
+    assert dominators(points, errors=sides) == dominators(points, errors=symmetric) == [[], []]
+    # 1's first column known to lie no higher than a hair above it, 0's no lower than a hair
+    # below: 0 is behind beyond the noise there, whatever their far sides
+    sides[1, 0] = (5.0, 0.01)  # (below, above)
+    sides[0, 0] = (0.01, 5.0)
+    assert dominators(points, errors=sides, decisive=[1]) == [[], []]
+    # the far sides facing each other instead: 3 behind is within their noise, and 0,
+    # ahead in the second column beyond it, dominates 1
+    sides[1, 0] = (0.01, 5.0)
+    sides[0, 0] = (5.0, 0.01)
+    sides[:, 1] = 0.1
+    assert dominators(points, errors=sides, decisive=[1]) == [[], [0]]
+
+
 def test_with_decisive_columns_a_point_dominates_only_where_it_is_ahead_on_one_of_them():
     # lower is better: 0 is ahead of 1 on the first column alone, of 2 on the second
     points = np.array([[0.0, 1.0], [5.0, 1.0], [0.0, 3.0]])

@@ -8,6 +8,7 @@ from trainables.metrics import (
     OBJECTIVE_METRICS,
     EvalScores,
     Progress,
+    error_sides,
     generalization_gap,
     min_accuracy_for,
     standard_error,
@@ -143,3 +144,20 @@ def test_an_accuracy_of_one_on_a_few_images_is_not_read_as_exact():
     assert standard_error("best_val_acc", {"best_val_acc": 0.0}, sizes) == pytest.approx(perfect)
     usual = standard_error("val_acc", {"val_acc": 0.8}, {"val": 400})
     assert usual == pytest.approx(math.sqrt(0.8 * 0.2 / 400), rel=1e-3)
+
+
+def test_a_speeds_errors_are_its_intervals_own_sides_and_a_times_are_them_turned_over():
+    sizes = {"val": 400, "test": 400, "train_eval": 400}
+    timed = {"throughput": 3437.0, "throughput_low": 2981.0, "throughput_high": 8130.0,
+             "time_to_target_s": 20.0}  # fmt: skip
+    below, above = error_sides("throughput", timed, sizes)
+    assert (below, above) == pytest.approx(((3437 - 2981) / 1.959964, (8130 - 3437) / 1.959964))
+    # a time is images over the speed: its lower bound from the upper speed
+    time_below, time_above = error_sides("time_to_target_s", timed, sizes)
+    assert time_below == pytest.approx(20 * (1 - 3437 / 8130) / 1.959964)
+    assert time_above == pytest.approx(20 * (3437 / 2981 - 1) / 1.959964)
+    # untimed, and any other metric: the one standard error on both sides
+    untimed = {"throughput": 1000.0}
+    assert error_sides("throughput", untimed, sizes) == (100.0, 100.0)
+    accuracy = standard_error("best_val_acc", {"best_val_acc": 0.8}, sizes)
+    assert error_sides("best_val_acc", {"best_val_acc": 0.8}, sizes) == (accuracy, accuracy)
