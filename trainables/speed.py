@@ -23,12 +23,13 @@ or more, the device synchronised only at a block's edges), and only blocks of wh
 On the CPU, with a scale (`TrainSettings.speed_scale`: the search times it as it starts),
 a block of a fixed reference (`trainables.speed_reference`) is timed after each
 `REFERENCE_SEGMENT_SECONDS` of blocks (a segment), after each block of a held window, and at
-an epoch's end: the host's speed moves between moments (1.4-1.9x within two minutes on the
-2-core machine), and the config's speed over the reference's, timed together, moved
-1.05-1.16x (docs/RESULTS.md, section 44). A configuration timed so is read as the median of
-its segments' ratios (a segment's blocks' median over its reference block) times the
-scale, with the median's interval (`estimate`'s, for fewer than `MIN_BLOCKS` segments):
-every trial of a search on one scale, whatever moment it ran at.
+an epoch's end (an end shorter than half a segment is read over the epoch's last reference
+block instead, `SHORT_TAIL_SHARE`): the host's speed moves between moments (1.4-1.9x
+within two minutes on the 2-core machine), and the config's speed over the reference's,
+timed together, moved 1.05-1.16x (docs/RESULTS.md, section 44). A configuration timed so
+is read as the median of its segments' ratios (a segment's blocks' median over its
+reference block) times the scale, with the median's interval (`estimate`'s, for fewer than
+`MIN_BLOCKS` segments): every trial of a search on one scale, whatever moment it ran at.
 
 Otherwise the speed is the median of those blocks' images per second, its interval the
 distribution-free interval of a median (order statistics); a configuration timed in fewer
@@ -94,6 +95,12 @@ PAIRED_BLOCK_SECONDS = 0.03
 # is one step of about 10 ms after an untimed one, on this project's 2-core machines: about
 # 8% of the timed blocks' seconds (docs/RESULTS.md, sections 46 and 55)
 REFERENCE_SEGMENT_SECONDS = 0.25
+# an epoch's last segment shorter than this share of a segment, in an epoch that timed the
+# reference already, is read over that block, a fraction of a second old, not one of its own:
+# a default-search epoch is about a segment and a half of blocks, and its end's block was
+# half of the reference's calls, a tenth of a trial's training seconds with what it leaves
+# in the caches (docs/RESULTS.md, section 57)
+SHORT_TAIL_SHARE = 0.5
 MIN_ROUNDS = MIN_BLOCKS  # rounds of an alternation before it may stop: a median's interval
 
 
@@ -451,6 +458,7 @@ class SpeedWindow:
         self._reference = reference
         self._segment: list[float] = []  # blocks since the last reference block, images/s
         self._segment_seconds = 0.0
+        self._last_reference: float | None = None  # this epoch's last reference block's
         self._ratios: list[float] = []
         # warm: the configuration trained in an earlier epoch of this process; else its
         # epoch's first step (metering, allocations) and a held window's warm-up go untimed
@@ -529,7 +537,7 @@ class SpeedWindow:
         block cut short by the epoch's end is left out) with a last segment's reference
         block, and a held device is let go."""
         if self._mode in ("held", "free"):
-            self._time_reference()
+            self._time_reference(at_end=True)
         if self._mode == "held":
             self._speeds.add(self._key, self._rates, self._clock() - self._held_at,
                              self._ratios)  # fmt: skip
@@ -538,14 +546,19 @@ class SpeedWindow:
         self._stack.close()
         self._mode, self._rates, self._ratios = "done", [], []
 
-    def _time_reference(self) -> None:
+    def _time_reference(self, at_end: bool = False) -> None:
         """A block of the reference after the segment's blocks: the segment's ratio (the
         median of its blocks over the reference's block). Off the blocks' clock: the next
-        block starts after it."""
+        block starts after it. `at_end`, a segment shorter than `SHORT_TAIL_SHARE` of one
+        is read over the epoch's last reference block, where it timed one."""
         if self._reference is None or not self._segment:
             return
-        self._synchronize()
-        reference = self._reference()
+        short = self._segment_seconds < SHORT_TAIL_SHARE * REFERENCE_SEGMENT_SECONDS
+        if at_end and short and self._last_reference is not None:
+            reference = self._last_reference
+        else:
+            self._synchronize()
+            reference = self._last_reference = self._reference()
         if reference > 0:
             self._ratios.append(statistics.median(self._segment) / reference)
         self._segment, self._segment_seconds = [], 0.0

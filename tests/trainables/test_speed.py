@@ -11,6 +11,7 @@ from trainables.speed import (
     MIN_WINDOWS,
     PAIRED_BLOCK_SECONDS,
     REFERENCE_SEGMENT_SECONDS,
+    SHORT_TAIL_SHARE,
     WARMUP_STEPS,
     WINDOW_BLOCKS,
     ConfigSpeed,
@@ -457,6 +458,26 @@ def test_an_uncrowded_epoch_times_the_reference_after_each_segment_and_at_its_en
     assert segments <= reference.calls <= segments + 1
     assert len(speeds.ratios["32x1"]) == reference.calls
     assert all(rate == pytest.approx(3200.0) for rate in speeds.blocks["32x1"])
+
+
+def test_an_epochs_short_end_is_read_over_its_last_reference_block_and_a_longer_one_times_its_own():
+    """An epoch of a segment and a bit: its end's blocks take the segment's reference block
+    (a fraction of a second old) and still give a ratio; an end of half a segment or more,
+    or an epoch too short to have timed one, times a block of its own."""
+    step = 0.01
+    whole = round(REFERENCE_SEGMENT_SECONDS / step)  # steps of a segment's blocks
+    for tail_share, calls in ((SHORT_TAIL_SHARE / 2, 1), (SHORT_TAIL_SHARE * 1.6, 2)):
+        clock, speeds = Clock(step), ConfigSpeed(scale=1600.0)
+        reference = Reference(clock)
+        # the epoch's first step is untimed; then a segment, then the end's steps
+        steps = 1 + whole + round(tail_share * whole)
+        run_steps(referenced_window(clock, speeds, reference), clock, steps=steps)
+        assert reference.calls == calls
+        assert speeds.ratios["32x1"] == pytest.approx([2.0, 2.0])  # two ratios either way
+    clock, speeds = Clock(step), ConfigSpeed(scale=1600.0)
+    reference = Reference(clock)
+    run_steps(referenced_window(clock, speeds, reference), clock, steps=1 + whole // 5)
+    assert reference.calls == 1 and speeds.ratios["32x1"] == pytest.approx([2.0])
 
 
 def test_a_held_window_times_the_reference_after_each_of_its_blocks():
