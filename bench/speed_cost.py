@@ -6,6 +6,13 @@ Printed per run: its wall seconds, and for the timed run the median relative wid
 trials' throughput intervals; at the end the ratio of the median wall times, timed over
 untimed (the issue's aim: at most 1.10).
 
+The default search's two sides take different paths: TPE suggests from the speeds it is
+told, which timing changes, and the rungs stop other trials, so a pair can differ by a
+path's worth of trials (docs/RESULTS.md, section 55: one pair's searches 59.9 against 44.6
+s). With `search.sampler=random search.early_stopping=null` both sides train the same
+configs, all their epochs: the search's part is the same work, and what differs is the
+timing (the ablations still start from each side's own knee).
+
     python bench/speed_cost.py [--config configs/cats_dogs.yaml] [--repeats 2]
         [key.path=value ...]
 """

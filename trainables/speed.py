@@ -91,9 +91,9 @@ PAIRED_BLOCK_SECONDS = 0.03
 # seconds of a configuration's timed blocks between two blocks of the reference
 # (`trainables.speed_reference`) where nobody crowds the device: a segment, read as one ratio.
 # A held window times the reference after each block (its blocks are few, its neighbours
-# wait), and every epoch's last segment ends with one, however short. The reference's block
-# is one step of about 10 ms after an untimed one, on this project's 2-core machines: about
-# 8% of the timed blocks' seconds (docs/RESULTS.md, sections 46 and 55)
+# wait), and every epoch's last segment ends with one (or, short, with the epoch's last:
+# `SHORT_TAIL_SHARE`). The reference's block is one step of about 10 ms after an untimed
+# one, on this project's 2-core machines (docs/RESULTS.md, sections 46, 55 and 57)
 REFERENCE_SEGMENT_SECONDS = 0.25
 # an epoch's last segment shorter than this share of a segment, in an epoch that timed the
 # reference already, is read over that block, a fraction of a second old, not one of its own:
