@@ -307,6 +307,12 @@ UNTIMED_SPEED_NOISE = 0.10
 Z_95 = 1.959964  # a 95% interval's half-width in standard errors
 
 
+def from_speed(metric: str) -> bool:
+    """Whether `metric` is known as well as the throughput is: the speed itself, or a time
+    computed from it."""
+    return metric == "throughput" or metric.endswith("_time_s") or metric == "time_to_target_s"
+
+
 def standard_error(metric: str, result: Mapping[str, Any], split_sizes: Mapping[str, int]) -> float:
     """The standard error of a result's `metric` from how it was measured: an accuracy of n
     images by the binomial, with two right and two wrong added (Agresti and Coull's plus
@@ -329,7 +335,7 @@ def standard_error(metric: str, result: Mapping[str, Any], split_sizes: Mapping[
     if metric in gaps:
         sizes = [split_sizes.get(split, 0) for split in gaps[metric]]
         return math.sqrt(sum(0.25 / n for n in sizes)) if all(sizes) else 0.0
-    if metric == "throughput" or metric.endswith("_time_s") or metric == "time_to_target_s":
+    if from_speed(metric):
         low, high = (float(result.get(f"throughput_{end}", math.nan)) for end in ("low", "high"))
         speed = float(result.get("throughput", math.nan))
         relative = UNTIMED_SPEED_NOISE
@@ -353,8 +359,7 @@ def error_sides(
     A time (images over the speed) takes its speed's sides, turned over. Every other
     metric: `standard_error` on both sides."""
     error = standard_error(metric, result, split_sizes)
-    timed = metric == "throughput" or metric.endswith("_time_s") or metric == "time_to_target_s"
-    if not timed:
+    if not from_speed(metric):
         return error, error
     bounds = ("throughput_low", "throughput_high", "throughput")
     low, high, speed = (float(result.get(name, math.nan)) for name in bounds)
