@@ -1,0 +1,200 @@
+"""Where the spread of a CPU trial's speed comes from: one config trained as a search trains
+its trials (`trainables.classifier.fit_classifier`, one thread, the trials' allocator and
+environment: its blocks timed, the reference after each segment of them,
+`trainables.speed.SpeedWindow`), in `--processes` fresh processes one after another, each
+beside a neighbour training on the other core as the ablation phase's second trial does
+(`--no-neighbour`: alone), all on one speed scale timed here first.
+
+Printed per process: the trial's throughput with its 95% interval and its segments. At the
+end, within a trial (medians over the processes): the standard deviation of the logarithm of
+its segments' ratios, of its reference blocks and of its segments' medians, and the
+correlation of a segment's median with the reference block timed after it (what pairing
+them at a segment's length takes away). Across processes, the trial's speed read two ways:
+as a trial reads it (the median of its segments' ratios) and as its segments' median over
+its reference blocks' median; for each, the standard deviation of the logarithm across
+processes and the share of threes of processes within 3% of each other, as the knee and its
+two noise-floor runs would have to be. Then the trial's reading taken apart: the part its own
+segments explain (half the spread across processes of its odd segments' reading less its
+even segments': each half has half the segments, so its noise is sqrt(2) times the whole's,
+and the difference of two halves sqrt(2) times a half's) and what is left, the process's
+part (the square root of the difference of their squares) (docs/RESULTS.md, section 58).
+
+    python bench/trial_spread.py [--config configs/cats_dogs.yaml] [--processes 16]
+        [--no-neighbour] [setting=value ...]   (the trial's settings over the default
+        search's knee on the Intel Xeon, Adam at batch 128 with AMP and channels-last;
+        a dotted key sets inside a section: data.train_per_class=100)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import yaml
+from alternation_cost import NEIGHBOUR  # bench/, first on a script's path
+from process_spread import log_sd, threes_within
+
+from trainables.host_memory import WORKER_ENV
+
+REPO = Path(__file__).resolve().parents[1]
+# the default command's most frequent knee on the Intel Xeon, 2026-12-07 (RESULTS.md, 56-57)
+KNEE = {"batch_size": 128, "optimizer": "adam", "lr": 0.0009898, "amp": True,
+        "channels_last": True, "warmup_epochs": 2, "accumulation_steps": 1,
+        "adabatch_growth": 1, "activation_checkpointing": False,
+        "cudnn_benchmark": False}  # fmt: skip
+
+
+def child(config: dict) -> dict:
+    """In a fresh process: the trial trained, each segment's median block and the reference
+    block read after it (`reused`: the epoch's last, read again for a short end)."""
+    import torch
+
+    import trainables.classifier as classifier
+    import trainables.speed as speed
+    from trainables.data import prepare_data
+    from trainables.host_memory import hold_host_allocator
+
+    hold_host_allocator()
+    torch.set_num_threads(1)
+    segments: list[dict] = []
+    read = speed.SpeedWindow._time_reference
+
+    def recorded(window: speed.SpeedWindow, at_end: bool = False) -> None:
+        blocks, before, ratios = list(window._segment), window._last_reference, len(window._ratios)
+        read(window, at_end)
+        if len(window._ratios) > ratios:  # a ratio was read: over this reference block
+            reference = window._last_reference
+            segments.append({"median": statistics.median(blocks), "reference": reference,
+                             "reused": at_end and reference is before})  # fmt: skip
+
+    speed.SpeedWindow._time_reference = recorded
+    settings = classifier.settings_for_trial({**config, "num_threads": 1}, 0.0)
+    last = classifier.fit_classifier(settings, prepare_data(settings.data), lambda *_: None)
+    return {"throughput": last["throughput"], "low": last["throughput_low"],
+            "high": last["throughput_high"], "segments": segments}  # fmt: skip
+
+
+def as_a_trial_reads(segments: list[dict]) -> float:
+    """The median of the segments' ratios (`ConfigSpeed.over_reference`)."""
+    return float(np.median([s["median"] / s["reference"] for s in segments]))
+
+
+def medians_over(segments: list[dict]) -> float:
+    """The segments' median over the median of the reference blocks timed (each once)."""
+    references = [s["reference"] for s in segments if not s["reused"]]
+    return float(np.median([s["median"] for s in segments]) / np.median(references))
+
+
+READINGS = {"as a trial reads it (median of segment ratios)": as_a_trial_reads,
+            "segments' median over the references' median": medians_over}  # fmt: skip
+
+
+def own_part(trials: list[list[dict]]) -> float:
+    """The standard deviation of the logarithm of a trial's reading (`as_a_trial_reads`)
+    that its own segments explain: half the spread across trials of the reading of its odd
+    segments less that of its even ones."""
+    halves = [math.log(as_a_trial_reads(segments[0::2]) / as_a_trial_reads(segments[1::2]))
+              for segments in trials]  # fmt: skip
+    return statistics.stdev(halves) / 2
+
+
+def within_a_trial(segments: list[dict]) -> dict[str, float]:
+    """Standard deviations of the logarithm of the segments' ratios, reference blocks and
+    medians, and the correlation of a segment's median with its reference block."""
+    own = [s for s in segments if not s["reused"]]
+    medians = np.log([s["median"] for s in own])
+    references = np.log([s["reference"] for s in own])
+    return {"segment ratios": float(np.std(medians - references, ddof=1)),
+            "reference blocks": float(np.std(references, ddof=1)),
+            "segment medians": float(np.std(medians, ddof=1)),
+            "correlation": float(np.corrcoef(medians, references)[0, 1])}  # fmt: skip
+
+
+def trial_config(config_path: str, given: dict[str, object], scales: dict[str, float]) -> dict:
+    """The trial's config: the search config's fixed train settings and data, the knee's
+    settings, `given` over them (dotted keys inside a section), and the scale."""
+    from search.config import load_config
+
+    config = {**load_config(config_path).train_config(), **KNEE, "speed_scale": scales}
+    for key, value in given.items():
+        *sections, last = key.split(".")
+        inner = config
+        for section in sections:
+            inner = inner.setdefault(section, {})
+        inner[last] = value
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
+    parser.add_argument("--processes", type=int, default=16)
+    parser.add_argument("--no-neighbour", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("settings", nargs="*", help="setting=value over the knee's")
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))), flush=True)
+        return 0
+    if args.processes < 3:
+        parser.error("--processes is at least 3 (threes of processes are compared)")
+    given = {}
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"a setting is setting=value, got {item!r}")
+        given[key] = yaml.safe_load(value)
+    from trainables.host_memory import hold_host_allocator
+    from trainables.speed_reference import measure_scales
+
+    hold_host_allocator()  # the scale timed as a search's scale task times it
+    scales = measure_scales(threads=1)
+    print("speed scale, images/s: " + ", ".join(f"{k} {v:.0f}" for k, v in scales.items()))
+    config = json.dumps(trial_config(args.config, given, scales))
+    env = {**os.environ, **WORKER_ENV}
+    trials = []
+    with tempfile.TemporaryDirectory(prefix="trial-spread-") as folder:  # the data's cache
+        for number in range(args.processes):
+            beside = None if args.no_neighbour else subprocess.Popen(
+                [sys.executable, "-c", NEIGHBOUR])  # fmt: skip
+            try:
+                done = subprocess.run([sys.executable, __file__, "--child", config], env=env,
+                                      cwd=folder, capture_output=True, text=True)  # fmt: skip
+            finally:
+                if beside is not None:
+                    beside.kill()
+                    beside.wait()
+            if done.returncode != 0:
+                raise SystemExit(f"process {number + 1} failed:\n{done.stderr[-3000:]}")
+            trial = json.loads(done.stdout.strip().splitlines()[-1])
+            trials.append(trial)
+            print(f"process {number + 1}: {trial['throughput']:.0f} images/s "
+                  f"[{trial['low']:.0f}, {trial['high']:.0f}], "
+                  f"{len(trial['segments'])} segments", flush=True)  # fmt: skip
+    parts = [within_a_trial(trial["segments"]) for trial in trials]
+    typical = {name: statistics.median(p[name] for p in parts) for name in parts[0]}
+    print("within a trial (median over the processes): " + ", ".join(
+        f"{name} {value:.3f}" if name == "correlation" else f"{name} sd {value:.1%}"
+        for name, value in typical.items()))  # fmt: skip
+    for name, reading in READINGS.items():
+        values = [reading(trial["segments"]) for trial in trials]
+        print(f"{name}: across processes sd {log_sd(values):.1%}, threes of processes within "
+              f"3% {threes_within(values):.2f}")  # fmt: skip
+    across = log_sd([as_a_trial_reads(trial["segments"]) for trial in trials])
+    own = own_part([trial["segments"] for trial in trials])
+    process = math.sqrt(max(across**2 - own**2, 0.0))
+    print(f"a trial's reading, taken apart: its own segments {own:.1%}, the process's part "
+          f"{process:.1%}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

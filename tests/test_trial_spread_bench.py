@@ -1,0 +1,87 @@
+"""`bench/trial_spread.py`: a config trained as a search's trial in fresh processes, its
+speed's spread taken apart, run briefly here."""
+
+import math
+import re
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from tests.processes import REPO, run_bench
+
+BRIEFLY = ("--processes", "3", "--no-neighbour", "epochs=2", "batch_size=16",
+           "data.train_per_class=60", "data.val_per_class=20", "data.test_per_class=20",
+           "train_eval_size=40")  # fmt: skip
+
+
+def bench_module():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import trial_spread
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    return trial_spread
+
+
+def test_each_process_trains_the_trial_and_the_end_takes_its_speeds_spread_apart():
+    done = run_bench("trial_spread.py", *BRIEFLY)
+    processes = re.findall(r"^process (\d): (\d+) images/s \[(\d+), (\d+)\], (\d+) segments$",
+                           done.stdout, re.M)  # fmt: skip
+    assert [number for number, *_ in processes] == ["1", "2", "3"]
+    assert all(int(low) <= int(speed) <= int(high) for _, speed, low, high, _ in processes)
+    assert all(int(segments) >= 2 for *_, segments in processes)
+    assert re.search(r"^within a trial \(median over the processes\): segment ratios sd "
+                     r"[\d.]+%, reference blocks sd [\d.]+%, segment medians sd [\d.]+%, "
+                     r"correlation -?[\d.]+$", done.stdout, re.M)  # fmt: skip
+    readings = re.findall(r"^(.+): across processes sd ([\d.]+)%, threes of processes within "
+                          r"3% (0\.00|1\.00)$", done.stdout, re.M)  # fmt: skip
+    assert [name for name, *_ in readings] == list(bench_module().READINGS)
+    assert re.search(r"^a trial's reading, taken apart: its own segments [\d.]+%, the "
+                     r"process's part [\d.]+%$", done.stdout, re.M)  # fmt: skip
+
+
+def test_the_two_readings_agree_on_steady_segments_and_a_reused_reference_counts_once():
+    bench = bench_module()
+    steady = [{"median": 200.0, "reference": 100.0, "reused": False}] * 4
+    assert bench.as_a_trial_reads(steady) == bench.medians_over(steady) == 2.0
+    # the last segment read over the block before it: the block weighs once among references
+    segments = [{"median": 300.0, "reference": 100.0, "reused": False},
+                {"median": 300.0, "reference": 150.0, "reused": False},
+                {"median": 300.0, "reference": 150.0, "reused": True}]  # fmt: skip
+    assert bench.medians_over(segments) == pytest.approx(300.0 / 125.0)
+    assert bench.as_a_trial_reads(segments) == pytest.approx(2.0)
+
+
+def test_a_segments_median_that_follows_its_reference_is_said_to_correlate():
+    bench = bench_module()
+    segments = [{"median": 2.0 * r, "reference": r, "reused": False} for r in (90.0, 100, 120)]
+    within = bench.within_a_trial(segments)
+    assert within["correlation"] == pytest.approx(1.0)
+    assert within["segment ratios"] == pytest.approx(0.0, abs=1e-12)
+    spread = statistics.stdev(math.log(r) for r in (90.0, 100, 120))
+    assert within["reference blocks"] == pytest.approx(spread)
+    assert within["segment medians"] == pytest.approx(spread)  # the same moves, doubled
+
+
+def test_fewer_than_three_processes_are_refused():
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "trial_spread.py"),
+                           "--processes", "2"], capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    assert done.returncode == 2 and "--processes is at least 3" in done.stderr
+
+
+def test_a_trials_own_part_is_half_the_spread_of_its_halves_difference():
+    bench = bench_module()
+
+    def trial(odd: float, even: float) -> list[dict]:
+        return [{"median": odd if i % 2 == 0 else even, "reference": 1.0, "reused": False}
+                for i in range(6)]  # fmt: skip
+
+    # halves that read alike in every trial: nothing of the spread is the trial's own
+    assert bench.own_part([trial(100.0, 100.0), trial(120.0, 120.0), trial(90.0, 90.0)]) == 0
+    differences = [math.log(110 / 100), math.log(100 / 110), 0.0]
+    assert bench.own_part([trial(110.0, 100.0), trial(100.0, 110.0), trial(95.0, 95.0)]) == (
+        pytest.approx(statistics.stdev(differences) / 2)
+    )
