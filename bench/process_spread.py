@@ -17,12 +17,15 @@ median and spread per set: `THP_MEM_ALLOC_ENABLE=1` asks torch to back its large
 buffers with transparent huge pages, which the kernel gives only where asked
 (`/sys/kernel/mm/transparent_hugepage/enabled` at `madvise`). `--without-onednn` trains
 every process on torch's own kernels instead of oneDNN's, which oneDNN compiles for each
-shape as the process runs; a reference at the config's own batch (`--reference-batch
+shape as the process runs; `--without-aslr` starts every other process without address
+randomisation (`setarch -R`), so that its libraries, heap and stack begin where every such
+process's do and where its buffers fall moves less from one process to the next; a
+reference at the config's own batch (`--reference-batch
 128`) is a twin of the config in the process, with buffers of its own and the same shapes.
 
     python bench/process_spread.py [--processes 16] [--seconds 3] [--batch-size 128]
         [--amp] [--channels-last] [--reference-batch 16 64] [--env KEY=VALUE]
-        [--without-onednn]
+        [--without-onednn] [--without-aslr]
 
 The config defaults to float32 at batch 128; `--amp --channels-last` is the default
 search's knee on the Intel Xeon (docs/RESULTS.md, section 48).
@@ -35,9 +38,12 @@ import itertools
 import json
 import math
 import os
+import platform
+import shutil
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 from reference_tracking import add_config_arguments, window  # bench/, first on the path
 
@@ -46,7 +52,8 @@ from trainables.host_memory import WORKER_ENV
 
 def measure(args: argparse.Namespace) -> dict[str, float]:
     """In the child: the config's median images/s and each reference's, interleaved, and
-    whether oneDNN trained them (`onednn`, 1 or 0)."""
+    whether oneDNN trained them (`onednn`, 1 or 0) and whether its addresses were
+    randomised (`aslr`: 0 where it was started without, `setarch -R`)."""
     import torch
     from alternation_estimators import one_step  # bench/, first on a script's path
 
@@ -58,7 +65,18 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     steps = {"config": (args.batch_size, one_step(args.batch_size, args.amp, args.channels_last))}
     for batch in args.reference_batch:
         steps[f"reference {batch}"] = (batch, one_step(batch, args.amp, args.channels_last))
-    return window(steps, args.seconds) | {"onednn": float(torch.backends.mkldnn.enabled)}
+    return window(steps, args.seconds) | {"onednn": float(torch.backends.mkldnn.enabled),
+                                          "aslr": float(not addresses_fixed())}  # fmt: skip
+
+
+def addresses_fixed() -> bool:
+    """Whether this process runs without address randomisation (Linux's personality flag
+    ADDR_NO_RANDOMIZE, which `setarch -R` sets); False where /proc does not say."""
+    try:
+        personality = int(Path("/proc/self/personality").read_text(), 16)
+    except OSError:
+        return False
+    return bool(personality & 0x0040000)
 
 
 def spread(values: list[float]) -> float:
@@ -88,11 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--without-onednn", action="store_true",
                         help="torch's own kernels, not oneDNN's (which it compiles per shape, "
                         "as the process runs)")  # fmt: skip
+    parser.add_argument("--without-aslr", action="store_true",
+                        help="every other process without address randomisation "
+                        "(setarch -R)")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(measure(args)), flush=True)
         return 0
+    if args.env and args.without_aslr:
+        parser.error("--env and --without-aslr each take every other process: give one")
+    if args.without_aslr and shutil.which("setarch") is None:
+        parser.error("--without-aslr needs setarch (util-linux), not found on PATH")
     changed: dict[str, str] = {}
     if args.env:
         key, equals, value = args.env.partition("=")
@@ -107,17 +132,21 @@ def main(argv: list[str] | None = None) -> int:
     sets: dict[str, list[dict[str, float]]] = {}
     for number in range(args.processes):
         with_env = bool(changed) and number % 2 == 1
+        without_aslr = args.without_aslr and number % 2 == 1
         env = {**os.environ, **WORKER_ENV, **(changed if with_env else {})}
-        done = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+        command = ["setarch", platform.machine(), "-R", *child] if without_aslr else child
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
         speeds = json.loads(done.stdout.strip().splitlines()[-1])
         if speeds.pop("onednn") != float(not args.without_onednn):
             raise SystemExit(f"process {number + 1}: oneDNN was not as asked")
+        if speeds.pop("aslr") != float(not without_aslr) and without_aslr:
+            raise SystemExit(f"process {number + 1}: its addresses were randomised all the same")
         read = {"config": speeds["config"]} | {
             f"config / {name}": speeds["config"] / speeds[name]
             for name in speeds if name != "config"}  # fmt: skip
-        label = args.env if with_env else "as it is"
+        label = args.env if with_env else "without ASLR" if without_aslr else "as it is"
         sets.setdefault(label, []).append(read)
-        where = f" ({args.env})" if with_env else ""
+        where = f" ({label})" if with_env or without_aslr else ""
         where += " (torch's kernels, oneDNN off)" if args.without_onednn else ""
         print(f"process {number + 1}{where}: config {read['config']:.0f} images/s, " + ", ".join(
             f"{name} {value:.3f}" for name, value in read.items() if name != "config"),

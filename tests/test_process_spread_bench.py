@@ -2,6 +2,7 @@
 another, run briefly here."""
 
 import re
+import shutil
 import subprocess
 import sys
 
@@ -60,3 +61,19 @@ def test_an_environment_not_written_as_key_equals_value_is_refused():
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 2
     assert "--env takes KEY=VALUE, not 'THP_MEM_ALLOC_ENABLE'" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("setarch") is None, reason="needs setarch (util-linux)")
+def test_without_aslr_every_other_process_starts_unrandomised_and_the_end_compares_the_sets():
+    done = run_bench("process_spread.py", *BRIEFLY, "--without-aslr")
+    assert re.search(r"^process 1: ", done.stdout, re.M)
+    assert re.search(r"^process 2 \(without ASLR\): ", done.stdout, re.M)
+    sets = re.findall(r"^(as it is|without ASLR): config median", done.stdout, re.M)
+    assert sets == ["as it is", "without ASLR"]
+
+
+def test_without_aslr_and_an_environment_together_are_refused_for_both_take_every_other():
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "process_spread.py"),
+                           "--without-aslr", "--env", "A=1"],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 2 and "give one" in done.stderr
