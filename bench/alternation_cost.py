@@ -21,12 +21,14 @@ where the config samples those settings; sampled settings not given take their f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -122,22 +124,42 @@ while True:
 """
 
 
+@contextlib.contextmanager
+def beside_a_neighbour(on: bool = True) -> Iterator[None]:
+    """A neighbour training on the other core while the block runs (`NEIGHBOUR`), as the
+    ablation phase's second trial does; `on` False: nothing beside."""
+    beside = subprocess.Popen([sys.executable, "-c", NEIGHBOUR]) if on else None
+    try:
+        yield
+    finally:
+        if beside is not None:
+            beside.kill()
+            beside.wait()
+
+
+def settings_from(parser: argparse.ArgumentParser, words: list[str]) -> dict[str, object]:
+    """`setting=value` words as settings, each value read as YAML; a word without `=` is the
+    parser's error (exit 2)."""
+    given = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep:
+            parser.error(f"a setting is setting=value, got {word!r}")
+        given[key] = yaml.safe_load(value)
+    return given
+
+
 def one_round(
     tree: Path, config: str, knee: list[str], left_out: list[str], neighbour: bool
 ) -> list[dict]:
     """The alternations of `tree`'s code, beside a neighbour on the other core."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(REPO / "bench")])}
-    beside = subprocess.Popen([sys.executable, "-c", NEIGHBOUR]) if neighbour else None
-    try:
+    with beside_a_neighbour(neighbour):
         done = subprocess.run(
             [sys.executable, str(Path(__file__).resolve()), "--worker", "--config", config,
              *(f"--leave-out={key}" for key in left_out), *knee],
             env=env, capture_output=True, text=True, cwd=tree,
         )  # fmt: skip
-    finally:
-        if beside is not None:
-            beside.kill()
-            beside.wait()
     if done.returncode != 0:
         raise RuntimeError(f"the alternations at {tree} failed:\n{done.stderr[-3000:]}")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -153,12 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--leave-out", action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("knee", nargs="*", help="the knee's sampled settings, setting=value")
     args = parser.parse_args(argv)
-    given = {}
-    for item in args.knee:
-        key, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"a knee setting is setting=value, got {item!r}")
-        given[key] = yaml.safe_load(value)
+    given = settings_from(parser, args.knee)
     if args.worker:
         worker(args.config, given, args.leave_out)
         return 0

@@ -15,19 +15,14 @@ timing's length, and the search can start its trials sooner.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 
 import torch
+from process_spread import log_sd  # bench/, first on a script's path
 
 from trainables.host_memory import hold_host_allocator
 from trainables.speed_reference import measure_scales
-
-
-def log_sd(values: list[float]) -> float:
-    """The standard deviation of the values' logarithms (0.01: about 1% of the value)."""
-    return statistics.stdev(math.log(value) for value in values) if len(values) > 1 else math.nan
 
 
 def main(argv: list[str] | None = None) -> int:

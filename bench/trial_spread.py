@@ -38,8 +38,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import yaml
-from alternation_cost import NEIGHBOUR  # bench/, first on a script's path
+from alternation_cost import beside_a_neighbour, settings_from  # bench/, first on the path
 from process_spread import log_sd, threes_within
 
 from trainables.host_memory import WORKER_ENV
@@ -146,12 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.processes < 3:
         parser.error("--processes is at least 3 (threes of processes are compared)")
-    given = {}
-    for item in args.settings:
-        key, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"a setting is setting=value, got {item!r}")
-        given[key] = yaml.safe_load(value)
+    given = settings_from(parser, args.settings)
     from trainables.host_memory import hold_host_allocator
     from trainables.speed_reference import measure_scales
 
@@ -163,15 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     trials = []
     with tempfile.TemporaryDirectory(prefix="trial-spread-") as folder:  # the data's cache
         for number in range(args.processes):
-            beside = None if args.no_neighbour else subprocess.Popen(
-                [sys.executable, "-c", NEIGHBOUR])  # fmt: skip
-            try:
+            with beside_a_neighbour(not args.no_neighbour):
                 done = subprocess.run([sys.executable, __file__, "--child", config], env=env,
                                       cwd=folder, capture_output=True, text=True)  # fmt: skip
-            finally:
-                if beside is not None:
-                    beside.kill()
-                    beside.wait()
             if done.returncode != 0:
                 raise SystemExit(f"process {number + 1} failed:\n{done.stderr[-3000:]}")
             trial = json.loads(done.stdout.strip().splitlines()[-1])

@@ -3,6 +3,7 @@ own session, find the processes a search started, kill them, wait for files to a
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from types import ModuleType
 
 from tests.conftest import REPO
 
@@ -85,6 +87,16 @@ def start_cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Pop
         text=True,
         start_new_session=True,
     )
+
+
+def bench_module(name: str) -> ModuleType:
+    """`bench/NAME.py` as a module, `bench/` on the path while it imports (the bench scripts
+    import each other, as they do run as scripts from there)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
 
 
 def run_bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:

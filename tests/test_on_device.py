@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.conftest import REPO
+from tests.processes import bench_module
 
 spec = importlib.util.spec_from_file_location("on_device", REPO / "bench" / "on_device.py")
 on_device_module = importlib.util.module_from_spec(spec)
@@ -103,12 +104,7 @@ def test_a_bench_part_stopped_midway_keeps_the_rows_it_measured(tmp_path):
 
 
 def _gpu_module():
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import gpu
-    finally:
-        sys.path.remove(str(REPO / "bench"))
-    return gpu
+    return bench_module("gpu")
 
 
 def test_the_suite_alone_passing_is_a_clean_exit(tmp_path):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.processes import REPO, run_bench
+from tests.processes import REPO, bench_module, run_bench
 
 BRIEFLY = ("--processes", "2", "--seconds", "0.2", "--batch-size", "4",
            "--reference-batch", "2", "3")  # fmt: skip
@@ -27,13 +27,9 @@ def test_each_process_reads_the_config_and_its_ratios_and_the_spreads_close_it()
 
 
 def test_the_end_gives_each_columns_relative_spread_and_how_often_three_processes_agree():
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        from process_spread import log_sd, threes_within
-    finally:
-        sys.path.remove(str(REPO / "bench"))
-    assert threes_within([100.0, 101.0, 102.0, 110.0]) == 0.25  # only the first three
-    assert log_sd([100.0, 100.0, 100.0]) == 0.0
+    spread = bench_module("process_spread")
+    assert spread.threes_within([100.0, 101.0, 102.0, 110.0]) == 0.25  # only the first three
+    assert spread.log_sd([100.0, 100.0, 100.0]) == 0.0
     done = run_bench("process_spread.py", "--processes", "3", *BRIEFLY[2:])
     assert re.search(r"^config / reference 2: sd of the logarithm [\d.]+%, threes of "
                      r"processes within 3% (0\.00|1\.00)$", done.stdout, re.M)  # fmt: skip

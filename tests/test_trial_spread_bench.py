@@ -9,20 +9,11 @@ import sys
 
 import pytest
 
-from tests.processes import REPO, run_bench
+from tests.processes import REPO, bench_module, run_bench
 
 BRIEFLY = ("--processes", "3", "--no-neighbour", "epochs=2", "batch_size=16",
            "data.train_per_class=60", "data.val_per_class=20", "data.test_per_class=20",
            "train_eval_size=40")  # fmt: skip
-
-
-def bench_module():
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import trial_spread
-    finally:
-        sys.path.remove(str(REPO / "bench"))
-    return trial_spread
 
 
 def test_each_process_trains_the_trial_and_the_end_takes_its_speeds_spread_apart():
@@ -37,13 +28,13 @@ def test_each_process_trains_the_trial_and_the_end_takes_its_speeds_spread_apart
                      r"correlation -?[\d.]+$", done.stdout, re.M)  # fmt: skip
     readings = re.findall(r"^(.+): across processes sd ([\d.]+)%, threes of processes within "
                           r"3% (0\.00|1\.00)$", done.stdout, re.M)  # fmt: skip
-    assert [name for name, *_ in readings] == list(bench_module().READINGS)
+    assert [name for name, *_ in readings] == list(bench_module("trial_spread").READINGS)
     assert re.search(r"^a trial's reading, taken apart: its own segments [\d.]+%, the "
                      r"process's part [\d.]+%$", done.stdout, re.M)  # fmt: skip
 
 
 def test_the_two_readings_agree_on_steady_segments_and_a_reused_reference_counts_once():
-    bench = bench_module()
+    bench = bench_module("trial_spread")
     steady = [{"median": 200.0, "reference": 100.0, "reused": False}] * 4
     assert bench.as_a_trial_reads(steady) == bench.medians_over(steady) == 2.0
     # the last segment read over the block before it: the block weighs once among references
@@ -55,7 +46,7 @@ def test_the_two_readings_agree_on_steady_segments_and_a_reused_reference_counts
 
 
 def test_a_segments_median_that_follows_its_reference_is_said_to_correlate():
-    bench = bench_module()
+    bench = bench_module("trial_spread")
     segments = [{"median": 2.0 * r, "reference": r, "reused": False} for r in (90.0, 100, 120)]
     within = bench.within_a_trial(segments)
     assert within["correlation"] == pytest.approx(1.0)
@@ -73,7 +64,7 @@ def test_fewer_than_three_processes_are_refused():
 
 
 def test_a_trials_own_part_is_half_the_spread_of_its_halves_difference():
-    bench = bench_module()
+    bench = bench_module("trial_spread")
 
     def trial(odd: float, even: float) -> list[dict]:
         return [{"median": odd if i % 2 == 0 else even, "reference": 1.0, "reused": False}
