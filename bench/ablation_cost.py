@@ -4,11 +4,13 @@ folder, one after the other, `--repeats` times alternating which goes first).
 
 Columns: wall seconds of the whole command (start-up, search, ablations, report); trials
 (the search's, then the ablations'); Tune's run time of the search and of its ablations;
-the trial seconds the ablations spent timing themselves against their base after their
-last epoch (`alternation trial-s`; two trials share the wall clock); for the run with
+the rest of the wall time (`rest_s`: start-up, the ablations' plan, the report); the trial
+seconds the ablations spent timing themselves against their base after their last epoch
+(`alternation trial-s`; two trials share the wall clock); for the run with
 ablations, the median width of the 95% intervals per metric and how many effects are told
-from the seeds' noise. The ratio printed last is the median wall time with ablations over
-the median without (the issue's aim: at most 1.6).
+from the seeds' noise. Printed last: each part's change by the cases' medians (the
+search's and the ablations' as ratios, the rest in seconds), then the median wall time with
+ablations over the median without (the issue's aim: at most 1.6).
 
     python bench/ablation_cost.py [--config configs/cats_dogs.yaml] [--repeats 1]
         [key.path=value ...]
@@ -28,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,6 +64,9 @@ def one_search(config: str, overrides: list[str], folder: Path) -> dict[str, obj
     phases = re.findall(r"Total run time: ([0-9.]+) seconds", done.stdout + done.stderr)
     row["search_s"] = float(phases[0]) if phases else math.nan
     row["ablations_s"] = float(phases[1]) if len(phases) > 1 else math.nan
+    # outside Tune's loops: start-up (Ray, the AMP probe, the speed scale, the data), the
+    # ablations' plan, the report
+    row["rest_s"] = seconds - row["search_s"] - float(np.nan_to_num(row["ablations_s"]))
     row["alternation trial-s"] = alternation_seconds(folder / "ray_results" / "bench")
     if (report / "effects.csv").exists():
         effects = pd.read_csv(report / "effects.csv")
@@ -103,10 +109,27 @@ def side_by_side(
     return table
 
 
+def part_changes(table: pd.DataFrame, case: str, against: str) -> dict[str, float]:
+    """By the medians of each case's runs: the search's and the ablations' seconds of `case`
+    over `against`'s (ratios), and the rest's difference in seconds (NaN where a case has
+    no such part)."""
+    medians = table.groupby("case")[["search_s", "ablations_s", "rest_s"]].median()
+    return {"search": medians.at[case, "search_s"] / medians.at[against, "search_s"],
+            "ablations": medians.at[case, "ablations_s"] / medians.at[against, "ablations_s"],
+            "rest": medians.at[case, "rest_s"] - medians.at[against, "rest_s"]}  # fmt: skip
+
+
 def print_ratio(table: pd.DataFrame, case: str, against: str, aim: float) -> float:
-    """The median wall time of `case` over that of `against`, printed with its aim."""
+    """The median wall time of `case` over that of `against`, printed with its aim, and
+    each part's change (`part_changes`)."""
     medians = {name: statistics.median(group["wall_s"]) for name, group in table.groupby("case")}
     ratio = medians[case] / medians[against]
+    changes = part_changes(table, case, against)
+    times = {name: "-" if math.isnan(changes[name]) else f"{changes[name]:.2f}x"
+             for name in ("search", "ablations")}  # fmt: skip
+    print(f"parts, {case} against {against} (medians): the search {times['search']}, "
+          f"the ablations {times['ablations']} (-: a case without), the rest "
+          f"{changes['rest']:+.1f} s (start-up, the ablations' plan, the report)")  # fmt: skip
     print(f"wall time {case} / {against}: {ratio:.2f}x (aim: at most {aim:.2f}x)")
     return ratio
 
