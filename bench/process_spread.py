@@ -20,8 +20,8 @@ every process on torch's own kernels instead of oneDNN's, which oneDNN compiles 
 shape as the process runs; `--without-aslr` starts every other process without address
 randomisation (`setarch -R`), so that its libraries, heap and stack begin where every such
 process's do and where its buffers fall moves less from one process to the next; a
-reference at the config's own batch (`--reference-batch
-128`) is a twin of the config in the process, with buffers of its own and the same shapes.
+reference at the config's own batch (`--reference-batch 128`) is a twin of the config in
+the process, with buffers of its own and the same shapes.
 
     python bench/process_spread.py [--processes 16] [--seconds 3] [--batch-size 128]
         [--amp] [--channels-last] [--reference-batch 16 64] [--env KEY=VALUE]
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         speeds = json.loads(done.stdout.strip().splitlines()[-1])
         if speeds.pop("onednn") != float(not args.without_onednn):
             raise SystemExit(f"process {number + 1}: oneDNN was not as asked")
-        if speeds.pop("aslr") != float(not without_aslr) and without_aslr:
+        if speeds.pop("aslr") and without_aslr:
             raise SystemExit(f"process {number + 1}: its addresses were randomised all the same")
         read = {"config": speeds["config"]} | {
             f"config / {name}": speeds["config"] / speeds[name]

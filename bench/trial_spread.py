@@ -70,6 +70,7 @@ def child(config: dict) -> dict:
         blocks, before, ratios = list(window._segment), window._last_reference, len(window._ratios)
         read(window, at_end)
         if len(window._ratios) > ratios:  # a ratio was read: over this reference block
+            # the epoch's last block read again (a short end) is the same object, not a new one
             reference = window._last_reference
             segments.append({"median": statistics.median(blocks), "reference": reference,
                              "reused": at_end and reference is before})  # fmt: skip
