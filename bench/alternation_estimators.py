@@ -11,8 +11,10 @@ alternation: its rounds, the log ratios' kurtosis (0 for a normal distribution),
 reading the 95% half width (points of speed) and whether the interval holds 1; per block
 length at the end: the half widths' medians, median's over mean's, and how many of the
 intervals held 1 (a true 95% interval: about 19 in 20), of those with an interval (a
-median's needs six rounds). One thread, the trials' held allocator
-(`trainables.host_memory`), learning rate 0 (the same work every step).
+median's needs six rounds), and how closely a round's two blocks move together (the
+correlation of their logarithms, `pairing`: what timing them side by side takes away). One
+thread, the trials' held allocator (`trainables.host_memory`), learning rate 0 (the same
+work every step).
 
     python bench/alternation_estimators.py [--batch-size 64] [--blocks 0.03 0.1]
         [--seconds 4] [--repeats 6]
@@ -82,6 +84,19 @@ def readings(sums: list[tuple[float, float]]) -> dict[str, tuple[float, bool | N
     return read
 
 
+def pairing(sums: list[tuple[float, float]]) -> float:
+    """The correlation of the logarithms of a round's two block totals across the rounds:
+    what pairing them takes away (a ratio's variance is the two sides' less twice their
+    covariance; 0: nothing, the rounds' moments move the two blocks apart); NaN with fewer
+    than three rounds or a side that never moved."""
+    if len(sums) < 3:
+        return math.nan
+    first, second = (np.log([pair[side] for pair in sums]) for side in (0, 1))
+    if np.std(first) == 0 or np.std(second) == 0:
+        return math.nan
+    return float(np.corrcoef(first, second)[0, 1])
+
+
 def alternate(
     sides: list[Callable[[], float]], block_seconds: float, seconds: float
 ) -> list[tuple[float, float]]:
@@ -110,13 +125,18 @@ def main(argv: list[str] | None = None) -> int:
     sides = [one_step(args.batch_size), one_step(args.batch_size)]
     widths: dict[float, dict[str, list[float]]] = {block: {} for block in args.blocks}
     held: dict[float, dict[str, int]] = {block: {} for block in args.blocks}
+    correlations: dict[float, list[float]] = {block: [] for block in args.blocks}
     for repeat in range(args.repeats):
         blocks = args.blocks if repeat % 2 == 0 else args.blocks[::-1]
         for block in blocks:
             sums = alternate(sides, block, args.seconds)
             logs = np.log([a / b for a, b in sums])
+            together = pairing(sums)
+            if not math.isnan(together):
+                correlations[block].append(together)
             line = [f"repeat {repeat + 1}, blocks of {block:g} s: {len(sums)} rounds, "
-                    f"kurtosis {stats.kurtosis(logs):.1f}"]  # fmt: skip
+                    f"kurtosis {stats.kurtosis(logs):.1f}, blocks' correlation "
+                    f"{together:.2f}"]  # fmt: skip
             for way, (half, holds) in readings(sums).items():
                 if holds is not None:
                     widths[block].setdefault(way, []).append(half)
@@ -131,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                   for way in ("median", "mean")}  # fmt: skip
         print(f"blocks of {block:g} s: half width, median / mean: {by_median / by_mean:.2f}x "
               f"(+-{100 * by_median:.1f} against +-{100 * by_mean:.1f} points); intervals "
-              f"holding 1: median {counts['median']}, mean {counts['mean']}")  # fmt: skip
+              f"holding 1: median {counts['median']}, mean {counts['mean']}; a round's two "
+              f"blocks correlate at {statistics.median(correlations[block] or [math.nan]):.2f} "
+              "(median)")  # fmt: skip
     return 0
 
 
