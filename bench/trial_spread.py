@@ -102,20 +102,29 @@ def own_part(trials: list[list[dict]]) -> float:
     that its own segments explain: half the spread across trials of the reading of its odd
     segments less that of its even ones."""
     halves = [math.log(as_a_trial_reads(segments[0::2]) / as_a_trial_reads(segments[1::2]))
-              for segments in trials]  # fmt: skip
-    return statistics.stdev(halves) / 2
+              for segments in trials if len(segments) >= 2]  # fmt: skip
+    return statistics.stdev(halves) / 2 if len(halves) >= 2 else math.nan
+
+
+WITHIN = ("segment ratios", "reference blocks", "segment medians", "correlation")
 
 
 def within_a_trial(segments: list[dict]) -> dict[str, float]:
     """Standard deviations of the logarithm of the segments' ratios, reference blocks and
-    medians, and the correlation of a segment's median with its reference block."""
+    medians, and the correlation of a segment's median with its reference block (`WITHIN`;
+    NaN with fewer than three segments timing their own reference block)."""
     own = [s for s in segments if not s["reused"]]
+    if len(own) < 3:  # a spread needs two, a correlation three
+        return dict.fromkeys(WITHIN, math.nan)
     medians = np.log([s["median"] for s in own])
     references = np.log([s["reference"] for s in own])
-    return {"segment ratios": float(np.std(medians - references, ddof=1)),
-            "reference blocks": float(np.std(references, ddof=1)),
-            "segment medians": float(np.std(medians, ddof=1)),
-            "correlation": float(np.corrcoef(medians, references)[0, 1])}  # fmt: skip
+    values = (
+        np.std(medians - references, ddof=1),
+        np.std(references, ddof=1),
+        np.std(medians, ddof=1),
+        np.corrcoef(medians, references)[0, 1],
+    )
+    return {name: float(value) for name, value in zip(WITHIN, values, strict=True)}
 
 
 def trial_config(config_path: str, given: dict[str, object], scales: dict[str, float]) -> dict:
@@ -169,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"[{trial['low']:.0f}, {trial['high']:.0f}], "
                   f"{len(trial['segments'])} segments", flush=True)  # fmt: skip
     parts = [within_a_trial(trial["segments"]) for trial in trials]
-    typical = {name: statistics.median(p[name] for p in parts) for name in parts[0]}
+    typical = {name: statistics.median([p[name] for p in parts if not math.isnan(p[name])]
+                                       or [math.nan]) for name in WITHIN}  # fmt: skip
     print("within a trial (median over the processes): " + ", ".join(
         f"{name} {value:.3f}" if name == "correlation" else f"{name} sd {value:.1%}"
         for name, value in typical.items()))  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 
 from tests.processes import REPO, bench_module, run_bench
 
-BRIEFLY = ("--processes", "3", "--no-neighbour", "epochs=2", "batch_size=16",
+BRIEFLY = ("--processes", "3", "--no-neighbour", "epochs=3", "batch_size=16",
            "data.train_per_class=60", "data.val_per_class=20", "data.test_per_class=20",
            "train_eval_size=40")  # fmt: skip
 
@@ -22,7 +22,7 @@ def test_each_process_trains_the_trial_and_the_end_takes_its_speeds_spread_apart
                            done.stdout, re.M)  # fmt: skip
     assert [number for number, *_ in processes] == ["1", "2", "3"]
     assert all(int(low) <= int(speed) <= int(high) for _, speed, low, high, _ in processes)
-    assert all(int(segments) >= 2 for *_, segments in processes)
+    assert all(int(segments) >= 3 for *_, segments in processes)  # each a spread of its own
     assert re.search(r"^within a trial \(median over the processes\): segment ratios sd "
                      r"[\d.]+%, reference blocks sd [\d.]+%, segment medians sd [\d.]+%, "
                      r"correlation -?[\d.]+$", done.stdout, re.M)  # fmt: skip
@@ -76,3 +76,14 @@ def test_a_trials_own_part_is_half_the_spread_of_its_halves_difference():
     assert bench.own_part([trial(110.0, 100.0), trial(100.0, 110.0), trial(95.0, 95.0)]) == (
         pytest.approx(statistics.stdev(differences) / 2)
     )
+
+
+def test_a_trial_too_short_for_a_spread_is_left_out_of_them_not_read_as_one():
+    bench = bench_module("trial_spread")
+    one = [{"median": 200.0, "reference": 100.0, "reused": False}]
+    assert all(math.isnan(value) for value in bench.within_a_trial(one).values())
+    steady = [{"median": 200.0 + i, "reference": 100.0, "reused": False} for i in range(4)]
+    shifted = [{"median": 200.0 + 3 * i, "reference": 100.0, "reused": False} for i in range(4)]
+    with_one = bench.own_part([steady, shifted, one])
+    assert with_one == bench.own_part([steady, shifted]) and not math.isnan(with_one)
+    assert math.isnan(bench.own_part([steady, one]))  # one trial: no spread across trials
