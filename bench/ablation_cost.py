@@ -30,7 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +65,8 @@ def one_search(config: str, overrides: list[str], folder: Path) -> dict[str, obj
     row["ablations_s"] = float(phases[1]) if len(phases) > 1 else math.nan
     # outside Tune's loops: start-up (Ray, the AMP probe, the speed scale, the data), the
     # ablations' plan, the report
-    row["rest_s"] = seconds - row["search_s"] - float(np.nan_to_num(row["ablations_s"]))
+    ablations = row["ablations_s"]
+    row["rest_s"] = seconds - row["search_s"] - (0.0 if math.isnan(ablations) else ablations)
     row["alternation trial-s"] = alternation_seconds(folder / "ray_results" / "bench")
     if (report / "effects.csv").exists():
         effects = pd.read_csv(report / "effects.csv")

@@ -42,6 +42,7 @@ from alternation_cost import beside_a_neighbour, settings_from  # bench/, first 
 from process_spread import log_sd, threes_within
 
 from trainables.host_memory import WORKER_ENV
+from trainables.speed import estimate
 
 REPO = Path(__file__).resolve().parents[1]
 # the default command's most frequent knee on the Intel Xeon, 2026-12-07 (RESULTS.md, 56-57)
@@ -83,8 +84,9 @@ def child(config: dict) -> dict:
 
 
 def as_a_trial_reads(segments: list[dict]) -> float:
-    """The median of the segments' ratios (`ConfigSpeed.over_reference`)."""
-    return float(np.median([s["median"] / s["reference"] for s in segments]))
+    """The segments' ratios read as a trial reads them (`ConfigSpeed.over_reference`:
+    `trainables.speed.estimate`, their median)."""
+    return estimate([s["median"] / s["reference"] for s in segments]).images_per_s
 
 
 def medians_over(segments: list[dict]) -> float:
