@@ -73,3 +73,40 @@ def test_without_aslr_and_an_environment_together_are_refused_for_both_take_ever
                            "--without-aslr", "--env", "A=1"],
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 2 and "give one" in done.stderr
+
+
+def test_with_windows_and_moved_weights_each_process_reads_every_window_and_the_end_compares():
+    done = run_bench("process_spread.py", "--processes", "2", "--seconds", "0.2", "--batch-size",
+                     "4", "--reference-batch", "2", "--windows", "3", "--move-weights")  # fmt: skip
+    windows = re.findall(r"^process (\d), its windows \(weights moved\): config / reference 2 "
+                         r"[\d.]+; config / reference 2 [\d.]+; config / reference 2 [\d.]+$",
+                         done.stdout, re.M)  # fmt: skip
+    assert windows == ["1", "2"]
+    assert re.search(r"^config / reference 2: sd of the logarithm across one process's windows "
+                     r"[\d.]+%, across the processes' first windows [\d.]+%, across their "
+                     r"medians [\d.]+% \([\d.]+% if the windows redraw it all\)$",
+                     done.stdout, re.M)  # fmt: skip
+
+
+def test_weights_moved_in_memory_keep_their_values_and_objects_at_new_addresses():
+    import torch
+
+    spread = bench_module("process_spread")
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    weight, before = model.weight, model.weight.detach().clone()
+    addresses = [model.weight.data_ptr(), optimizer.state[weight]["exp_avg"].data_ptr()]
+    kept = [model.weight.detach(), optimizer.state[weight]["exp_avg"]]  # the old stay allocated
+    spread.move_weights(model, optimizer)
+    assert model.weight is weight and torch.equal(model.weight, before)
+    moved = [model.weight.data_ptr(), optimizer.state[weight]["exp_avg"].data_ptr()]
+    assert all(new != old for new, old in zip(moved, addresses, strict=True)) and kept
+
+
+def test_moving_weights_without_windows_to_move_them_between_is_refused():
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "process_spread.py"),
+                           "--move-weights"],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 2 and "give --windows 2 or more" in done.stderr
