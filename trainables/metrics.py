@@ -106,8 +106,9 @@ METRICS: dict[str, MetricSpec] = {
         "the gradient noise scale B_simple = tr(Σ)/|G|² measured over the epoch (McCandlish "
         "et al. 2018): about the largest batch that still pays off in steps; NaN where not "
         "measured (without accumulation, only the steps noise_split_steps splits are: by "
-        "default 4 where adabatch_rule is noise_scale, else none; an epoch's first step never "
-        "is), inf where the gradient's signal is lost in its noise"
+        "default 4 where adabatch_rule is noise_scale, else none; with accumulation, "
+        "noise_split_steps of its steps, 4 by default; an epoch's first step never is), inf "
+        "where the gradient's signal is lost in its noise"
     ),
     "physical_batch_size": MetricSpec(
         "images per forward pass on the device in the epoch (the param batch_size is where "

@@ -13,10 +13,12 @@ b < B give unbiased estimates
     tr(Σ) ≈ (|G_b|² - |G_B|²) / (1/b - 1/B)
 
 each of which is averaged over many steps before dividing (a ratio of noisy estimates
-would be biased). An accumulated step gives both sizes for free: its micro-batches are
-the small ones, the step the big one. A step without accumulation is measured by training
-it as two halves (two micro-batches of the same images: the same update, except that
-BatchNorm normalises each half on its own).
+would be biased). An accumulated step gives both sizes as it trains: its micro-batches are
+the small ones, the step the big one; but the hooks below cost such a step of the small CNN
+9-14% on a CPU (docs/RESULTS.md, section 60), so a few steps an epoch are measured
+(`trainables.training.with_noise_splits`) and the config's timed speed leaves them out. A
+step without accumulation is measured by training it as two halves (two micro-batches of
+the same images: the same update, except that BatchNorm normalises each half on its own).
 
 The micro-batch gradients are read by a hook on each parameter, which sees the gradient of
 one backward before it is added into `.grad`: no copy of the gradients is held.

@@ -490,18 +490,20 @@ class SpeedWindow:
         with self._gate.step():
             yield
 
-    def after(self, images: int) -> None:
+    def after(self, images: int, timed: bool = True) -> None:
         """After a step of `images` images. A step with fewer images than the
         configuration's whole step (the epoch's partial last one: smaller micro-batches,
-        slower per image) is not the configuration's speed: the block it falls in is
-        dropped. Without this, every block of an epoch nobody crowds counted the tail but a
-        held window rarely reached it, and a configuration of two steps an epoch was timed
-        on its tail alone; such a configuration is now untimed (its one whole step is the
-        epoch's first, never timed) and counts at its wall time (`own_time`)."""
+        slower per image), or one not `timed` (the gradient noise scale measured on it: its
+        meter's work is not the configuration's), is not the configuration's speed: the
+        block it falls in is dropped. Without this, every block of an epoch nobody crowds
+        counted the tail but a held window rarely reached it, and a configuration of two
+        steps an epoch was timed on its tail alone; such a configuration is now untimed
+        (its one whole step is the epoch's first, never timed) and counts at its wall time
+        (`own_time`)."""
         self._steps_seen += 1
         if self._mode not in ("free", "held"):
             return
-        if images < self._whole_step_images and not self._warmup_left:
+        if (images < self._whole_step_images or not timed) and not self._warmup_left:
             self._start_block(self._whole_step_images)
             return
         if self._warmup_left:

@@ -33,6 +33,7 @@ from trainables.memory import MemoryBudget, StepPeak
 from trainables.noise_scale import NoiseMeter, NoiseScale, in_halves, spread_steps
 from trainables.precision import Precision
 from trainables.schedules import EpochSchedule
+from trainables.settings import DEFAULT_NOISE_SPLITS
 from trainables.speed import SpeedWindow
 from trainables.step import StepOutcome, train_step
 
@@ -198,12 +199,17 @@ def step_groups(count: int, batch_size: int, accumulation_steps: int) -> list[li
 
 def with_noise_splits(groups: list[list[slice]], splits: int) -> tuple[list[list[slice]], set[int]]:
     """The epoch's steps as trained when the gradient noise scale is measured, and which
-    steps are measured. Steps of two or more micro-batches are all measured (for free);
-    without accumulation, `splits` steps spread over the epoch after its first are trained
-    as two halves. The first step always runs at the full physical batch: it is the step
-    whose peak is the trial's `peak_mem_mb`, and where a batch too large fails first."""
+    steps are measured. With accumulation, `splits` steps spread over the epoch after its
+    first (`DEFAULT_NOISE_SPLITS` where `splits` is 0), at most half of those, are measured
+    as they train: the meter's hooks cost a step of the small CNN 9-14% on a CPU, which the
+    config's speed must not carry (its timed blocks leave measured steps out), so the rest
+    are timed; without accumulation, `splits` steps spread so are trained as two halves. The first
+    step always runs at the full physical batch: it is the step whose peak is the trial's
+    `peak_mem_mb`, and where a batch too large fails first."""
     if any(len(group) > 1 for group in groups):
-        return groups, {step for step, group in enumerate(groups) if len(group) > 1}
+        count = min(splits or DEFAULT_NOISE_SPLITS, (len(groups) - 1) // 2)
+        chosen = {1 + step for step in spread_steps(len(groups) - 1, count)}
+        return groups, {step for step in chosen if len(groups[step]) > 1}
     halved = {1 + step for step in spread_steps(len(groups) - 1, splits)}
     split = [in_halves(group[0]) if step in halved else group for step, group in enumerate(groups)]
     return split, {step for step in halved if len(split[step]) > 1}
@@ -421,7 +427,7 @@ def train_epoch(
                     noise=noise if step in steps.measured else None,
                 )
             if window is not None:
-                window.after(outcome.images)
+                window.after(outcome.images, timed=step not in steps.measured)
             first_step_peak = first_step_peak or budget.peak(metered)
             if tally.add(outcome, step):
                 break

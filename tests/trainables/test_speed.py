@@ -182,6 +182,21 @@ def test_the_epochs_partial_last_step_is_not_the_configurations_speed():
     assert one_step.of("32x1") is None  # untimed: it counts at its wall time (own_time)
 
 
+def test_a_step_the_noise_scale_was_measured_on_is_left_out_of_the_configurations_speed():
+    """Its meter's hooks are the project's work, not the config's: every fifth step here
+    took twice as long, and no block that held one counts."""
+    clock, speeds = Clock(0.025), ConfigSpeed()
+    timing = window([], clock, speeds, crowded=lambda: False)
+    for step in range(21):
+        measured = step % 5 == 3
+        with timing.step():
+            clock.now += 0.05 if measured else 0.025
+        timing.after(32, timed=not measured)
+    timing.close()
+    rates = speeds.blocks["32x1"]
+    assert len(rates) == 16 and rates == pytest.approx([1280.0] * 16)  # 20 timed steps less 4
+
+
 def test_a_configuration_warm_from_an_earlier_epoch_is_timed_from_its_epochs_first_step():
     """A large batch on a card: one or three whole steps an epoch. Its first epoch warms it
     (untimed); each later one times its whole steps, with no warm-up in a held window."""

@@ -1,3 +1,4 @@
+import contextlib
 import copy
 import math
 
@@ -9,7 +10,7 @@ from trainables.models import build_model
 from trainables.noise_scale import NoiseMeter
 from trainables.precision import Precision, precision_for
 from trainables.schedules import EpochSchedule
-from trainables.settings import TrainSettings
+from trainables.settings import DEFAULT_NOISE_SPLITS, TrainSettings
 from trainables.step import train_step
 from trainables.training import (
     DIVERGED_AFTER_SKIPPED_STEPS,
@@ -113,6 +114,32 @@ def test_normalising_maps_uint8_to_zero_mean_unit_std_by_the_given_stats():
     pixels = torch.tensor([0, 127.5, 255]).view(1, 3, 1, 1).round().to(torch.uint8)
     normalised = NORMALISE(pixels).flatten()
     assert torch.allclose(normalised, torch.tensor([-2.0, 0.0, 2.0]), atol=0.01)
+
+
+class StepsSeen:
+    """A speed window that notes each step's images and whether it may be timed."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, bool]] = []
+
+    @contextlib.contextmanager
+    def step(self):
+        yield
+
+    def after(self, images: int, timed: bool = True) -> None:
+        self.seen.append((images, timed))
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_steps_the_noise_scale_is_measured_on_are_not_timed_as_the_configurations_speed():
+    model = build_model("small_cnn", num_classes=2, image_size=16)
+    optimizer = build_optimizer(TrainSettings(), model.parameters())
+    window = StepsSeen()
+    one_epoch(model, optimizer, split_of(images=128), 4, accumulation_steps=2, window=window)
+    untimed = [step for step, (_, timed) in enumerate(window.seen) if not timed]
+    assert len(window.seen) == 16 and len(untimed) == DEFAULT_NOISE_SPLITS and 0 not in untimed
 
 
 def test_an_epoch_of_training_learns_an_easy_task_and_reports_what_it_saw():
