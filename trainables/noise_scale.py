@@ -14,8 +14,8 @@ b < B give unbiased estimates
 
 each of which is averaged over many steps before dividing (a ratio of noisy estimates
 would be biased). An accumulated step gives both sizes as it trains: its micro-batches are
-the small ones, the step the big one; but the hooks below cost such a step of the small CNN
-9-14% on a CPU (docs/RESULTS.md, section 60), so a few steps an epoch are measured
+the small ones, the step the big one; but the hooks below cost an epoch of the small CNN
+measured whole 5-12% on a CPU (docs/RESULTS.md, section 60), so a few steps are measured
 (`trainables.training.with_noise_splits`) and the config's timed speed leaves them out. A
 step without accumulation is measured by training it as two halves (two micro-batches of
 the same images: the same update, except that BatchNorm normalises each half on its own).

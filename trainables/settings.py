@@ -36,7 +36,7 @@ _DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
 DEVICE_NAMES = "auto, cpu, cuda or cuda:N (N: a CUDA device index)"
 # steps an epoch the gradient noise scale is measured on where nothing else is asked: split
 # in two where the noise-scale rule needs them; an accumulating trial's (its steps measured
-# as they train, but the meter costs such a step 9-14%: docs/RESULTS.md, section 60)
+# as they train, but the meter cost an epoch measured whole 5-12%: RESULTS.md section 60)
 DEFAULT_NOISE_SPLITS = 4
 
 # Settings that were renamed, old name -> new. "checkpoint" meant both the recomputation
@@ -127,10 +127,11 @@ class TrainSettings(BaseModel):
     adabatch_rule: Literal["interval", "noise_scale"] = "interval"
     # steps per epoch trained as two halves to measure the gradient noise scale when there is
     # no accumulation, never the first (it trains the whole physical batch and sets
-    # peak_mem_mb); with accumulation, as many accumulated steps are measured as they train
-    # (4 where this is None or 0). None: 4 where the noise-scale rule needs them
-    # (adabatch_rule: noise_scale), else 0 (a split step costs time). A measured step is
-    # never one of the config's timed speed blocks: its meter costs time the config does not
+    # peak_mem_mb); with accumulation, this many accumulated steps are measured as they
+    # train (4 where this is None or 0; at most half the epoch's). None: 4 where the
+    # noise-scale rule needs them (adabatch_rule: noise_scale), else 0 (a split step costs
+    # time). A measured step is never one of the config's timed speed blocks: its meter
+    # costs time the config does not
     noise_split_steps: int | None = Field(None, ge=0, **_STRICT)
     # clip the gradients' global L2 norm to this before each update (under fp16's GradScaler,
     # the unscaled gradients); None: no clipping

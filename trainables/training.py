@@ -201,11 +201,12 @@ def with_noise_splits(groups: list[list[slice]], splits: int) -> tuple[list[list
     """The epoch's steps as trained when the gradient noise scale is measured, and which
     steps are measured. With accumulation, `splits` steps spread over the epoch after its
     first (`DEFAULT_NOISE_SPLITS` where `splits` is 0), at most half of those, are measured
-    as they train: the meter's hooks cost a step of the small CNN 9-14% on a CPU, which the
-    config's speed must not carry (its timed blocks leave measured steps out), so the rest
-    are timed; without accumulation, `splits` steps spread so are trained as two halves. The first
-    step always runs at the full physical batch: it is the step whose peak is the trial's
-    `peak_mem_mb`, and where a batch too large fails first."""
+    as they train: the meter's hooks cost an epoch of the small CNN measured whole 5-12% on
+    a CPU (docs/RESULTS.md, section 60), which the config's speed must not carry (its timed
+    blocks leave measured steps out), so the rest are timed; without accumulation, `splits`
+    steps spread so are trained as two halves. The first step always runs at the full
+    physical batch: it is the step whose peak is the trial's `peak_mem_mb`, and where a
+    batch too large fails first."""
     if any(len(group) > 1 for group in groups):
         count = min(splits or DEFAULT_NOISE_SPLITS, (len(groups) - 1) // 2)
         chosen = {1 + step for step in spread_steps(len(groups) - 1, count)}

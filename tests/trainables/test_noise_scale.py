@@ -101,7 +101,7 @@ def test_split_steps_are_spread_over_the_epoch_and_a_batch_splits_into_two_halve
 
 
 def test_a_few_accumulated_steps_are_measured_as_they_train_and_plain_ones_only_where_split():
-    """The meter's hooks cost an accumulated step of the small CNN 9-14% on a CPU: a few
+    """The meter's hooks cost an epoch of the small CNN measured whole 5-12% on a CPU: a few
     steps an epoch give the noise scale, not all of them."""
     plain = [[slice(i, i + 8)] for i in range(0, 80, 8)]
     groups, measured = with_noise_splits(plain, splits=2)
