@@ -418,6 +418,7 @@ def train_epoch(
             if lr_at is not None:
                 for param_group in optimizer.param_groups:
                     param_group["lr"] = lr_at(step / len(steps.batches))
+            measured = step in steps.measured  # the noise meter's work: not the config's speed
             with gated():
                 outcome = train_step(
                     model,
@@ -425,10 +426,10 @@ def train_epoch(
                     micro_batches(len(group)),
                     precision,
                     images=sum(len(batch) for batch in group),
-                    noise=noise if step in steps.measured else None,
+                    noise=noise if measured else None,
                 )
             if window is not None:
-                window.after(outcome.images, timed=step not in steps.measured)
+                window.after(outcome.images, timed=not measured)
             first_step_peak = first_step_peak or budget.peak(metered)
             if tally.add(outcome, step):
                 break
