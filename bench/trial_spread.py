@@ -20,9 +20,10 @@ and the difference of two halves sqrt(2) times a half's) and what is left, the p
 part (the square root of the difference of their squares) (docs/RESULTS.md, section 58).
 
     python bench/trial_spread.py [--config configs/cats_dogs.yaml] [--processes 16]
-        [--no-neighbour] [setting=value ...]   (the trial's settings over the default
-        search's knee on the Intel Xeon, Adam at batch 128 with AMP and channels-last;
-        a dotted key sets inside a section: data.train_per_class=100)
+        [--no-neighbour] [--save segments.json] [setting=value ...]
+        (the trial's settings over the default search's knee on the Intel Xeon, Adam at
+        batch 128 with AMP and channels-last; a dotted key sets inside a section:
+        data.train_per_class=100)
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def child(config: dict) -> dict:
     hold_host_allocator()
     torch.set_num_threads(1)
     segments: list[dict] = []
+    epochs: dict[int, int] = {}  # a window (an epoch) -> its number
     read = speed.SpeedWindow._time_reference
 
     def recorded(window: speed.SpeedWindow, at_end: bool = False) -> None:
@@ -73,8 +75,10 @@ def child(config: dict) -> dict:
         if len(window._ratios) > ratios:  # a ratio was read: over this reference block
             # the epoch's last block read again (a short end) is the same object, not a new one
             reference = window._last_reference
+            epoch = epochs.setdefault(id(window), len(epochs))
             segments.append({"median": statistics.median(blocks), "reference": reference,
-                             "reused": at_end and reference is before})  # fmt: skip
+                             "reused": at_end and reference is before, "key": window._key,
+                             "epoch": epoch})  # fmt: skip
 
     speed.SpeedWindow._time_reference = recorded
     settings = classifier.settings_for_trial({**config, "num_threads": 1}, 0.0)
@@ -83,20 +87,54 @@ def child(config: dict) -> dict:
             "high": last["throughput_high"], "segments": segments}  # fmt: skip
 
 
+def by_configuration(segments: list[dict], ratios: list[float]) -> float:
+    """A trial's speed from its segments' `ratios` as a trial reads them
+    (`ConfigSpeed.over_reference`, `trainables.speed.own_speed`): each configuration's
+    median ratio (`trainables.speed.estimate`), the configurations (AdaBatch's batches) put
+    together over the images each trained, here its epochs (each the whole split)."""
+    keys = {s.get("key", "") for s in segments}
+    epochs = {key: len({s.get("epoch") for s in segments if s.get("key", "") == key})
+              for key in keys}  # fmt: skip
+    speeds = {key: estimate([r for s, r in zip(segments, ratios, strict=True)
+                             if s.get("key", "") == key]).images_per_s for key in keys}  # fmt: skip
+    return sum(epochs.values()) / sum(epochs[key] / speeds[key] for key in keys)
+
+
 def as_a_trial_reads(segments: list[dict]) -> float:
-    """The segments' ratios read as a trial reads them (`ConfigSpeed.over_reference`:
-    `trainables.speed.estimate`, their median)."""
-    return estimate([s["median"] / s["reference"] for s in segments]).images_per_s
+    """Each segment's median over the reference block timed after it, read as a trial
+    reads them (`by_configuration`)."""
+    return by_configuration(segments, [s["median"] / s["reference"] for s in segments])
 
 
 def medians_over(segments: list[dict]) -> float:
-    """The segments' median over the median of the reference blocks timed (each once)."""
-    references = [s["reference"] for s in segments if not s["reused"]]
-    return float(np.median([s["median"] for s in segments]) / np.median(references))
+    """The segments' median over the median of the reference blocks timed (each once), each
+    configuration apart (`by_configuration`)."""
+    reference = float(np.median([s["reference"] for s in segments if not s["reused"]]))
+    return by_configuration(segments, [s["median"] / reference for s in segments])
 
 
-READINGS = {"as a trial reads it (median of segment ratios)": as_a_trial_reads,
-            "segments' median over the references' median": medians_over}  # fmt: skip
+def over_nearest_references(segments: list[dict], before: int = 1, after: int = 1) -> float:
+    """Each segment's median over the median of the reference blocks timed from `before`
+    segments before it to `after` after it, whatever configuration those trained
+    (`by_configuration`): a drift slower than a few segments stays in each ratio, one
+    reference block's own noise (a stall of a few ms in a block of one step) is outvoted."""
+    references = [s["reference"] for s in segments]
+    ratios = [s["median"] / statistics.median(references[max(0, i - before) : i + after + 1])
+              for i, s in enumerate(segments)]  # fmt: skip
+    return by_configuration(segments, ratios)
+
+
+def over_last_references(segments: list[dict]) -> float:
+    """`over_nearest_references` over the segment's own and the two timed before it."""
+    return over_nearest_references(segments, before=2, after=0)
+
+
+READINGS = {"as a trial reads it (median segment ratio by configuration)": as_a_trial_reads,
+            "segments' median over the references' median": medians_over,
+            "each segment over its three nearest reference blocks' median":
+                over_nearest_references,
+            "each segment over its own and the two last reference blocks' median":
+                over_last_references}  # fmt: skip
 
 
 def own_part(trials: list[list[dict]]) -> float:
@@ -149,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
     parser.add_argument("--processes", type=int, default=16)
     parser.add_argument("--no-neighbour", action="store_true")
+    parser.add_argument("--save", type=Path, help="the trials' segments written to this JSON file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("settings", nargs="*", help="setting=value over the knee's")
     args = parser.parse_args(argv)
@@ -179,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"process {number + 1}: {trial['throughput']:.0f} images/s "
                   f"[{trial['low']:.0f}, {trial['high']:.0f}], "
                   f"{len(trial['segments'])} segments", flush=True)  # fmt: skip
+    if args.save:
+        args.save.write_text(json.dumps(trials))
     parts = [within_a_trial(trial["segments"]) for trial in trials]
     typical = {name: statistics.median([p[name] for p in parts if not math.isnan(p[name])]
                                        or [math.nan]) for name in WITHIN}  # fmt: skip

@@ -87,3 +87,32 @@ def test_a_trial_too_short_for_a_spread_is_left_out_of_them_not_read_as_one():
     with_one = bench.own_part([steady, shifted, one])
     assert with_one == bench.own_part([steady, shifted]) and not math.isnan(with_one)
     assert math.isnan(bench.own_part([steady, one]))  # one trial: no spread across trials
+
+
+def test_a_trial_of_several_configurations_is_read_as_a_trial_reads_it():
+    """AdaBatch's batches: each configuration's median ratio, put together over the epochs
+    each trained (the images), not one median over all of them."""
+    bench = bench_module("trial_spread")
+
+    def segment(key: str, epoch: int, ratio: float) -> dict:
+        return {"median": ratio * 100.0, "reference": 100.0, "reused": False, "key": key,
+                "epoch": epoch}  # fmt: skip
+
+    segments = [segment("32x1", 0, 1.0), segment("32x1", 0, 1.0), segment("32x1", 1, 1.0),
+                segment("64x1", 2, 2.0)]  # fmt: skip
+    # two epochs at 1 and one at 2: three epochs' images in 2 + 0.5 reference seconds
+    assert bench.as_a_trial_reads(segments) == pytest.approx(3 / 2.5)
+    assert bench.medians_over(segments) == pytest.approx(3 / 2.5)
+
+
+def test_a_stalled_reference_block_is_outvoted_by_its_neighbours():
+    bench = bench_module("trial_spread")
+    segments = [{"median": 200.0, "reference": reference, "reused": False}
+                for reference in (100.0, 100.0, 50.0, 100.0, 100.0)]  # fmt: skip
+    assert bench.over_nearest_references(segments) == pytest.approx(2.0)
+    assert bench.over_last_references(segments) == pytest.approx(2.0)
+    # read over its own block, the stalled one's segment reads double: the median holds
+    assert bench.as_a_trial_reads(segments) == pytest.approx(2.0)
+    steady_then_faster = [{"median": 200.0, "reference": r, "reused": False}
+                          for r in (100.0, 100.0, 100.0, 125.0, 125.0, 125.0)]  # fmt: skip
+    assert bench.over_nearest_references(steady_then_faster) == pytest.approx((2.0 + 1.6) / 2)
