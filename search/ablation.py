@@ -10,10 +10,7 @@ device (the cuDNN autotuner on a CPU) is not run: the report says so.
 
 The plan comes in rounds, so that a few trials still cover every setting once: the
 nearest other value of every setting, then the next ones; the noise-floor seeds are spread
-over it (the first run first), so the noise floor holds the machine's drift too. Of the
-changes a plan keeps, those timed in alternation (below) run first and those of the same
-work per image last: a timed trial is an alternation longer, and the phase's last trials,
-which end it with a slot idle beside them, are then its shortest.
+over it (the first run first), so the noise floor holds the machine's drift too.
 An ablation of a setting that changes the work of a step (all but the learning rate, its
 warmup and the seed: `trainables.settings.SAME_WORK_PER_IMAGE`) is timed against its base in
 alternation after its last epoch (`speed_baseline`, carried as a note): its speed effect is
@@ -99,9 +96,8 @@ def plan_changes(
 ) -> list[Change]:
     """The changes of one base config in the order they are run, at most `max_trials` of them,
     the noise-floor seeds always among them (none where they leave no room for a change):
-    the settings' changes in rounds (kept by rounds, run those timed in alternation first),
-    and the seeds spread over them, the first run first, so that the noise floor also
-    holds how the machine drifts while the ablations run."""
+    the settings' changes in rounds, and the seeds spread over them, the first run first,
+    so that the noise floor also holds how the machine drifts while the ablations run."""
     rounds: list[list[Change]] = []
     for key in ablated_settings(space, on_gpu):
         if key not in base:
@@ -115,8 +111,6 @@ def plan_changes(
         if max_trials <= seeds:
             return []
         changes = changes[: max_trials - seeds]
-    # the kept changes, those timed in alternation first (a stable sort: rounds kept within)
-    changes.sort(key=lambda change: change.setting in SAME_WORK_PER_IMAGE)
     seed = int(base.get("seed", 0))
     floor = [Change("seed", seed + NOISE_SEED_OFFSET + i) for i in range(seeds)]
     # several seeds may fall before one change (fewer changes than seeds): each is kept

@@ -51,13 +51,11 @@ def test_a_range_goes_to_half_and_double_inside_the_range():
 
 
 def test_the_plan_runs_one_change_of_every_setting_then_the_next_values_the_seeds_spread_over_it():
-    """The changes timed in alternation first, those of the same work per image (the
-    learning rate) last: the phase's last trials are its shortest."""
     changes = plan_changes(KNEE, SPACE, seeds=2, on_gpu=False)
     labels = [change.label for change in changes]
     assert labels == [
-        "noise floor", "batch_size=32", "optimizer=sgd", "amp=true", "accumulation_steps=2",
-        "noise floor", "batch_size=128", "optimizer=lamb", "lr=0.01", "lr=0.03",
+        "noise floor", "batch_size=32", "optimizer=sgd", "lr=0.01", "amp=true",
+        "noise floor", "accumulation_steps=2", "batch_size=128", "optimizer=lamb", "lr=0.03",
     ]  # fmt: skip
     floor = [change.value for change in changes if change.label == "noise floor"]
     assert floor == [1007, 1008]  # other seeds than the knee's
@@ -67,9 +65,6 @@ def test_a_trial_count_keeps_the_seeds_and_the_first_changes():
     labels = [c.label for c in plan_changes(KNEE, SPACE, seeds=2, on_gpu=False, max_trials=4)]
     assert labels == ["noise floor", "batch_size=32", "noise floor", "optimizer=sgd"]
     assert plan_changes(KNEE, SPACE, seeds=2, on_gpu=False, max_trials=2) == []  # no room
-    # the first round's changes kept, the learning rate's among them, then run in order
-    kept = [c.label for c in plan_changes(KNEE, SPACE, seeds=1, on_gpu=False, max_trials=4)]
-    assert kept == ["noise floor", "batch_size=32", "optimizer=sgd", "lr=0.01"]
 
 
 def test_fewer_changes_than_seeds_keep_every_seed():
