@@ -51,7 +51,10 @@ mean: a machine whose speed jumps between levels (the host's other work) now and
 switches inside a round, and that round's ratio lies far out (the rounds' kurtosis reached
 about 20 on this project's 2-core machine, docs/RESULTS.md section 44), which a mean and its
 standard error take in whole; a round's order, reversed every other round, puts such a
-jump on either side alike, so the rounds' middle is the ratio.
+jump on either side alike, so the rounds' middle is the ratio. Before the six rounds a
+median's interval needs, the interval is Student's t on the rounds' logarithms, which such
+a round widens past any precision: an alternation stops at `MIN_ROUNDS` only where its
+rounds agree.
 
 The pure part (`estimate`, `ConfigSpeed`, `own_time`, `paired_ratio`) is tested alone;
 `SpeedWindow` is what the training loop drives, step by step.
@@ -101,7 +104,12 @@ REFERENCE_SEGMENT_SECONDS = 0.25
 # half of the reference's calls, a tenth of a trial's training seconds with what it leaves
 # in the caches (docs/RESULTS.md, section 57)
 SHORT_TAIL_SHARE = 0.5
-MIN_ROUNDS = MIN_BLOCKS  # rounds of an alternation before it may stop: a median's interval
+# rounds of an alternation before it may stop: the fewest whose interval (Student's t on
+# the rounds' log ratios, `paired_ratio`) the default search's precision (+-5 points) is
+# met in where a round's ratio spreads by 3% or less. Every round of a side of AdaBatch's
+# batches is a step of each, however long: six rounds, a median's fewest, took a timed
+# ablation 1.1-3.3 s and were +-0.9 to +-3.6 points (docs/RESULTS.md, section 61)
+MIN_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -347,11 +355,20 @@ def paired_ratio(
     """The changed side's speed over the base's from rounds of alternation: round i took
     `base_seconds[i]` and `changed_seconds[i]` per image. Each round's ratio is base over
     changed (a speed ratio); the estimate is their median (of an even count, the geometric
-    mean of the middle two), its interval the distribution-free one of a median (NaN with
-    fewer than `MIN_ROUNDS` rounds)."""
+    mean of the middle two), its interval the distribution-free one of a median, or with
+    fewer rounds than that needs (`MIN_BLOCKS`) Student's t on the mean of their logarithms
+    widened to hold the median (`geometric_interval`; NaN with one round). A round the
+    machine jumped in lies far out and widens the t interval, so an alternation goes on
+    until the median's holds it out."""
     ratios = np.asarray(base_seconds, dtype=float) / np.asarray(changed_seconds, dtype=float)
     middle = math.exp(float(np.median(np.log(ratios)))) if len(ratios) else math.nan
-    return SpeedRatio(middle, *median_interval(ratios.tolist(), confidence), len(ratios))
+    if len(ratios) >= MIN_BLOCKS:
+        low, high = median_interval(ratios.tolist(), confidence)
+    else:
+        _, low, high = geometric_interval(ratios.tolist(), confidence)
+        if not math.isnan(low):
+            low, high = min(low, middle), max(high, middle)
+    return SpeedRatio(middle, low, high, len(ratios))
 
 
 # A side of an alternation: its configurations, each (share of its images, a block of its
