@@ -6,9 +6,11 @@ trains it, with a neighbour training on the other core as the phase's second tri
 One process per checkout (`--tree`, default this one; give two to compare code), the
 checkouts in alternation (A B, B A, ...), `--rounds` times.
 
-Printed per alternation: its seconds, ratio and half width (points of speed); at the end,
-per checkout, the alternations' seconds summed per round (median over rounds) and their
-half widths' median, and each checkout's seconds over the first's.
+Printed per alternation: its seconds, its rounds of blocks (A B or B A, each one ratio,
+`trainables.speed.time_in_alternation`), ratio and half width (points of speed); at the
+end, per checkout, the alternations' seconds summed per round (median over rounds), their
+half widths' median, their rounds of blocks' median and how many stopped before the six a
+median's interval needs, and each checkout's seconds over the first's.
 
     python bench/alternation_cost.py [setting=value ...] [--config configs/cats_dogs.yaml]
         [--rounds 2] [--no-neighbour] [--tree PATH ...]   (setting=value: the knee's sampled
@@ -82,6 +84,7 @@ def worker(config_path: str, given: dict[str, object], left_out: list[str]) -> N
     import torch
 
     import trainables.classifier as classifier
+    import trainables.timing as timing
     from trainables.data import prepare_data
 
     seconds: list[float] = []
@@ -95,6 +98,15 @@ def worker(config_path: str, given: dict[str, object], left_out: list[str]) -> N
             seconds.append(time.perf_counter() - started)
 
     classifier.speed_against_baseline = clocked
+    blocks: list[int] = []  # each alternation's rounds of blocks
+    alternated = timing.time_in_alternation
+
+    def counted(*args, **kwargs):
+        ratio = alternated(*args, **kwargs)
+        blocks.append(ratio.rounds)
+        return ratio
+
+    timing.time_in_alternation = counted
     torch.set_num_threads(1)
     trials = knee_settings(config_path, given, left_out)
     data = None
@@ -102,11 +114,13 @@ def worker(config_path: str, given: dict[str, object], left_out: list[str]) -> N
         settings = classifier.settings_for_trial({**config, "num_threads": 1}, 0.0)
         data = data or prepare_data(settings.data)
         seconds.clear()
+        blocks.clear()
         last = classifier.fit_classifier(settings, data, lambda metrics, folder: None)
         low, high = last["speed_vs_baseline_low"], last["speed_vs_baseline_high"]
         print(json.dumps({"ablation": json.dumps(config["speed_baseline"]),
                           "seconds": seconds[0], "ratio": last["speed_vs_baseline"],
-                          "half_width": (high - low) / 2}), flush=True)  # fmt: skip
+                          "half_width": (high - low) / 2,
+                          "rounds_of_blocks": blocks[0] if blocks else 0}), flush=True)  # fmt: skip
 
 
 NEIGHBOUR = """
@@ -187,23 +201,29 @@ def main(argv: list[str] | None = None) -> int:
     left_out = slow_amp_left_out(config)
     totals: dict[Path, list[float]] = {tree: [] for tree in args.tree}
     widths: dict[Path, list[float]] = {tree: [] for tree in args.tree}
+    blocks: dict[Path, list[int]] = {tree: [] for tree in args.tree}
     for round_ in range(args.rounds):
         for tree in args.tree if round_ % 2 == 0 else args.tree[::-1]:
             rows = one_round(tree.resolve(), config, args.knee, left_out, not args.no_neighbour)
             for row in rows:
                 print(
-                    f"{tree}, round {round_ + 1}: {row['ablation']}: {row['seconds']:.2f} s, "
+                    f"{tree}, round {round_ + 1}: {row['ablation']}: {row['seconds']:.2f} s "
+                    f"({row.get('rounds_of_blocks', 0)} rounds of blocks), "
                     f"ratio {row['ratio']:.3f} +-{row['half_width']:.3f}",
                     flush=True,
                 )
             totals[tree].append(sum(row["seconds"] for row in rows))
             widths[tree] += [row["half_width"] for row in rows]
+            blocks[tree] += [row.get("rounds_of_blocks", 0) for row in rows]
     first = statistics.median(totals[args.tree[0]])
     for tree in args.tree:
         total = statistics.median(totals[tree])
         print(f"{tree}: alternations {total:.1f} s a round (rounds: "
               f"{', '.join(f'{t:.1f}' for t in totals[tree])}), half widths' median "
-              f"{statistics.median(widths[tree]):.3f}, {total / first:.2f}x the first")  # fmt: skip
+              f"{statistics.median(widths[tree]):.3f}, rounds of blocks' median "
+              f"{statistics.median(blocks[tree]):g} (fewer than six in "
+              f"{sum(0 < n < 6 for n in blocks[tree])} of {len(blocks[tree])}), "
+              f"{total / first:.2f}x the first")  # fmt: skip
     return 0
 
 

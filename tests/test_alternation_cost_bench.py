@@ -49,6 +49,7 @@ def test_a_knee_of_the_smoke_search_is_trained_and_timed_against_each_change(cap
     assert [row["ablation"] for row in rows] == ['{"batch_size": 16}', '{"optimizer": "sgd"}']
     for row in rows:
         assert row["seconds"] > 0 and row["ratio"] > 0 and row["half_width"] >= 0
+        assert row["rounds_of_blocks"] >= 4  # trainables.speed.MIN_ROUNDS
 
 
 def test_knee_settings_after_tree_are_refused_naming_the_order(capsys):
