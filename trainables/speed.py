@@ -105,10 +105,11 @@ REFERENCE_SEGMENT_SECONDS = 0.25
 # in the caches (docs/RESULTS.md, section 57)
 SHORT_TAIL_SHARE = 0.5
 # rounds of an alternation before it may stop: the fewest whose interval (Student's t on
-# the rounds' log ratios, `paired_ratio`) the default search's precision (+-5 points) is
-# met in where a round's ratio spreads by 3% or less. Every round of a side of AdaBatch's
-# batches is a step of each, however long: six rounds, a median's fewest, took a timed
-# ablation 1.1-3.3 s and were +-0.9 to +-3.6 points (docs/RESULTS.md, section 61)
+# the rounds' log ratios, `paired_ratio`) meets the default precision (+-5 points) where a
+# round's ratio spreads by 3% or less. A round of a side of AdaBatch's batches is a step of
+# each, however long: at such a knee six rounds, a median's fewest, took its seven timed
+# ablations 13.5-17.2 s, four 9.9-11.0 s, at about the same half widths (+-2.8 and +-3.1
+# points, the medians: docs/RESULTS.md, section 61)
 MIN_ROUNDS = 4
 
 
