@@ -197,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (tree / "trainables").is_dir():
             parser.error(f"--tree {tree}: not a checkout of this project (no trainables/); "
                          "knee settings go before --tree")  # fmt: skip
+    from trainables.speed import MIN_BLOCKS  # a median's interval needs this many rounds
+
     config = str(Path(args.config).resolve())
     left_out = slow_amp_left_out(config)
     totals: dict[Path, list[float]] = {tree: [] for tree in args.tree}
@@ -221,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{tree}: alternations {total:.1f} s a round (rounds: "
               f"{', '.join(f'{t:.1f}' for t in totals[tree])}), half widths' median "
               f"{statistics.median(widths[tree]):.3f}, rounds of blocks' median "
-              f"{statistics.median(blocks[tree]):g} (fewer than six in "
-              f"{sum(0 < n < 6 for n in blocks[tree])} of {len(blocks[tree])}), "
+              f"{statistics.median([n for n in blocks[tree] if n] or [0]):g} (fewer than "
+              f"six in {sum(0 < n < MIN_BLOCKS for n in blocks[tree])} of "
+              f"{len(blocks[tree])}), "
               f"{total / first:.2f}x the first")  # fmt: skip
     return 0
 

@@ -5,8 +5,9 @@ blocks, A B then B A, for `--seconds` per alternation, the block lengths in rota
 
 Each alternation's rounds (each block's total time, as `trainables.speed.time_in_alternation`
 times them) are read three ways: `mean`, the geometric mean with Student's t on the
-logarithms (the alternation's reading until 2026-11-28), `median`, the rounds' median with
-the distribution-free interval of a median (`trainables.speed.paired_ratio`), and `pairs`,
+logarithms (the alternation's reading until 2026-11-28, and its interval before six rounds
+since 2026-12-07), `median`, the rounds' median with the distribution-free interval of a
+median (`trainables.speed.paired_ratio` from six rounds), and `pairs`,
 rounds 1 and 2, 3 and 4, ... each read as one ratio (their geometric mean: each side timed
 first once) and those pairs' median with a median's interval (which needs six pairs, twelve
 rounds). Printed per alternation: its rounds, the log ratios' kurtosis (0 for a normal
@@ -85,9 +86,11 @@ def readings(sums: list[tuple[float, float]]) -> dict[str, tuple[float, float, b
     the interval holds 1 (NaN and None: too few rounds for an interval)."""
     ratios = [a / b for a, b in sums]
     by_mean = geometric_interval(ratios)
-    by_median = paired_ratio([a for a, _ in sums], [b for _, b in sums])
+    # the rounds' median with a median's own interval: an alternation reads fewer than
+    # `MIN_BLOCKS` rounds by Student's t instead (`paired_ratio`), which `mean` stands for
+    middle = paired_ratio([a for a, _ in sums], [b for _, b in sums]).ratio
     read = {}
-    as_median = (by_median.ratio, by_median.low, by_median.high)
+    as_median = (middle, *median_interval(ratios))
     for way, (ratio, low, high) in (("mean", by_mean), ("median", as_median),
                                     ("pairs", by_pairs(ratios))):  # fmt: skip
         if math.isnan(low):

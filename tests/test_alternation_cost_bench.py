@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import trainables.classifier as classifier
+import trainables.timing as timing
 from tests.conftest import CONFIGS, REPO
 from trainables.settings import SAME_WORK_PER_IMAGE
+from trainables.speed import MIN_ROUNDS
 
 spec = importlib.util.spec_from_file_location(
     "alternation_cost", REPO / "bench" / "alternation_cost.py"
@@ -39,6 +41,7 @@ def test_the_default_knees_timed_ablations_are_those_that_change_a_steps_work():
 
 def test_a_knee_of_the_smoke_search_is_trained_and_timed_against_each_change(capsys, monkeypatch):
     monkeypatch.setattr(classifier, "speed_against_baseline", classifier.speed_against_baseline)
+    monkeypatch.setattr(timing, "time_in_alternation", timing.time_in_alternation)
     knee = {"batch_size": 16, "optimizer": "sgd", "lr": 0.01}
     threads = torch.get_num_threads()
     try:
@@ -49,7 +52,7 @@ def test_a_knee_of_the_smoke_search_is_trained_and_timed_against_each_change(cap
     assert [row["ablation"] for row in rows] == ['{"batch_size": 16}', '{"optimizer": "sgd"}']
     for row in rows:
         assert row["seconds"] > 0 and row["ratio"] > 0 and row["half_width"] >= 0
-        assert row["rounds_of_blocks"] >= 4  # trainables.speed.MIN_ROUNDS
+        assert row["rounds_of_blocks"] >= MIN_ROUNDS
 
 
 def test_knee_settings_after_tree_are_refused_naming_the_order(capsys):

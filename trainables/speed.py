@@ -106,10 +106,10 @@ REFERENCE_SEGMENT_SECONDS = 0.25
 SHORT_TAIL_SHARE = 0.5
 # rounds of an alternation before it may stop: the fewest whose interval (Student's t on
 # the rounds' log ratios, `paired_ratio`) meets the default precision (+-5 points) where a
-# round's ratio spreads by 3% or less. A round of a side of AdaBatch's batches is a step of
-# each, however long: at such a knee six rounds, a median's fewest, took its seven timed
-# ablations 13.5-17.2 s, four 9.9-11.0 s, at about the same half widths (+-2.8 and +-3.1
-# points, the medians: docs/RESULTS.md, section 61)
+# round's ratio spreads by 3% or less (at a ratio near 1). A round of a side of AdaBatch's
+# batches is a step of each, however long: at such a knee six rounds, a median's fewest,
+# took its seven timed ablations 13.5-17.2 s, four 9.9-11.0 s, at about the same half
+# widths (+-2.8 and +-3.1 points, the medians: docs/RESULTS.md, section 61)
 MIN_ROUNDS = 4
 
 
