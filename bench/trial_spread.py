@@ -43,7 +43,7 @@ from alternation_cost import beside_a_neighbour, settings_from  # bench/, first 
 from process_spread import log_sd, threes_within
 
 from trainables.host_memory import WORKER_ENV
-from trainables.speed import estimate
+from trainables.speed import ConfigSpeed, own_speed
 
 REPO = Path(__file__).resolve().parents[1]
 # the default command's most frequent knee on the Intel Xeon, 2026-12-07 (RESULTS.md, 56-57)
@@ -66,7 +66,7 @@ def child(config: dict) -> dict:
     hold_host_allocator()
     torch.set_num_threads(1)
     segments: list[dict] = []
-    epochs: dict[int, int] = {}  # a window (an epoch) -> its number
+    windows: list[speed.SpeedWindow] = []  # one an epoch, kept so that no two share an id
     read = speed.SpeedWindow._time_reference
 
     def recorded(window: speed.SpeedWindow, at_end: bool = False) -> None:
@@ -75,7 +75,9 @@ def child(config: dict) -> dict:
         if len(window._ratios) > ratios:  # a ratio was read: over this reference block
             # the epoch's last block read again (a short end) is the same object, not a new one
             reference = window._last_reference
-            epoch = epochs.setdefault(id(window), len(epochs))
+            if not any(seen is window for seen in windows):
+                windows.append(window)
+            epoch = next(number for number, seen in enumerate(windows) if seen is window)
             segments.append({"median": statistics.median(blocks), "reference": reference,
                              "reused": at_end and reference is before, "key": window._key,
                              "epoch": epoch})  # fmt: skip
@@ -88,16 +90,17 @@ def child(config: dict) -> dict:
 
 
 def by_configuration(segments: list[dict], ratios: list[float]) -> float:
-    """A trial's speed from its segments' `ratios` as a trial reads them
-    (`ConfigSpeed.over_reference`, `trainables.speed.own_speed`): each configuration's
-    median ratio (`trainables.speed.estimate`), the configurations (AdaBatch's batches) put
-    together over the images each trained, here its epochs (each the whole split)."""
-    keys = {s.get("key", "") for s in segments}
-    epochs = {key: len({s.get("epoch") for s in segments if s.get("key", "") == key})
-              for key in keys}  # fmt: skip
-    speeds = {key: estimate([r for s, r in zip(segments, ratios, strict=True)
-                             if s.get("key", "") == key]).images_per_s for key in keys}  # fmt: skip
-    return sum(epochs.values()) / sum(epochs[key] / speeds[key] for key in keys)
+    """A trial's speed from its segments' `ratios` as a trial reads them: each
+    configuration's median ratio (`ConfigSpeed.over_reference`), the configurations
+    (AdaBatch's batches) put together over the images each trained, here its epochs (each
+    the whole split: `trainables.speed.own_speed`), on a scale of 1."""
+    speeds = ConfigSpeed(scale=1.0)
+    epochs: dict[str, set] = {}
+    for segment, ratio in zip(segments, ratios, strict=True):
+        key = segment.get("key", "")
+        speeds.add(key, [], ratios=[ratio])
+        epochs.setdefault(key, set()).add(segment.get("epoch"))
+    return own_speed({key: len(seen) for key, seen in epochs.items()}, {}, speeds)[0]
 
 
 def as_a_trial_reads(segments: list[dict]) -> float:
