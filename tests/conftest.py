@@ -68,6 +68,20 @@ def ray_instance(_ray_shutdown_at_end):
 
 
 @pytest.fixture
+def own_device_gates(tmp_path, monkeypatch):
+    """The device gates of this test's trials in a folder of their own: under
+    pytest-xdist another worker's trials on the node's gate would crowd it, and a crowded
+    epoch times only the windows its configuration still wants (`SpeedWindow`)."""
+    import tempfile
+
+    from trainables import device_gate
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(device_gate, "_gates", {})
+    return tmp_path / device_gate.GATES_DIR
+
+
+@pytest.fixture
 def fake_cuda(monkeypatch):
     """One card faked at `torch.cuda` (tests/fake_cuda.py): the project's CUDA code runs on
     this CPU, every device it passes checked as a real card checks it."""

@@ -26,6 +26,7 @@ from ray import tune
 from trainables.cuda import describe_device, resolve_device
 from trainables.data import PreparedData, prepare_data
 from trainables.data.errors import first_line
+from trainables.device_gate import leave_gates
 from trainables.evaluation import evaluate_epoch
 from trainables.host_memory import hold_host_allocator
 from trainables.memory import MemoryBudget, in_mib
@@ -133,7 +134,10 @@ def fit_classifier(
     """
     hold_host_allocator()  # a step's speed, not the process's history (host_memory)
     with torch_threads(settings.num_threads):
-        return _fit(settings, data, report, resume_state, gpu_share)
+        try:
+            return _fit(settings, data, report, resume_state, gpu_share)
+        finally:
+            leave_gates()  # ended, it no longer crowds its device's trials
 
 
 @contextmanager

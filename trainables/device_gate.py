@@ -72,6 +72,13 @@ class DeviceGate:
         """This process works on the device with `threads` threads (until it ends)."""
         (self._members / str(os.getpid())).write_text(str(threads))
 
+    def leave(self) -> None:
+        """This process no longer works on the device: its threads no longer count. A
+        Ray actor kept for the next trial (`reuse_actors`) or a test's process lives on
+        after its trial ends, and a member it left registered crowded its neighbours."""
+        with contextlib.suppress(FileNotFoundError):
+            (self._members / str(os.getpid())).unlink()
+
     def crowded(self, cores: int) -> bool:
         """Whether the live registered processes' threads are more than `cores`."""
         return sum(self._live_members().values()) > cores
@@ -157,6 +164,12 @@ def _alive(pid: int) -> bool:
 
 
 _gates: dict[str, DeviceGate] = {}
+
+
+def leave_gates() -> None:
+    """This process leaves every device's gate it registered with (its trial ended)."""
+    for gate in _gates.values():
+        gate.leave()
 
 
 def gate_of(key: str) -> DeviceGate:

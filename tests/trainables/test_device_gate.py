@@ -170,7 +170,7 @@ def timer_holds_the_turnstile(folder) -> bool:
     return False
 
 
-def test_a_trial_on_a_card_drains_by_synchronising_its_card(fake_cuda):
+def test_a_trial_on_a_card_drains_by_synchronising_its_card(fake_cuda, own_device_gates):
     import torch
 
     from trainables.timing import trial_gate

@@ -11,6 +11,9 @@ from trainables.data import DataSettings, prepare_data
 from trainables.settings import TrainSettings
 from trainables.trial_state import TrialRecord
 
+# this worker's trials alone on their gate: another worker's would crowd it
+pytestmark = pytest.mark.usefixtures("own_device_gates")
+
 
 @pytest.fixture(scope="module")
 def enough_steps():
@@ -80,6 +83,21 @@ def test_a_trial_computes_on_its_num_threads_and_leaves_the_count_as_it_was(enou
         assert set(user_models.THREADS_SEEN) == {1} and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_trial_that_ended_no_longer_counts_on_its_device(enough_steps, own_device_gates):
+    """A Ray actor kept for the next trial lives on after its trial: registered still, its
+    threads crowded its node's trials, which then timed only in held windows."""
+    import os
+
+    from tests.trainables import user_models
+
+    user_models.MEMBERS_SEEN.clear()
+    fit_classifier(settings(epochs=1, model="tests.trainables.user_models:sees_gate_members"),
+                   enough_steps, Reports())  # fmt: skip
+    member = own_device_gates / "cpu.members" / str(os.getpid())
+    assert user_models.MEMBERS_SEEN and set(user_models.MEMBERS_SEEN) == {"1"}  # while it trained
+    assert not member.exists()
 
 
 def test_a_batch_of_one_whole_step_an_epoch_is_timed_from_its_second_epoch(enough_steps):

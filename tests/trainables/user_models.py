@@ -123,6 +123,30 @@ def counts_threads(*, num_classes: int, image_size: int) -> nn.Module:
     return CountsThreads(num_classes)
 
 
+MEMBERS_SEEN: list[str] = []  # this process's entry in its CPU gate at each forward
+
+
+class SeesGateMembers(nn.Module):
+    """Reads, as it trains, what this process registered with its node's CPU gate."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.head = nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        import os
+
+        from trainables.device_gate import gate_of
+
+        members = gate_of("cpu")._members / str(os.getpid())
+        MEMBERS_SEEN.append(members.read_text() if members.exists() else "")
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def sees_gate_members(*, num_classes: int, image_size: int) -> nn.Module:
+    return SeesGateMembers(num_classes)
+
+
 class SleepsUnderAutocast(nn.Module):
     """A tiny classifier whose forward sleeps only with CPU autocast on (`under`), or only
     with it off: a model on which bf16 trains slower, or faster, than float32 by a known
