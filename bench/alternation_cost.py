@@ -7,10 +7,12 @@ One process per checkout (`--tree`, default this one; give two to compare code),
 checkouts in alternation (A B, B A, ...), `--rounds` times.
 
 Printed per alternation: its seconds, its rounds of blocks (A B or B A, each one ratio,
-`trainables.speed.time_in_alternation`), ratio and half width (points of speed); at the
-end, per checkout, the alternations' seconds summed per round (median over rounds), their
-half widths' median, their rounds of blocks' median and how many stopped before the six a
-median's interval needs, and each checkout's seconds over the first's.
+`trainables.speed.time_in_alternation`) and the seconds they took (the rest is its fresh
+models' start and warm-up), ratio and half width (points of speed); at the end, per
+checkout, the alternations' seconds summed per round (median over rounds; and of those in
+rounds of blocks), their half widths' median, their rounds of blocks' median and how many
+stopped before the six a median's interval needs, and each checkout's seconds over the
+first's.
 
     python bench/alternation_cost.py [setting=value ...] [--config configs/cats_dogs.yaml]
         [--rounds 2] [--no-neighbour] [--tree PATH ...]   (setting=value: the knee's sampled
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -99,10 +102,13 @@ def worker(config_path: str, given: dict[str, object], left_out: list[str]) -> N
 
     classifier.speed_against_baseline = clocked
     blocks: list[int] = []  # each alternation's rounds of blocks
+    in_rounds: list[float] = []  # and its seconds in them (the rest: its fresh models' start)
     alternated = timing.time_in_alternation
 
     def counted(*args, **kwargs):
+        started = time.perf_counter()
         ratio = alternated(*args, **kwargs)
+        in_rounds.append(time.perf_counter() - started)
         blocks.append(ratio.rounds)
         return ratio
 
@@ -115,12 +121,14 @@ def worker(config_path: str, given: dict[str, object], left_out: list[str]) -> N
         data = data or prepare_data(settings.data)
         seconds.clear()
         blocks.clear()
+        in_rounds.clear()
         last = classifier.fit_classifier(settings, data, lambda metrics, folder: None)
         low, high = last["speed_vs_baseline_low"], last["speed_vs_baseline_high"]
         print(json.dumps({"ablation": json.dumps(config["speed_baseline"]),
                           "seconds": seconds[0], "ratio": last["speed_vs_baseline"],
                           "half_width": (high - low) / 2,
-                          "rounds_of_blocks": blocks[0] if blocks else 0}), flush=True)  # fmt: skip
+                          "rounds_of_blocks": blocks[0] if blocks else 0,
+                          "rounds_s": in_rounds[0] if in_rounds else 0.0}), flush=True)  # fmt: skip
 
 
 NEIGHBOUR = """
@@ -204,24 +212,28 @@ def main(argv: list[str] | None = None) -> int:
     totals: dict[Path, list[float]] = {tree: [] for tree in args.tree}
     widths: dict[Path, list[float]] = {tree: [] for tree in args.tree}
     blocks: dict[Path, list[int]] = {tree: [] for tree in args.tree}
+    in_blocks: dict[Path, list[float]] = {tree: [] for tree in args.tree}
     for round_ in range(args.rounds):
         for tree in args.tree if round_ % 2 == 0 else args.tree[::-1]:
             rows = one_round(tree.resolve(), config, args.knee, left_out, not args.no_neighbour)
             for row in rows:
                 print(
                     f"{tree}, round {round_ + 1}: {row['ablation']}: {row['seconds']:.2f} s "
-                    f"({row.get('rounds_of_blocks', 0)} rounds of blocks), "
+                    f"({row.get('rounds_of_blocks', 0)} rounds of blocks in "
+                    f"{row.get('rounds_s', math.nan):.2f} s), "
                     f"ratio {row['ratio']:.3f} +-{row['half_width']:.3f}",
                     flush=True,
                 )
             totals[tree].append(sum(row["seconds"] for row in rows))
+            in_blocks[tree].append(sum(row.get("rounds_s", math.nan) for row in rows))
             widths[tree] += [row["half_width"] for row in rows]
             blocks[tree] += [row.get("rounds_of_blocks", 0) for row in rows]
     first = statistics.median(totals[args.tree[0]])
     for tree in args.tree:
         total = statistics.median(totals[tree])
         print(f"{tree}: alternations {total:.1f} s a round (rounds: "
-              f"{', '.join(f'{t:.1f}' for t in totals[tree])}), half widths' median "
+              f"{', '.join(f'{t:.1f}' for t in totals[tree])}; in their rounds of blocks "
+              f"{statistics.median(in_blocks[tree]):.1f} s), half widths' median "
               f"{statistics.median(widths[tree]):.3f}, rounds of blocks' median "
               f"{statistics.median([n for n in blocks[tree] if n] or [0]):g} (fewer than "
               f"six in {sum(0 < n < MIN_BLOCKS for n in blocks[tree])} of "

@@ -18,9 +18,13 @@ segments explain (half the spread across processes of its odd segments' reading 
 even segments': each half has half the segments, so its noise is sqrt(2) times the whole's,
 and the difference of two halves sqrt(2) times a half's) and what is left, the process's
 part (the square root of the difference of their squares) (docs/RESULTS.md, section 58).
+Last, the trials' 95% intervals as the checkout this runs from reads them: their median
+half width and how many hold the median of the processes' speeds. `--from` reads the trials
+of an earlier `--save` instead of training them (two checkouts' intervals on one set:
+`PYTHONPATH=CHECKOUT python bench/trial_spread.py --from FILE`).
 
     python bench/trial_spread.py [--config configs/cats_dogs.yaml] [--processes 16]
-        [--no-neighbour] [--save segments.json] [setting=value ...]
+        [--no-neighbour] [--save segments.json] [--from segments.json] [setting=value ...]
         (the trial's settings over the default search's knee on the Intel Xeon, Adam at
         batch 128 with AMP and channels-last; a dotted key sets inside a section:
         data.train_per_class=100)
@@ -94,13 +98,29 @@ def by_configuration(segments: list[dict], ratios: list[float]) -> float:
     configuration's median ratio (`ConfigSpeed.over_reference`), the configurations
     (AdaBatch's batches) put together over the images each trained, here its epochs (each
     the whole split: `trainables.speed.own_speed`), on a scale of 1."""
+    return with_interval(segments, ratios)[0]
+
+
+def with_interval(segments: list[dict], ratios: list[float]) -> tuple[float, float, float]:
+    """`by_configuration`'s speed with its 95% interval, (speed, low, high)."""
     speeds = ConfigSpeed(scale=1.0)
     epochs: dict[str, set] = {}
     for segment, ratio in zip(segments, ratios, strict=True):
         key = segment.get("key", "")
         speeds.add(key, [], ratios=[ratio])
         epochs.setdefault(key, set()).add(segment.get("epoch"))
-    return own_speed({key: len(seen) for key, seen in epochs.items()}, {}, speeds)[0]
+    return own_speed({key: len(seen) for key, seen in epochs.items()}, {}, speeds)
+
+
+def intervals(trials: list[list[dict]]) -> tuple[float, int]:
+    """The trials' 95% intervals as a trial reads them (`with_interval`, the code of the
+    checkout this runs from): their median half width (a share of the speed), and how
+    many hold the median of the trials' speeds."""
+    read = [with_interval(segments, [s["median"] / s["reference"] for s in segments])
+            for segments in trials]  # fmt: skip
+    middle = statistics.median(speed for speed, _, _ in read)
+    half = statistics.median((high - low) / (2 * speed) for speed, low, high in read)
+    return half, sum(low <= middle <= high for _, low, high in read)
 
 
 def as_a_trial_reads(segments: list[dict]) -> float:
@@ -185,33 +205,23 @@ def trial_config(config_path: str, given: dict[str, object], scales: dict[str, f
     return config
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
-    parser.add_argument("--processes", type=int, default=16)
-    parser.add_argument("--no-neighbour", action="store_true")
-    parser.add_argument("--save", type=Path, help="the trials' segments written to this JSON file")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("settings", nargs="*", help="setting=value over the knee's")
-    args = parser.parse_args(argv)
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))), flush=True)
-        return 0
-    if args.processes < 3:
-        parser.error("--processes is at least 3 (threes of processes are compared)")
-    given = settings_from(parser, args.settings)
+def train_trials(
+    config_path: str, given: dict[str, object], processes: int, neighbour: bool
+) -> list[dict]:
+    """The config trained in `processes` fresh processes one after another, each beside a
+    neighbour (`neighbour`), on one speed scale timed here first: each trial's figures."""
     from trainables.host_memory import hold_host_allocator
     from trainables.speed_reference import measure_scales
 
     hold_host_allocator()  # the scale timed as a search's scale task times it
     scales = measure_scales(threads=1)
     print("speed scale, images/s: " + ", ".join(f"{k} {v:.0f}" for k, v in scales.items()))
-    config = json.dumps(trial_config(args.config, given, scales))
+    config = json.dumps(trial_config(config_path, given, scales))
     env = {**os.environ, **WORKER_ENV}
     trials = []
     with tempfile.TemporaryDirectory(prefix="trial-spread-") as folder:  # the data's cache
-        for number in range(args.processes):
-            with beside_a_neighbour(not args.no_neighbour):
+        for number in range(processes):
+            with beside_a_neighbour(neighbour):
                 done = subprocess.run([sys.executable, __file__, "--child", config], env=env,
                                       cwd=folder, capture_output=True, text=True)  # fmt: skip
             if done.returncode != 0:
@@ -221,6 +231,30 @@ def main(argv: list[str] | None = None) -> int:
             print(f"process {number + 1}: {trial['throughput']:.0f} images/s "
                   f"[{trial['low']:.0f}, {trial['high']:.0f}], "
                   f"{len(trial['segments'])} segments", flush=True)  # fmt: skip
+    return trials
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(REPO / "configs" / "cats_dogs.yaml"))
+    parser.add_argument("--processes", type=int, default=16)
+    parser.add_argument("--no-neighbour", action="store_true")
+    parser.add_argument("--save", type=Path, help="the trials' segments written to this JSON file")
+    parser.add_argument("--from", dest="saved", type=Path,
+                        help="the trials of an earlier --save, read, not trained")  # fmt: skip
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("settings", nargs="*", help="setting=value over the knee's")
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))), flush=True)
+        return 0
+    if args.saved:
+        trials = json.loads(args.saved.read_text())
+    else:
+        if args.processes < 3:
+            parser.error("--processes is at least 3 (threes of processes are compared)")
+        trials = train_trials(args.config, settings_from(parser, args.settings),
+                              args.processes, not args.no_neighbour)  # fmt: skip
     if args.save:
         args.save.write_text(json.dumps(trials))
     parts = [within_a_trial(trial["segments"]) for trial in trials]
@@ -238,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     process = math.sqrt(max(across**2 - own**2, 0.0))
     print(f"a trial's reading, taken apart: its own segments {own:.1%}, the process's part "
           f"{process:.1%}")  # fmt: skip
+    half, holding = intervals([trial["segments"] for trial in trials])
+    print(f"a trial's 95% interval as it reads it: median half width {half:.1%}, holding "
+          f"the processes' median in {holding} of {len(trials)}")  # fmt: skip
     return 0
 
 

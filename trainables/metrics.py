@@ -59,7 +59,9 @@ METRICS: dict[str, MetricSpec] = {
         "max",
     ),
     "throughput_low": MetricSpec(
-        "the low end of throughput's 95% interval (NaN: not timed, or one block)"
+        "the low end of throughput's 95% interval (a trial of several configurations, "
+        "AdaBatch's batches: Student's t, its blocks' spread pooled over them; NaN: not "
+        "timed, or one block)"
     ),
     "throughput_high": MetricSpec(
         "the high end of throughput's 95% interval (NaN: not timed, or one block)"

@@ -222,7 +222,16 @@ class ConfigSpeed:
         if scaled is not None and self.scale:
             return SpeedEstimate(scaled.images_per_s * self.scale, scaled.low * self.scale,
                                  scaled.high * self.scale, scaled.blocks)  # fmt: skip
-        return estimate(held_or_all(self.held_blocks.get(key, []), self.blocks.get(key, [])))
+        return estimate(self.values(key))
+
+    def values(self, key: str) -> list[float]:
+        """What `of` reads the configuration's speed from: its segments' ratios to the
+        reference where it is read on the search's scale, else its blocks' images per
+        second (those of held windows where they are `MIN_BLOCKS` or more)."""
+        ratios = held_or_all(self.held_ratios.get(key, []), self.ratios.get(key, []))
+        if ratios and self.scale:
+            return ratios
+        return held_or_all(self.held_blocks.get(key, []), self.blocks.get(key, []))
 
     def over_reference(self, key: str) -> SpeedEstimate | None:
         """The configuration's speed over the reference's, in reference speeds: the
@@ -303,24 +312,58 @@ def held_or_all(held: list[float], every: list[float]) -> list[float]:
     return held if len(held) >= MIN_BLOCKS else every
 
 
+def pooled_log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """The standard deviation of positive values' logarithms about their own group's mean,
+    pooled over the groups, and its degrees of freedom (the values less the groups); NaN
+    and 0 where no group has two values. A trial's configurations (AdaBatch's batches)
+    each have a few segments, whose spread is the machine's and the reference's, not the
+    configuration's: pooled, their spread is known from all of them."""
+    squares, freedom = 0.0, 0
+    for group in groups:
+        if len(group) >= 2:
+            logs = np.log(np.asarray(group, dtype=float))
+            squares += float(((logs - logs.mean()) ** 2).sum())
+            freedom += len(group) - 1
+    return (math.sqrt(squares / freedom), freedom) if freedom else (math.nan, 0)
+
+
 def own_time(
     images_by_config: dict[str, int], seconds_by_config: dict[str, float], speeds: ConfigSpeed
 ) -> tuple[float, float, float]:
     """The seconds the images would take alone, by their configurations' timed speeds:
     (at the speed, at the interval's low end, at its high end). A configuration not timed
-    counts at the wall time it took, and leaves the interval unknown (NaN)."""
-    seconds = slow = fast = 0.0
+    counts at the wall time it took, and leaves the interval unknown (NaN).
+
+    One configuration: its speed's interval. Several (AdaBatch's batches, two epochs and a
+    few segments each): Student's t on the time's logarithm, whose variance is each
+    configuration's share of the time squared times the pooled variance of a segment
+    (`pooled_log_sd`) over its segments. Adding the ends of each configuration's own
+    interval (until 2026-12-07) assumed every configuration at its worst at once, each
+    from t on two or three segments: an AdaBatch knee's floor runs read [1273, 4804] and
+    [921, 4012] images/s (docs/RESULTS.md, sections 61 and 62)."""
+    seconds, untimed = 0.0, False
+    timed: list[tuple[float, SpeedEstimate, str]] = []  # (seconds at its speed, speed, key)
     for config, images in images_by_config.items():
-        timed = speeds.of(config)
-        if timed is None or not timed.images_per_s > 0:
+        speed = speeds.of(config)
+        if speed is None or not speed.images_per_s > 0:
             seconds += seconds_by_config.get(config, math.nan)
-            slow = fast = math.nan
+            untimed = True
             continue
-        at_speed = images / timed.images_per_s
-        seconds += at_speed
-        slow += images / timed.low if timed.low > 0 else math.nan
-        fast += images / timed.high if timed.high > 0 else math.nan
-    return seconds, slow, fast
+        seconds += images / speed.images_per_s
+        timed.append((images / speed.images_per_s, speed, config))
+    if untimed or not timed:
+        return seconds, math.nan, math.nan
+    if len(timed) == 1:
+        speed = timed[0][1]
+        slow = seconds * speed.images_per_s / speed.low if speed.low > 0 else math.nan
+        fast = seconds * speed.images_per_s / speed.high if speed.high > 0 else math.nan
+        return seconds, slow, fast
+    sd, freedom = pooled_log_sd([speeds.values(key) for _, _, key in timed])
+    if not freedom:
+        return seconds, math.nan, math.nan
+    variance = sum((part / seconds) ** 2 / speed.blocks for part, speed, _ in timed) * sd**2
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, freedom)) * math.sqrt(variance)
+    return seconds, seconds * math.exp(half), seconds * math.exp(-half)
 
 
 def own_speed(
