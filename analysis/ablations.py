@@ -29,7 +29,7 @@ from scipy import stats
 
 from analysis.flat import as_written
 from analysis.load import CONFIG_PREFIX, setting_columns, settings_key
-from analysis.same_work import TRIAL_THROUGHPUT
+from analysis.same_work import OWN_PREFIX
 from trainables.metrics import (
     ABLATION,
     ABLATION_OF,
@@ -270,13 +270,28 @@ def run_accuracies(runs: pd.DataFrame) -> str:
 
 
 def run_throughputs(runs: pd.DataFrame) -> str:
-    """The runs' own `throughput` as text ("4443 / 4401 / 4097"), in their order: a run's
-    `trial_throughput` where the search pooled its speed with others of the same work per
-    image (`analysis.same_work`); empty without the metric."""
-    values = pd.to_numeric(runs.get("throughput", pd.Series(dtype=float)), errors="coerce")
-    if TRIAL_THROUGHPUT in runs:
-        values = pd.to_numeric(runs[TRIAL_THROUGHPUT], errors="coerce").fillna(values)
-    return " / ".join(f"{value:.0f}" for value in values.dropna())
+    """The runs' own `throughput` with its 95% interval as text ("4443 [4310, 4580] / 4401
+    / 4097 [3990, 4200]", a run without one bare), in their order: a run's own figures
+    (`trial_throughput`, `trial_throughput_low`, ...) where the search pooled its speed with
+    others of the same work per image (`analysis.same_work`); empty without the metric.
+    Each run is a process of its own, which moves a config's speed by a few percent
+    (docs/RESULTS.md, section 58): the intervals say whether runs that read apart differ
+    beyond what each measured."""
+
+    def own(column: str) -> pd.Series:
+        values = pd.to_numeric(runs.get(column, pd.Series(np.nan, index=runs.index)),
+                               errors="coerce")  # fmt: skip
+        pooled = f"{OWN_PREFIX}{column}"
+        return pd.to_numeric(runs[pooled], errors="coerce").fillna(values) if pooled in runs \
+            else values  # fmt: skip
+
+    speeds, lows, highs = own("throughput"), own("throughput_low"), own("throughput_high")
+    texts = []
+    for speed, low, high in zip(speeds, lows, highs, strict=True):
+        if not math.isnan(speed):
+            bounds = f" [{low:.0f}, {high:.0f}]" if np.isfinite([low, high]).all() else ""
+            texts.append(f"{speed:.0f}{bounds}")
+    return " / ".join(texts)
 
 
 def _unit(metric: str) -> str:

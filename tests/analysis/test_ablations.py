@@ -343,3 +343,22 @@ def test_the_answer_shows_each_base_runs_own_speed_so_runs_of_one_config_that_re
     without = ablation_effects(search.drop(columns=["throughput", "trial_throughput"]),
                                ablations.drop(columns="throughput"), ["best_val_acc"])  # fmt: skip
     assert "images/s" not in answer(without)[0]
+
+
+def test_each_base_runs_speed_shows_its_own_interval_where_it_has_one():
+    """Runs of one config a few percent apart: their intervals say whether each measured
+    that far (a pooled run's own, `trial_throughput_low`, not its kin's)."""
+    pooled = {"throughput": 4300.0, "throughput_low": 3990.0, "throughput_high": 4600.0,
+              "trial_throughput": 4443.0, "trial_throughput_low": 4310.0,
+              "trial_throughput_high": 4580.0}  # fmt: skip
+    unpooled = dict.fromkeys(["trial_throughput", "trial_throughput_low",
+                              "trial_throughput_high"], math.nan)  # fmt: skip
+    apart = {"throughput": 4401.2, "throughput_low": 4300.4, "throughput_high": 4490.0}
+    bare = {"throughput": 4097.0, "throughput_low": math.nan, "throughput_high": math.nan}
+    search, ablations = search_and_ablations(
+        [{**apart, **unpooled}, {**bare, **unpooled}],
+        [{"config.ablation": "amp=true", "throughput": 3000.0}],
+        base=pooled,
+    )
+    effects = ablation_effects(search, ablations, METRICS)
+    assert "throughput 4443 [4310, 4580] / 4401 [4300, 4490] / 4097 images/s;" in answer(effects)[0]
