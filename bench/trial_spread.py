@@ -21,10 +21,13 @@ part (the square root of the difference of their squares) (docs/RESULTS.md, sect
 Last, the trials' 95% intervals as the checkout this runs from reads them: their median
 half width and how many hold the median of the processes' speeds. `--from` reads the trials
 of an earlier `--save` instead of training them (two checkouts' intervals on one set:
-`PYTHONPATH=CHECKOUT python bench/trial_spread.py --from FILE`).
+`PYTHONPATH=CHECKOUT python bench/trial_spread.py --from FILE`). `--env KEY=VALUE`: every
+other process (the second, the fourth, ...) runs with it, and each half is read apart, with
+the ratio of their median speeds.
 
     python bench/trial_spread.py [--config configs/cats_dogs.yaml] [--processes 16]
-        [--no-neighbour] [--save segments.json] [--from segments.json] [setting=value ...]
+        [--no-neighbour] [--save segments.json] [--from segments.json] [--env KEY=VALUE]
+        [setting=value ...]
         (the trial's settings over the default search's knee on the Intel Xeon, Adam at
         batch 128 with AMP and channels-last; a dotted key sets inside a section:
         data.train_per_class=100)
@@ -206,10 +209,15 @@ def trial_config(config_path: str, given: dict[str, object], scales: dict[str, f
 
 
 def train_trials(
-    config_path: str, given: dict[str, object], processes: int, neighbour: bool
+    config_path: str,
+    given: dict[str, object],
+    processes: int,
+    neighbour: bool,
+    extra_env: dict[str, str] | None = None,
 ) -> list[dict]:
     """The config trained in `processes` fresh processes one after another, each beside a
-    neighbour (`neighbour`), on one speed scale timed here first: each trial's figures."""
+    neighbour (`neighbour`), on one speed scale timed here first: each trial's figures
+    (`env`: whether it ran with `extra_env`, every other process from the second)."""
     from trainables.host_memory import hold_host_allocator
     from trainables.speed_reference import measure_scales
 
@@ -221,14 +229,17 @@ def train_trials(
     trials = []
     with tempfile.TemporaryDirectory(prefix="trial-spread-") as folder:  # the data's cache
         for number in range(processes):
+            with_env = bool(extra_env) and number % 2 == 1
             with beside_a_neighbour(neighbour):
-                done = subprocess.run([sys.executable, __file__, "--child", config], env=env,
+                done = subprocess.run([sys.executable, __file__, "--child", config],
+                                      env={**env, **(extra_env if with_env else {})},
                                       cwd=folder, capture_output=True, text=True)  # fmt: skip
             if done.returncode != 0:
                 raise SystemExit(f"process {number + 1} failed:\n{done.stderr[-3000:]}")
-            trial = json.loads(done.stdout.strip().splitlines()[-1])
+            trial = json.loads(done.stdout.strip().splitlines()[-1]) | {"env": with_env}
             trials.append(trial)
-            print(f"process {number + 1}: {trial['throughput']:.0f} images/s "
+            print(f"process {number + 1}{' (--env)' if with_env else ''}: "
+                  f"{trial['throughput']:.0f} images/s "
                   f"[{trial['low']:.0f}, {trial['high']:.0f}], "
                   f"{len(trial['segments'])} segments", flush=True)  # fmt: skip
     return trials
@@ -242,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", type=Path, help="the trials' segments written to this JSON file")
     parser.add_argument("--from", dest="saved", type=Path,
                         help="the trials of an earlier --save, read, not trained")  # fmt: skip
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="every other process runs with it, read apart")  # fmt: skip
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("settings", nargs="*", help="setting=value over the knee's")
     args = parser.parse_args(argv)
@@ -253,29 +266,44 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.processes < 3:
             parser.error("--processes is at least 3 (threes of processes are compared)")
+        extra_env = dict(word.partition("=")[::2] for word in args.env)
         trials = train_trials(args.config, settings_from(parser, args.settings),
-                              args.processes, not args.no_neighbour)  # fmt: skip
+                              args.processes, not args.no_neighbour, extra_env)  # fmt: skip
     if args.save:
         args.save.write_text(json.dumps(trials))
+    groups = {"": trials}
+    if any(trial.get("env") for trial in trials):
+        groups = {"without --env: ": [t for t in trials if not t.get("env")],
+                  "with --env: ": [t for t in trials if t.get("env")]}  # fmt: skip
+        speeds = {name: statistics.median(as_a_trial_reads(t["segments"]) for t in group)
+                  for name, group in groups.items()}  # fmt: skip
+        without, with_env = speeds.values()
+        print(f"with --env over without, the processes' median speeds: {with_env / without:.3f}x")
+    for label, group in groups.items():
+        spread_readings(label, group)
+    return 0
+
+
+def spread_readings(label: str, trials: list[dict]) -> None:
+    """The readings within and across `trials`' processes, each line opened by `label`."""
     parts = [within_a_trial(trial["segments"]) for trial in trials]
     typical = {name: statistics.median([p[name] for p in parts if not math.isnan(p[name])]
                                        or [math.nan]) for name in WITHIN}  # fmt: skip
-    print("within a trial (median over the processes): " + ", ".join(
+    print(f"{label}within a trial (median over the processes): " + ", ".join(
         f"{name} {value:.3f}" if name == "correlation" else f"{name} sd {value:.1%}"
         for name, value in typical.items()))  # fmt: skip
     for name, reading in READINGS.items():
         values = [reading(trial["segments"]) for trial in trials]
-        print(f"{name}: across processes sd {log_sd(values):.1%}, threes of processes within "
-              f"3% {threes_within(values):.2f}")  # fmt: skip
+        print(f"{label}{name}: across processes sd {log_sd(values):.1%}, threes of "
+              f"processes within 3% {threes_within(values):.2f}")  # fmt: skip
     across = log_sd([as_a_trial_reads(trial["segments"]) for trial in trials])
     own = own_part([trial["segments"] for trial in trials])
     process = math.sqrt(max(across**2 - own**2, 0.0))
-    print(f"a trial's reading, taken apart: its own segments {own:.1%}, the process's part "
-          f"{process:.1%}")  # fmt: skip
+    print(f"{label}a trial's reading, taken apart: its own segments {own:.1%}, the "
+          f"process's part {process:.1%}")  # fmt: skip
     half, holding = intervals([trial["segments"] for trial in trials])
-    print(f"a trial's 95% interval as it reads it: median half width {half:.1%}, holding "
-          f"the processes' median in {holding} of {len(trials)}")  # fmt: skip
-    return 0
+    print(f"{label}a trial's 95% interval as it reads it: median half width {half:.1%}, "
+          f"holding the processes' median in {holding} of {len(trials)}")  # fmt: skip
 
 
 if __name__ == "__main__":

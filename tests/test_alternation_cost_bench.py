@@ -53,6 +53,7 @@ def test_a_knee_of_the_smoke_search_is_trained_and_timed_against_each_change(cap
     for row in rows:
         assert row["seconds"] > 0 and row["ratio"] > 0 and row["half_width"] >= 0
         assert row["rounds_of_blocks"] >= MIN_ROUNDS
+        assert 0 < row["rounds_s"] < row["seconds"]  # the rest: its fresh models' start
 
 
 def test_knee_settings_after_tree_are_refused_naming_the_order(capsys):

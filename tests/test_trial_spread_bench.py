@@ -16,8 +16,9 @@ BRIEFLY = ("--processes", "3", "--no-neighbour", "epochs=3", "batch_size=16",
            "train_eval_size=40")  # fmt: skip
 
 
-def test_each_process_trains_the_trial_and_the_end_takes_its_speeds_spread_apart():
-    done = run_bench("trial_spread.py", *BRIEFLY)
+def test_each_process_trains_the_trial_and_the_end_takes_its_speeds_spread_apart(tmp_path):
+    saved = tmp_path / "segments.json"
+    done = run_bench("trial_spread.py", *BRIEFLY, "--save", str(saved))
     processes = re.findall(r"^process (\d): (\d+) images/s \[(\d+), (\d+)\], (\d+) segments$",
                            done.stdout, re.M)  # fmt: skip
     assert [number for number, *_ in processes] == ["1", "2", "3"]
@@ -31,6 +32,24 @@ def test_each_process_trains_the_trial_and_the_end_takes_its_speeds_spread_apart
     assert [name for name, *_ in readings] == list(bench_module("trial_spread").READINGS)
     assert re.search(r"^a trial's reading, taken apart: its own segments [\d.]+%, the "
                      r"process's part [\d.]+%$", done.stdout, re.M)  # fmt: skip
+    interval = r"^a trial's 95% interval as it reads it: median half width [\d.]+%, holding "
+    assert re.search(interval + r"the processes' median in [0-3] of 3$", done.stdout, re.M)
+    # read again from what it saved: the same figures, nothing trained
+    again = run_bench("trial_spread.py", "--from", str(saved))
+    assert "process 1" not in again.stdout
+    assert again.stdout.splitlines()[-4:] == done.stdout.splitlines()[-4:]
+
+
+def test_with_env_every_other_process_runs_with_it_and_each_half_is_read_apart():
+    done = run_bench("trial_spread.py", *BRIEFLY[:1], "6", *BRIEFLY[2:], "--env",
+                     "THP_MEM_ALLOC_ENABLE=1")  # fmt: skip
+    marked = re.findall(r"^process (\d)( \(--env\))?: ", done.stdout, re.M)
+    assert [bool(mark) for _, mark in marked] == [False, True] * 3
+    assert re.search(r"^with --env over without, the processes' median speeds: [\d.]+x$",
+                     done.stdout, re.M)  # fmt: skip
+    for half in ("without --env: ", "with --env: "):
+        assert re.search(rf"^{half}a trial's 95% interval as it reads it: .* in [0-3] of 3$",
+                         done.stdout, re.M)  # fmt: skip
 
 
 def test_the_two_readings_agree_on_steady_segments_and_a_reused_reference_counts_once():
