@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.processes < 3:
             parser.error("--processes is at least 3 (threes of processes are compared)")
+        if args.env and args.processes < 6:
+            parser.error("with --env, --processes is at least 6 (three in each half)")
         extra_env = dict(word.partition("=")[::2] for word in args.env)
         trials = train_trials(args.config, settings_from(parser, args.settings),
                               args.processes, not args.no_neighbour, extra_env)  # fmt: skip

@@ -11,45 +11,48 @@ import pytest
 
 from tests.processes import REPO, bench_module, run_bench
 
-BRIEFLY = ("--processes", "3", "--no-neighbour", "epochs=3", "batch_size=16",
+BRIEFLY = ("--processes", "6", "--no-neighbour", "epochs=3", "batch_size=16",
            "data.train_per_class=60", "data.val_per_class=20", "data.test_per_class=20",
            "train_eval_size=40")  # fmt: skip
 
 
 def test_each_process_trains_the_trial_and_the_end_takes_its_speeds_spread_apart(tmp_path):
+    """Six processes, every other one with an environment variable (`--env`): each half's
+    spread taken apart, then read again from what it saved."""
     saved = tmp_path / "segments.json"
-    done = run_bench("trial_spread.py", *BRIEFLY, "--save", str(saved))
-    processes = re.findall(r"^process (\d): (\d+) images/s \[(\d+), (\d+)\], (\d+) segments$",
-                           done.stdout, re.M)  # fmt: skip
-    assert [number for number, *_ in processes] == ["1", "2", "3"]
-    assert all(int(low) <= int(speed) <= int(high) for _, speed, low, high, _ in processes)
+    done = run_bench("trial_spread.py", *BRIEFLY, "--env", "THP_MEM_ALLOC_ENABLE=1",
+                     "--save", str(saved))  # fmt: skip
+    processes = re.findall(r"^process (\d)( \(--env\))?: (\d+) images/s \[(\d+), (\d+)\], "
+                           r"(\d+) segments$", done.stdout, re.M)  # fmt: skip
+    assert [(number, bool(env)) for number, env, *_ in processes] == [
+        (str(n), n % 2 == 0) for n in range(1, 7)]  # fmt: skip
+    assert all(int(low) <= int(speed) <= int(high) for *_, speed, low, high, _ in processes)
     assert all(int(segments) >= 3 for *_, segments in processes)  # each a spread of its own
-    assert re.search(r"^within a trial \(median over the processes\): segment ratios sd "
-                     r"[\d.]+%, reference blocks sd [\d.]+%, segment medians sd [\d.]+%, "
-                     r"correlation -?[\d.]+$", done.stdout, re.M)  # fmt: skip
-    readings = re.findall(r"^(.+): across processes sd ([\d.]+)%, threes of processes within "
-                          r"3% (0\.00|1\.00)$", done.stdout, re.M)  # fmt: skip
-    assert [name for name, *_ in readings] == list(bench_module("trial_spread").READINGS)
-    assert re.search(r"^a trial's reading, taken apart: its own segments [\d.]+%, the "
-                     r"process's part [\d.]+%$", done.stdout, re.M)  # fmt: skip
-    interval = r"^a trial's 95% interval as it reads it: median half width [\d.]+%, holding "
-    assert re.search(interval + r"the processes' median in [0-3] of 3$", done.stdout, re.M)
-    # read again from what it saved: the same figures, nothing trained
-    again = run_bench("trial_spread.py", "--from", str(saved))
-    assert "process 1" not in again.stdout
-    assert again.stdout.splitlines()[-4:] == done.stdout.splitlines()[-4:]
-
-
-def test_with_env_every_other_process_runs_with_it_and_each_half_is_read_apart():
-    done = run_bench("trial_spread.py", *BRIEFLY[:1], "6", *BRIEFLY[2:], "--env",
-                     "THP_MEM_ALLOC_ENABLE=1")  # fmt: skip
-    marked = re.findall(r"^process (\d)( \(--env\))?: ", done.stdout, re.M)
-    assert [bool(mark) for _, mark in marked] == [False, True] * 3
     assert re.search(r"^with --env over without, the processes' median speeds: [\d.]+x$",
                      done.stdout, re.M)  # fmt: skip
     for half in ("without --env: ", "with --env: "):
-        assert re.search(rf"^{half}a trial's 95% interval as it reads it: .* in [0-3] of 3$",
+        assert re.search(rf"^{half}within a trial \(median over the processes\): segment "
+                         r"ratios sd [\d.]+%, reference blocks sd [\d.]+%, segment medians sd "
+                         r"[\d.]+%, correlation -?[\d.]+$", done.stdout, re.M)  # fmt: skip
+        readings = re.findall(rf"^{half}(.+): across processes sd ([\d.]+)%, threes of "
+                              r"processes within 3% (0\.00|1\.00)$", done.stdout, re.M)  # fmt: skip
+        assert [name for name, *_ in readings] == list(bench_module("trial_spread").READINGS)
+        assert re.search(rf"^{half}a trial's reading, taken apart: its own segments [\d.]+%, "
+                         r"the process's part [\d.]+%$", done.stdout, re.M)  # fmt: skip
+        assert re.search(rf"^{half}a trial's 95% interval as it reads it: median half width "
+                         r"[\d.]+%, holding the processes' median in [0-3] of 3$",
                          done.stdout, re.M)  # fmt: skip
+    # read again from what it saved: the same figures, nothing trained
+    again = run_bench("trial_spread.py", "--from", str(saved))
+    assert "process 1" not in again.stdout
+    assert again.stdout.splitlines()[-11:] == done.stdout.splitlines()[-11:]
+
+
+def test_with_env_fewer_than_six_processes_are_refused():
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "trial_spread.py"),
+                           "--processes", "5", "--env", "A=1"], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 2 and "with --env, --processes is at least 6" in done.stderr
 
 
 def test_the_two_readings_agree_on_steady_segments_and_a_reused_reference_counts_once():
