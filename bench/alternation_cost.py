@@ -11,8 +11,8 @@ Printed per alternation: its seconds, its rounds of blocks (A B or B A, each one
 models' start and warm-up), ratio and half width (points of speed); at the end, per
 checkout, the alternations' seconds summed per round (median over rounds; and of those in
 rounds of blocks), their half widths' median, their rounds of blocks' median and how many
-stopped before the six a median's interval needs, and each checkout's seconds over the
-first's.
+stopped before the nine from which the interval is a median's (`MEDIAN_ROUNDS`), and each
+checkout's seconds over the first's.
 
     python bench/alternation_cost.py [setting=value ...] [--config configs/cats_dogs.yaml]
         [--rounds 2] [--no-neighbour] [--tree PATH ...]   (setting=value: the knee's sampled
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (tree / "trainables").is_dir():
             parser.error(f"--tree {tree}: not a checkout of this project (no trainables/); "
                          "knee settings go before --tree")  # fmt: skip
-    from trainables.speed import MIN_BLOCKS  # a median's interval needs this many rounds
+    from trainables.speed import MEDIAN_ROUNDS  # the interval a median's from this many
 
     config = str(Path(args.config).resolve())
     left_out = slow_amp_left_out(config)
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{statistics.median(in_blocks[tree]):.1f} s), half widths' median "
               f"{statistics.median(widths[tree]):.3f}, rounds of blocks' median "
               f"{statistics.median([n for n in blocks[tree] if n] or [0]):g} (fewer than "
-              f"six in {sum(0 < n < MIN_BLOCKS for n in blocks[tree])} of "
+              f"{MEDIAN_ROUNDS} in {sum(0 < n < MEDIAN_ROUNDS for n in blocks[tree])} of "
               f"{len(blocks[tree])}), "
               f"{total / first:.2f}x the first")  # fmt: skip
     return 0

@@ -5,9 +5,9 @@ blocks, A B then B A, for `--seconds` per alternation, the block lengths in rota
 
 Each alternation's rounds (each block's total time, as `trainables.speed.time_in_alternation`
 times them) are read three ways: `mean`, the geometric mean with Student's t on the
-logarithms (the alternation's reading until 2026-11-28, and its interval before six rounds
+logarithms (the alternation's reading until 2026-11-28, and its interval before nine rounds
 since 2026-12-07), `median`, the rounds' median with the distribution-free interval of a
-median (`trainables.speed.paired_ratio` from six rounds), and `pairs`,
+median (`trainables.speed.paired_ratio` from nine rounds), and `pairs`,
 rounds 1 and 2, 3 and 4, ... each read as one ratio (their geometric mean: each side timed
 first once) and those pairs' median with a median's interval (which needs six pairs, twelve
 rounds). Printed per alternation: its rounds, the log ratios' kurtosis (0 for a normal
@@ -87,7 +87,7 @@ def readings(sums: list[tuple[float, float]]) -> dict[str, tuple[float, float, b
     ratios = [a / b for a, b in sums]
     by_mean = geometric_interval(ratios)
     # the rounds' median with a median's own interval: an alternation reads fewer than
-    # `MIN_BLOCKS` rounds by Student's t instead (`paired_ratio`), which `mean` stands for
+    # `MEDIAN_ROUNDS` rounds by Student's t instead (`paired_ratio`), which `mean` stands for
     middle = paired_ratio([a for a, _ in sums], [b for _, b in sums]).ratio
     read = {}
     as_median = (middle, *median_interval(ratios))

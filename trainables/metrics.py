@@ -76,7 +76,7 @@ METRICS: dict[str, MetricSpec] = {
         "20% faster), timed after the last epoch by fresh models of both in alternation, "
         "configuration by configuration, so that the machine's drift falls on both "
         "(trainables.speed.time_in_alternation; the rounds' median, its 95% interval in "
-        "speed_vs_baseline_low / _high: a median's from six rounds, Student's t on the "
+        "speed_vs_baseline_low / _high: a median's from nine rounds, Student's t on the "
         "rounds' logarithms before; one model where they differ only in the "
         "configurations trained); "
         "NaN without a baseline, before the last epoch, or where the two ran out of memory"

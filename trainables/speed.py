@@ -51,10 +51,10 @@ mean: a machine whose speed jumps between levels (the host's other work) now and
 switches inside a round, and that round's ratio lies far out (the rounds' kurtosis reached
 about 20 on this project's 2-core machine, docs/RESULTS.md section 44), which a mean and its
 standard error take in whole; a round's order, reversed every other round, puts such a
-jump on either side alike, so the rounds' middle is the ratio. Before the six rounds a
-median's interval needs, the interval is Student's t on the rounds' logarithms, which such
-a round widens past any precision: an alternation stops at `MIN_ROUNDS` only where its
-rounds agree.
+jump on either side alike, so the rounds' middle is the ratio. Before the nine rounds whose
+median's interval leaves out their lowest and highest (`MEDIAN_ROUNDS`), the interval is
+Student's t on the rounds' logarithms, which such a round widens past any precision: an
+alternation stops at `MIN_ROUNDS` only where its rounds agree.
 
 The pure part (`estimate`, `ConfigSpeed`, `own_time`, `paired_ratio`) is tested alone;
 `SpeedWindow` is what the training loop drives, step by step.
@@ -111,6 +111,14 @@ SHORT_TAIL_SHARE = 0.5
 # took its seven timed ablations 13.5-17.2 s, four 9.9-11.0 s, at about the same half
 # widths (+-2.8 and +-3.1 points, the medians: docs/RESULTS.md, section 61)
 MIN_ROUNDS = 4
+# rounds from which an alternation's interval is its median's: the fewest whose 95%
+# interval leaves out the lowest and the highest round (2 x P(Binomial(9, 1/2) <= 1) < 0.05).
+# From six to eight rounds a median's interval is their whole range, which holds a round
+# the machine jumped in whole, where Student's t takes it in shrunk by the rounds' number:
+# in simulated alternations (3-5% spread, one block in ten 30% off or none) t until nine
+# stopped as soon or sooner, 0.5-1.9 rounds fewer on average where the spread was 4-5%, at
+# the same coverage (docs/RESULTS.md, section 62)
+MEDIAN_ROUNDS = 9
 
 
 @dataclass(frozen=True)
@@ -394,19 +402,22 @@ class SpeedRatio:
 
 
 def paired_ratio(
-    base_seconds: Sequence[float], changed_seconds: Sequence[float], confidence: float = CONFIDENCE
+    base_seconds: Sequence[float],
+    changed_seconds: Sequence[float],
+    confidence: float = CONFIDENCE,
+    median_from: int = MEDIAN_ROUNDS,
 ) -> SpeedRatio:
     """The changed side's speed over the base's from rounds of alternation: round i took
     `base_seconds[i]` and `changed_seconds[i]` per image. Each round's ratio is base over
     changed (a speed ratio); the estimate is their median (of an even count, the geometric
-    mean of the middle two), its interval the distribution-free one of a median, or with
-    fewer rounds than that needs (`MIN_BLOCKS`) Student's t on the mean of their logarithms
-    widened to hold the median (`geometric_interval`; NaN with one round). A round the
-    machine jumped in lies far out and widens the t interval, so an alternation goes on
-    until the median's holds it out."""
+    mean of the middle two), its interval the distribution-free one of a median from
+    `median_from` rounds, with fewer Student's t on the mean of their logarithms widened
+    to hold the median (`geometric_interval`; NaN with one round). A round the machine
+    jumped in lies far out and widens the t interval, so an alternation goes on until the
+    median's holds it out."""
     ratios = np.asarray(base_seconds, dtype=float) / np.asarray(changed_seconds, dtype=float)
     middle = math.exp(float(np.median(np.log(ratios)))) if len(ratios) else math.nan
-    if len(ratios) >= MIN_BLOCKS:
+    if len(ratios) >= median_from:
         low, high = median_interval(ratios.tolist(), confidence)
     else:
         _, low, high = geometric_interval(ratios.tolist(), confidence)
@@ -456,11 +467,12 @@ def time_in_alternation(
     precision: float,
     max_seconds: float,
     clock: Callable[[], float] = time.perf_counter,
+    median_from: int = MEDIAN_ROUNDS,
 ) -> SpeedRatio:
     """Rounds of both sides' blocks (`round_order`), the order reversed every other round
     (so a drift within a round is no side's), until `MIN_ROUNDS` are done and the ratio is
     known to `precision` (its interval's half width: 0.05 is +-5 points of speed) or
-    `max_seconds` have passed."""
+    `max_seconds` have passed (`median_from`: `paired_ratio`'s)."""
     started = clock()
     base_seconds: list[float] = []
     changed_seconds: list[float] = []
@@ -470,7 +482,7 @@ def time_in_alternation(
         seconds = {id(block): block() for block in blocks}
         base_seconds.append(seconds_per_image(base, seconds))
         changed_seconds.append(seconds_per_image(changed, seconds))
-        ratio = paired_ratio(base_seconds, changed_seconds)
+        ratio = paired_ratio(base_seconds, changed_seconds, median_from=median_from)
         if ratio.rounds >= MIN_ROUNDS and (
             ratio.half_width <= precision or clock() - started >= max_seconds
         ):

@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 
 from trainables.speed import (
+    MEDIAN_ROUNDS,
     MIN_BLOCKS,
     MIN_ROUNDS,
     MIN_WINDOWS,
@@ -362,10 +363,10 @@ def test_a_configuration_never_timed_counts_at_its_wall_time_and_leaves_no_inter
 
 
 def test_a_paired_ratio_is_the_rounds_median_with_a_medians_interval():
-    base = [0.010, 0.012, 0.009, 0.011, 0.010, 0.013]  # seconds per image, drifting
-    changed = [0.020, 0.024, 0.018, 0.022, 0.020, 0.026]  # twice as slow in every round
+    base = [0.010, 0.012, 0.009, 0.011, 0.010, 0.013, 0.012, 0.010, 0.009]  # drifting
+    changed = [2 * seconds for seconds in base]  # twice as slow in every round
     ratio = paired_ratio(base, changed)
-    assert ratio.ratio == pytest.approx(0.5) and ratio.rounds == MIN_BLOCKS
+    assert ratio.ratio == pytest.approx(0.5) and ratio.rounds == MEDIAN_ROUNDS
     assert ratio.low == pytest.approx(0.5) and ratio.high == pytest.approx(0.5)  # drift: gone
     one = paired_ratio(base[:1], changed[:1])  # one round: no interval
     assert one.ratio == pytest.approx(0.5) and math.isnan(one.low) and one.half_width == math.inf
@@ -387,6 +388,22 @@ def test_fewer_rounds_than_a_median_needs_take_students_t_holding_the_median():
     skewed = paired_ratio([1.0, 1.0, 1.0, 1.3], [1.0] * 4, confidence=0.5)
     assert skewed.ratio == pytest.approx(1.0) and skewed.low == pytest.approx(1.0)
     assert skewed.high == pytest.approx(geometric_interval([1.0, 1.0, 1.0, 1.3], 0.5)[2])
+
+
+def test_until_nine_rounds_a_jumped_round_widens_t_less_than_a_medians_range():
+    """Six to eight rounds: a median's interval is their whole range, and holds a jump
+    whole; t takes it in shrunk. From nine, the median's leaves it out."""
+    from trainables.speed import geometric_interval, median_interval
+
+    ratios = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.3]  # the last round jumped
+    ratio = paired_ratio([r * 0.01 for r in ratios], [0.01] * 7)
+    assert (ratio.low, ratio.high) == pytest.approx(geometric_interval(ratios)[1:])
+    assert median_interval(ratios) == (0.98, 1.3)  # a median's: the whole range
+    assert ratio.half_width < (1.3 - 0.98) / 2
+    nine = [*ratios, 1.01, 0.99]
+    at_nine = paired_ratio([r * 0.01 for r in nine], [0.01] * 9)
+    assert at_nine.high < 1.3
+    assert (at_nine.low, at_nine.high) == pytest.approx(median_interval(nine))
 
 
 def test_a_round_the_machine_jumped_in_moves_a_paired_ratio_little_where_a_mean_moves_far():
@@ -426,10 +443,10 @@ def test_an_alternation_that_stops_once_precise_holds_the_true_ratio_about_as_of
     for jumps in (False, True):
         ratios = [time_in_alternation(side(jumps), side(jumps), precision=0.05,
                                       max_seconds=math.inf) for _ in range(400)]  # fmt: skip
-        early = [ratio for ratio in ratios if ratio.rounds < MIN_BLOCKS]
+        early = [ratio for ratio in ratios if ratio.rounds < MEDIAN_ROUNDS]
         assert sum(r.low <= 1.0 <= r.high for r in ratios) / len(ratios) >= 0.93
         assert sum(r.low <= 1.0 <= r.high for r in early) / len(early) >= 0.92
-        # rounds that agree stop before a median's six; a jump makes the alternation go on
+        # rounds that agree stop before a median's nine; a jump makes the alternation go on
         assert len(early) / len(ratios) >= (0.25 if jumps else 0.6)
 
 
