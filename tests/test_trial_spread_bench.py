@@ -20,7 +20,7 @@ def test_each_process_trains_the_trial_and_the_end_takes_its_speeds_spread_apart
     """Six processes, every other one with an environment variable (`--env`): each half's
     spread taken apart, then read again from what it saved."""
     saved = tmp_path / "segments.json"
-    done = run_bench("trial_spread.py", *BRIEFLY, "--env", "THP_MEM_ALLOC_ENABLE=1",
+    done = run_bench("trial_spread.py", *BRIEFLY, "--env", "TRIAL_SPREAD_TEST=1",
                      "--save", str(saved))  # fmt: skip
     processes = re.findall(r"^process (\d)( \(--env\))?: (\d+) images/s \[(\d+), (\d+)\], "
                            r"(\d+) segments$", done.stdout, re.M)  # fmt: skip
