@@ -116,8 +116,8 @@ MIN_ROUNDS = 4
 # From six to eight rounds a median's interval is their whole range, which holds a round
 # the machine jumped in whole, where Student's t takes it in shrunk by the rounds' number:
 # in simulated alternations (3-5% spread, one block in ten 30% off or none) t until nine
-# stopped as soon or sooner, 0.5-1.9 rounds fewer on average where the spread was 4-5%, at
-# the same coverage (docs/RESULTS.md, section 62)
+# took as few rounds or fewer on average, 0.4-1.7 fewer where the spread was 4-5%, at the
+# same coverage (`bench/alternation_rules.py`, docs/RESULTS.md section 62)
 MEDIAN_ROUNDS = 9
 
 
@@ -236,10 +236,15 @@ class ConfigSpeed:
         """What `of` reads the configuration's speed from: its segments' ratios to the
         reference where it is read on the search's scale, else its blocks' images per
         second (those of held windows where they are `MIN_BLOCKS` or more)."""
-        ratios = held_or_all(self.held_ratios.get(key, []), self.ratios.get(key, []))
+        ratios = self._segment_ratios(key)
         if ratios and self.scale:
             return ratios
         return held_or_all(self.held_blocks.get(key, []), self.blocks.get(key, []))
+
+    def _segment_ratios(self, key: str) -> list[float]:
+        """The configuration's segments' ratios to the reference: those of held windows
+        where they are `MIN_BLOCKS` or more, else all."""
+        return held_or_all(self.held_ratios.get(key, []), self.ratios.get(key, []))
 
     def over_reference(self, key: str) -> SpeedEstimate | None:
         """The configuration's speed over the reference's, in reference speeds: the
@@ -247,8 +252,7 @@ class ConfigSpeed:
         or more) with the median's interval, or with fewer the interval of a few
         (`estimate`); None without any. A few segments, not the blocks' own images per
         second: a trial stopped early is on its search's scale too."""
-        ratios = held_or_all(self.held_ratios.get(key, []), self.ratios.get(key, []))
-        return estimate(ratios)
+        return estimate(self._segment_ratios(key))
 
     def wants_window(self, key: str, precision: float, max_seconds: float) -> bool:
         """Whether a crowded device should be held for this configuration once more: time
