@@ -192,14 +192,16 @@ def ablation_effects(
     `unit` (points or %), `effect`, `low`, `high`, `verdict`, `base_runs`, `measured`
     (against the seeds' runs, in alternation, or by construction), `base_accuracies` (the
     base runs' `best_val_acc`, the base trial's first: whether its config learns on every
-    seed) and `base_throughputs` (their own speeds: how far runs of one config, each in a
-    process of its own, read apart, docs/RESULTS.md section 48). An ablated run whose
+    seed), `base_at_chance` (how many of them ended below `min_accuracy`: a config that
+    learns on some seeds only) and `base_throughputs` (their own speeds: how far runs of one
+    config, each in a process of its own, read apart, docs/RESULTS.md section 48). An
+    ablated run whose
     `best_val_acc` ended below `min_accuracy` learned nothing: its metrics in points have no
     effect (NaN) and that verdict, not "within the noise" (three base runs' spread leaves
     even chance inside a 95% prediction interval)."""
     columns = ["base", "setting", "change", "status", "metric", "unit", "effect", "low",
                "high", "verdict", "base_runs", "measured", "base_accuracies",
-               "base_throughputs"]  # fmt: skip
+               "base_at_chance", "base_throughputs"]  # fmt: skip
     rows = []
     changed = ablations[ablations[ABLATION_COLUMN] != NOISE_FLOOR] if len(ablations) else ablations
     for _, trial in changed.iterrows():
@@ -212,6 +214,7 @@ def ablation_effects(
         status = str(trial.get("status", STATUS_OK))
         paired = paired_effect(trial) if status == STATUS_OK else None
         accuracies, speeds = run_accuracies(runs), run_throughputs(runs)
+        failed = runs_at_chance(runs, min_accuracy)
         reached = float(pd.to_numeric(trial.get("best_val_acc"), errors="coerce"))
         at_chance = min_accuracy is not None and reached < min_accuracy
         elsewhere = (
@@ -237,7 +240,7 @@ def ablation_effects(
                 values = pd.to_numeric(runs.get(metric, pd.Series(dtype=float)), errors="coerce")
                 effect = one_effect(ablated, values.to_numpy(dtype=float), in_points(metric))
             rows.append([base, setting, change, status, metric, unit, *effect, len(runs), measured,
-                         accuracies, speeds])  # fmt: skip
+                         accuracies, failed, speeds])  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -267,6 +270,14 @@ def run_accuracies(runs: pd.DataFrame) -> str:
     without the metric."""
     values = pd.to_numeric(runs.get("best_val_acc", pd.Series(dtype=float)), errors="coerce")
     return " / ".join(f"{value:.4g}" for value in values.dropna())
+
+
+def runs_at_chance(runs: pd.DataFrame, min_accuracy: float | None) -> int:
+    """How many of the runs ended with `best_val_acc` below `min_accuracy` (learned
+    nothing); 0 without either."""
+    if min_accuracy is None or "best_val_acc" not in runs:
+        return 0
+    return int((pd.to_numeric(runs["best_val_acc"], errors="coerce") < min_accuracy).sum())
 
 
 def run_throughputs(runs: pd.DataFrame) -> str:
@@ -393,10 +404,26 @@ def answer(effects: pd.DataFrame, not_run: Mapping[str, str] | None = None) -> l
             f"Around trial {base} ({runs} run{'s' if runs != 1 else ''} of its config give "
             f"the noise floor{reached}{timing}; {CONFIDENCE:.0%} intervals):"
         )
+        failed = int(rows["base_at_chance"].max()) if "base_at_chance" in rows else 0
+        if failed:
+            lines.append(seed_fragile(failed, runs))
         lines += [sentence(group) for _, group in rows.groupby("change", sort=False)]
     for setting, why in (not_run or {}).items():
         lines.append(f"{setting}: not ablated, {why}.")
     return lines
+
+
+def seed_fragile(failed: int, runs: int) -> str:
+    """The answer's warning where some of the base config's runs learned nothing: the config
+    depends on its seed (docs/RESULTS.md, section 33), so a spread that holds a model at
+    chance is the floor every accuracy effect is read against."""
+    return (
+        f"Its config learned nothing on {failed} of its {runs} runs: it learns on some seeds "
+        "only, and every accuracy effect below is read against runs that include "
+        f"{'that failure' if failed == 1 else 'those failures'} (search.ablation.around=front "
+        "with a larger search.ablation.max_trials ablates the next front trials too, each "
+        "with a noise floor of its own)."
+    )
 
 
 def at_a_glance(effects: pd.DataFrame, objectives: Mapping[str, str]) -> list[str]:

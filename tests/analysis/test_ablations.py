@@ -325,6 +325,36 @@ def test_the_answer_shows_each_base_runs_accuracy_so_a_config_that_learns_on_one
                                          "noise floor; 95% intervals)")  # fmt: skip
 
 
+def test_the_answer_says_plainly_when_the_base_config_learned_nothing_on_some_of_its_runs():
+    search, ablations = search_and_ablations(
+        [{"best_val_acc": 0.84}, {"best_val_acc": 0.5375}],
+        [{"config.ablation": "amp=true", "best_val_acc": 0.86}],
+        base={"best_val_acc": 0.8725},
+    )
+    effects = ablation_effects(search, ablations, METRICS, min_accuracy=0.55)
+    assert set(effects["base_at_chance"]) == {1}
+    header, warning, *_ = answer(effects)
+    assert "best_val_acc 0.8725 / 0.84 / 0.5375" in header
+    assert warning.startswith(
+        "Its config learned nothing on 1 of its 3 runs: it learns on some seeds only, and "
+        "every accuracy effect below is read against runs that include that failure"
+    )
+    assert "search.ablation.around=front" in warning
+
+
+def test_a_base_config_that_learned_on_every_run_or_an_unknown_min_accuracy_warns_of_nothing():
+    search, ablations = search_and_ablations(
+        [{"best_val_acc": 0.84}, {"best_val_acc": 0.56}],
+        [{"config.ablation": "amp=true", "best_val_acc": 0.86}],
+    )
+    learned = ablation_effects(search, ablations, METRICS, min_accuracy=0.55)
+    assert set(learned["base_at_chance"]) == {0}
+    assert answer(learned)[1].startswith("amp: false -> true:")
+    unknown = ablation_effects(search, ablations, METRICS)  # no min accuracy: none judged
+    assert set(unknown["base_at_chance"]) == {0}
+    assert not any(line.startswith("Its config") for line in answer(unknown))
+
+
 def test_the_answer_shows_each_base_runs_own_speed_so_runs_of_one_config_that_read_apart_show():
     search, ablations = search_and_ablations(
         [
