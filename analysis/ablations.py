@@ -6,7 +6,8 @@ noise-floor run on another seed). Its effect on a metric is its value less the m
 base config's runs (the base trial, its repeats and its noise-floor runs); the 95% interval
 is the prediction interval of one run from the base runs' spread, t(k-1) * s * sqrt(1 +
 1/k): what the change would have to beat to be told from the seed's noise. Accuracies and
-gaps (fractions) change in points; everything else (images/s, MiB, seconds) is a ratio to
+gaps (fractions) change in points, their intervals cut where an accuracy would leave 0 to
+1 (`points_within`); everything else (images/s, MiB, seconds) is a ratio to
 the base's geometric mean, in percent, its interval taken on the logarithms (never below
 -100%). The answer holds for this config, this model, this data and this device.
 
@@ -94,6 +95,17 @@ def in_points(metric: str) -> bool:
     return unit_of(metric) == "fraction"
 
 
+def points_within(low: float, high: float, base: float | None = None) -> tuple[float, float]:
+    """An interval of a change in points cut to what fractions (accuracies, gaps: 0 to 1)
+    allow: a change from `base` (a fraction) ends no lower than 0 and no higher than 1, so
+    between -100 x base and 100 x (1 - base) points; a difference of two fractions (`base`
+    None) between -100 and +100. A t interval on three runs of which one learned nothing
+    read "+12.7 points [-79.0, +104.5]" around a mean of 0.75: an accuracy of 1.795
+    (docs/RESULTS.md, section 63). NaN stays NaN."""
+    lowest, highest = (-100.0, 100.0) if base is None else (-100.0 * base, 100.0 * (1 - base))
+    return max(low, lowest), min(high, highest)
+
+
 def split_ablations(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the search's trials, the ablation trials in the order Tune made them) of one trials
     table (MLflow lists runs newest first)."""
@@ -132,7 +144,8 @@ def one_effect(ablated: float, base: np.ndarray, points: bool) -> tuple[float, f
     """(effect, low, high, verdict) of one ablated run against the base runs' values. An
     infinite value is a target never reached (time_to_target_s): no effect, and why.
 
-    In points, the difference from the base mean and its prediction interval. Otherwise
+    In points, the difference from the base mean and its prediction interval, cut to
+    what a fraction can reach from that mean (`points_within`). Otherwise
     (images/s, MiB, seconds: positive amounts) a ratio: the same on the logarithms, then
     back to percent, so an interval can never claim that a change takes away more than all
     of a speed (never below -100%), and a halving and a doubling are the same size."""
@@ -162,7 +175,8 @@ def one_effect(ablated: float, base: np.ndarray, points: bool) -> tuple[float, f
         else:
             verdict = "raises" if difference > 0 else "lowers"
     if points:
-        return difference * 100, low * 100, high * 100, verdict
+        low, high = points_within(low * 100, high * 100, float(values.mean()))
+        return difference * 100, low, high, verdict
     effect, low, high = (100 * math.expm1(value) for value in (difference, low, high))
     return effect, low, high, verdict
 

@@ -3,9 +3,10 @@
 For every switch the search varied: how many trials used it, what share of the front uses
 it (against its share of all feasible trials), and its effect on each objective with a 95%
 interval, estimated so that the other settings do not masquerade as the switch's effect. As
-the ablations give theirs (`analysis.ablations.in_points`): accuracies and gaps in points,
-speeds, memory and times in percent, estimated on their logarithms so that an interval never
-claims a switch takes away more than all of a speed (never below -100%):
+the ablations give theirs (`analysis.ablations.in_points`): accuracies and gaps in points
+(an interval within -100 and +100, `analysis.ablations.points_within`), speeds, memory and
+times in percent, estimated on their logarithms so that an interval never claims a switch
+takes away more than all of a speed (never below -100%):
 
 - matched pairs where the search has them: configs that differ in this switch only (their
   seeds averaged), the mean of on minus off over the pairs, with a t interval;
@@ -31,7 +32,7 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats
 
-from analysis.ablations import in_points
+from analysis.ablations import in_points, points_within
 from analysis.load import CONFIG_PREFIX, as_numbers, spans_decades, varied_settings
 from analysis.pareto import front_of
 from trainables.metrics import STATUS_OOM_PREDICTED
@@ -144,8 +145,8 @@ def estimate_effect(
     effect = difference_of(frame, on, values, others)
     if not np.isfinite(effect.estimate):
         return effect
-    if points:
-        scaled = (100 * value for value in (effect.estimate, effect.low, effect.high))
+    if points:  # a difference of two fractions: -100 to +100 points, however few the trials
+        scaled = (100 * effect.estimate, *points_within(100 * effect.low, 100 * effect.high))
     else:
         scaled = (100 * math.expm1(value) for value in (effect.estimate, effect.low, effect.high))
     return Effect(*scaled, effect.basis)

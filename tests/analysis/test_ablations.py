@@ -16,6 +16,7 @@ from analysis.ablations import (
     effect_metrics,
     effect_table,
     one_effect,
+    points_within,
     same_updates,
     split_ablations,
 )
@@ -86,6 +87,32 @@ def test_a_ratio_is_taken_on_the_logarithms_so_no_interval_falls_below_minus_100
     assert math.log1p(up[0] / 100) == pytest.approx(-math.log1p(down[0] / 100), abs=1e-3)
     for amounts in (np.array([1.0, 30.0, 2.0]), np.array([5.0, 5000.0])):
         assert one_effect(0.5, amounts, points=False)[1] >= -100  # -100 itself: a float's limit
+
+
+def test_an_accuracy_effects_interval_ends_where_an_accuracy_would_leave_0_to_1():
+    """Three runs of which one learned nothing (the knee of 2026-12-07, section 63): the
+    prediction interval around their mean of 0.75 ran to +104.5 points, an accuracy of
+    1.795; from a mean of 0.75 a change can add 25 points at most and take 75."""
+    base = np.array([0.8725, 0.84, 0.5375])
+    effect, low, high, verdict = one_effect(0.8775, base, points=True)
+    mean = base.mean()
+    half = stats.t.ppf(0.975, 2) * base.std(ddof=1) * math.sqrt(1 + 1 / 3) * 100
+    assert 100 * (1 - mean) < effect + half  # the t interval alone would pass 1
+    assert effect == pytest.approx(100 * (0.8775 - mean))
+    assert (low, high) == pytest.approx((-100 * mean, 100 * (1 - mean)))
+    assert verdict == "not told from noise"  # the verdict is the t interval's, unchanged
+    # an interval inside what an accuracy allows is left as it is
+    half = stats.t.ppf(0.975, 2) * 0.02 * math.sqrt(1 + 1 / 3) * 100
+    narrow = one_effect(0.80, np.array([0.70, 0.72, 0.74]), points=True)
+    assert narrow[1:3] == pytest.approx((8 - half, 8 + half))
+
+
+def test_an_interval_in_points_is_cut_to_what_fractions_allow_and_nan_stays_nan():
+    assert points_within(-79.0, 104.5, 0.75) == (-75.0, 25.0)
+    assert points_within(-10.0, 5.0, 0.75) == (-10.0, 5.0)
+    assert points_within(-130.0, 120.0) == (-100.0, 100.0)  # a difference of two fractions
+    low, high = points_within(math.nan, math.nan, 0.5)
+    assert math.isnan(low) and math.isnan(high)
 
 
 def test_an_amount_that_is_not_positive_has_no_ratio():
