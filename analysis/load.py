@@ -24,6 +24,7 @@ from mlflow.tracking import MlflowClient
 
 from analysis.flat import as_written, flatten
 from trainables.metrics import (
+    ASKED,
     PREDICTED_PEAK,
     SEARCH_NOTES,
     STATUS_ERROR,
@@ -40,7 +41,7 @@ NOT_SETTINGS = frozenset({"seed", *SEARCH_NOTES})
 PREDICTED_PEAK_COLUMN = f"{CONFIG_PREFIX}{PREDICTED_PEAK}"  # the searcher's memory model
 # The notes that are text whatever they look like: a trial id of eight digits (one in 43 of
 # Tune's) is a trial id, not a number, in `ablation_of` and `repeat_of`.
-TEXT_NOTES = SEARCH_NOTES - {PREDICTED_PEAK}
+TEXT_NOTES = SEARCH_NOTES - {PREDICTED_PEAK, ASKED}
 PARENT_TAG = "mlflow.parentRunId"
 # The heading Tune writes in a trial's error.txt for each of its failures.
 _FAILURE = re.compile(r"^Failure # \d+ \(occurred at (\S+)\)", re.M)

@@ -74,7 +74,7 @@ from analysis.same_work import pool_same_work
 from search.config import EarlyStoppingSection, SearchConfig, load_config
 from search.early_stopping import ParetoEarlyStopping, replay, rung_epoch
 from search.experiment import SearchState
-from trainables.metrics import METRICS, STATUS_STOPPED_EARLY, Z_95, min_accuracy_for
+from trainables.metrics import ASKED, METRICS, STATUS_STOPPED_EARLY, Z_95, min_accuracy_for
 from trainables.settings import DEFAULT_EPOCHS, TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -259,6 +259,15 @@ class Search:
     def last_epochs(self) -> dict[str, int]:
         return self.setting_of_each_trial("epochs")
 
+    def places(self) -> dict[str, int]:
+        """Each trial's place among the search's suggestions (`asked`), where the search
+        noted it: a rule with a lag judges a trial against the trials that many before."""
+        column = f"{CONFIG_PREFIX}{ASKED}"
+        if column not in self.frame:
+            return {}
+        return {trial: int(place) for trial, place in zip(self.frame["trial_id"],
+                self.frame[column], strict=True) if pd.notna(place)}  # fmt: skip
+
     def still_at_chance_finals(self, rungs: tuple[int, ...]) -> list[float]:
         """Where the trials run whole that were still below the min accuracy at one of
         `rungs` after the first (counted at full rate, `rung_epoch`) ended: what
@@ -422,10 +431,10 @@ def replay_rule(
         compared, rule.rungs, rule.keep, rule.min_peers, min_accuracy,
         split_sizes=search.split_sizes if rule.on_evidence else None,
         ahead_on=rule.ahead_on_within(compared), slow_start_rungs=rule.slow_start_rungs,
-        at_chance_after=rule.at_chance_after,
+        at_chance_after=rule.at_chance_after, lag=config.search.effective_lag,
     )  # fmt: skip
     warmups = None if judge_warmup else search.warmup_epochs()
-    stops = replay(scheduler, search.histories, search.last_epochs(), warmups)
+    stops = replay(scheduler, search.histories, search.last_epochs(), warmups, search.places())
     at_stop = search.histories.set_index(["trial_id", "epoch"])["time_total_s"]
     kept = {
         trial: float(at_stop[(trial, stops[trial])]) if trial in stops else seconds

@@ -47,7 +47,7 @@ def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
         [
             f"{'Resuming' if resume else 'Search'} {experiment_dir.name}: "
             f"{config.search.num_samples} trials, {resources} each, "
-            f"{config.search.sampler} sampler",
+            f"{config.search.sampler} sampler{in_order(config)}",
             f"  sampling:   {sampled}",
             *(f"  left out:   {key}: {why}" for key, why in config.left_out.items()),
             f"  objectives: {objectives}",
@@ -58,6 +58,14 @@ def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
             f"  review:     {mlflow_ui_command(config.tracking.uri or '')}",
         ]
     )
+
+
+def in_order(config: SearchConfig) -> str:
+    """What the plan's first line says of `search.lag`, where the search samples."""
+    lag = config.search.effective_lag
+    if lag is None or not config.space:
+        return ""
+    return f", each trial suggested knowing the trials {lag} or more before it (search.lag)"
 
 
 def stopping_plan(config: SearchConfig) -> str:

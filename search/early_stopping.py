@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -74,7 +75,13 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from analysis.pareto import dominators, minimised
-from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY, error_sides, standard_error
+from trainables.metrics import (
+    ASKED,
+    STATUS_OK,
+    STATUS_STOPPED_EARLY,
+    error_sides,
+    standard_error,
+)
 from trainables.settings import DEFAULT_EPOCHS
 
 
@@ -151,6 +158,8 @@ class ParetoEarlyStopping(FIFOScheduler):
     ahead_on: tuple[str, ...] | None = None
     slow_start_rungs: int = 0
     at_chance_after: int | None = None
+    lag: int | None = None
+    asked: Mapping[str, int] = MappingProxyType({})  # an old scheduler's: no place known
 
     def __init__(
         self,
@@ -163,6 +172,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         ahead_on: Sequence[str] | None = None,
         slow_start_rungs: int = 0,
         at_chance_after: int | None = None,
+        lag: int | None = None,
     ) -> None:
         """`min_accuracy`: the `best_val_acc` below which the report keeps a trial off the
         front (`trainables.metrics.min_accuracy_for` the data's classes); None: none.
@@ -174,7 +184,11 @@ class ParetoEarlyStopping(FIFOScheduler):
         on (a slow starter is still at chance there). `at_chance_after`: from the rung after
         that many on (and at the epochs after it), a trial still below the min accuracy is
         stopped by one peer above it beyond the noise, whatever `keep` and `min_peers`;
-        None: judged as any trial."""
+        None: judged as any trial. `lag`: a trial whose config says its place among the
+        search's suggestions (`asked`, `search.searcher.InOrder`) is judged against the
+        peers `lag` or more places before it only, all of which had ended when it
+        started: whatever the order results arrive in, the same peers; None: every peer
+        that reached the rung before it."""
         unknown = [name for name in ahead_on or () if name not in objectives]
         if ahead_on is not None and not ahead_on:
             raise ValueError("ahead_on names no objective (None: any objective decides)")
@@ -192,17 +206,42 @@ class ParetoEarlyStopping(FIFOScheduler):
         self.ahead_on = tuple(ahead_on) if ahead_on is not None else None
         self.slow_start_rungs = slow_start_rungs
         self.at_chance_after = at_chance_after
+        self.lag = lag
         self.stopped: dict[str, str] = {}  # trial id -> why
         self.seen: dict[int, dict[str, RungRecord]] = {}  # rung -> trial -> its standing
+        self.asked = {}  # trial id -> its place among the suggestions
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
         last_epoch = trial.config.get("epochs", DEFAULT_EPOCHS)
         warmup = int(trial.config.get("warmup_epochs", 0) or 0)
-        stop = self.verdict(trial.trial_id, result, last_epoch, warmup)
+        stop = self.verdict(trial.trial_id, result, last_epoch, warmup, trial.config.get(ASKED))
         return TrialScheduler.STOP if stop else TrialScheduler.CONTINUE
 
+    def peers_at(self, rung: int, trial_id: str) -> dict[str, RungRecord]:
+        """The trials a trial is judged against at `rung`: those that reached it, but
+        itself (its own earlier report, from a restart older than the rung, it replaces);
+        with a lag and the trial's place known, only those `lag` or more places before it."""
+        seen = self.seen.get(rung, {})
+        place = self.asked.get(trial_id)
+        if self.lag is None or place is None:
+            return {peer: kept for peer, kept in seen.items() if peer != trial_id}
+        return {peer: kept for peer, kept in seen.items()
+                if self.asked.get(peer, math.inf) <= place - self.lag}  # fmt: skip
+
+    @property
+    def peers_were(self) -> str:
+        """How the detail of a stopped trial names its peers."""
+        if self.lag is None:
+            return "trials that reached it before"
+        return f"trials suggested {self.lag} or more places before it that reached it"
+
     def verdict(
-        self, trial_id: str, result: Mapping[str, Any], last_epoch: int, warmup_epochs: int = 0
+        self,
+        trial_id: str,
+        result: Mapping[str, Any],
+        last_epoch: int,
+        warmup_epochs: int = 0,
+        asked: int | None = None,
     ) -> bool:
         """Whether the trial `trial_id` stops at `result`, of a run of `last_epoch` epochs
         whose learning rate warms up over `warmup_epochs`; a stop is recorded in `stopped`
@@ -212,7 +251,10 @@ class ParetoEarlyStopping(FIFOScheduler):
         epoch 3, among the trials at their first epoch at full rate. Between rungs, a trial
         still at chance is compared with the peers at the last rung it passed
         (`still_at_chance_after`): a trial that reached a rung before any peer did meets them
-        there, having trained longer than they had."""
+        there, having trained longer than they had. `asked`: the trial's place among the
+        search's suggestions, which with a `lag` decides its peers (`peers_at`)."""
+        if asked is not None and self.asked.get(trial_id) != asked:
+            self.asked = {**self.asked, trial_id: int(asked)}
         epoch = result.get("epoch")
         if epoch is None or result.get("status", STATUS_OK) != STATUS_OK:
             return False
@@ -238,10 +280,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         if record is None:
             return False
         rung = rung_at[epoch]
-        seen = self.seen.setdefault(rung, {})
-        # its own earlier report of this rung (a restart from a checkpoint older than the
-        # rung) is not a peer: it replaces it
-        peers = {peer: kept for peer, kept in seen.items() if peer != trial_id}
+        peers = self.peers_at(rung, trial_id)
         dominating = rung_verdict(record, peers, self.keep, self.min_peers,
                                   self.accuracy_column, self.decisive_columns)  # fmt: skip
         rung_index = self.rungs.index(rung)
@@ -249,7 +288,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         at_chance = dominating is None and self.still_at_chance(record, rung_index)
         if at_chance:
             dominating = self.clearly_learning(record, peers)
-        seen[trial_id] = record
+        self.seen.setdefault(rung, {})[trial_id] = record
         if dominating is None or epoch == last_epoch:  # nothing left to save
             return False
         if not record.above_min_accuracy and rung_index < self.slow_start_rungs:
@@ -271,7 +310,7 @@ class ParetoEarlyStopping(FIFOScheduler):
             how = self.at_chance_how(float(result["best_val_acc"]), passed=rung_index)
         self.stopped[trial_id] = (
             f"stopped at epoch {epoch} ({where}): {how} "
-            f"{len(dominating)} of the {len(peers)} trials that reached it before "
+            f"{len(dominating)} of the {len(peers)} {self.peers_were} "
             f"({', '.join(sorted(dominating))}){self.trailing(record, dominating, peers)}"
         )
         return True
@@ -339,7 +378,7 @@ class ParetoEarlyStopping(FIFOScheduler):
         rung_index = self.rungs.index(rung)
         if not self.still_at_chance(record, rung_index):
             return False
-        peers = {peer: kept for peer, kept in self.seen.get(rung, {}).items() if peer != trial_id}
+        peers = self.peers_at(rung, trial_id)
         dominating = self.clearly_learning(record, peers)
         if dominating is None:
             return False
@@ -465,6 +504,7 @@ def replay(
     histories: pd.DataFrame,
     last_epochs: Mapping[str, int],
     warmup_epochs: Mapping[str, int] | None = None,
+    asked: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """The epoch at which `scheduler` would have stopped each trial it stops, had it watched
     the search whose epochs `histories` holds (columns `trial_id`, `epoch`, `timestamp`,
@@ -478,6 +518,8 @@ def replay(
     scheduler with a min accuracy needs `best_val_acc` in `histories` too. `warmup_epochs`:
     each trial's, as the live scheduler reads it from the trial's config (its rungs
     counted from the end of its warmup, `rung_epoch`); none given: no trial warms up.
+    `asked`: each trial's place among the search's suggestions (its config's `asked`),
+    which a scheduler with a lag judges its peers by; none given: every trial unplaced.
     """
     if scheduler.min_accuracy is not None and "best_val_acc" not in histories:
         raise ValueError(
@@ -493,7 +535,8 @@ def replay(
         if trial_id in stops:
             continue
         warmup = (warmup_epochs or {}).get(trial_id, 0)
-        if scheduler.verdict(trial_id, result, last_epochs[trial_id], warmup):
+        place = (asked or {}).get(trial_id)
+        if scheduler.verdict(trial_id, result, last_epochs[trial_id], warmup, place):
             stops[trial_id] = int(result["epoch"])
     return stops
 
@@ -530,7 +573,8 @@ class EarlyStoppedStatus(tune.Callback):
     # Tune saves callbacks' state with the experiment, not the scheduler's: the rungs'
     # records travel here, so a resumed search compares trials with the same peers.
     def get_state(self) -> dict[str, Any]:
-        return {"seen": self.scheduler.seen, "stopped": self.scheduler.stopped}
+        return {"seen": self.scheduler.seen, "stopped": self.scheduler.stopped,
+                "asked": self.scheduler.asked}  # fmt: skip
 
     def set_state(self, state: dict[str, Any]) -> None:
         # a search saved before the min accuracy kept plain tuples of objectives
@@ -539,6 +583,7 @@ class EarlyStoppedStatus(tune.Callback):
             for rung, trials in state["seen"].items()
         }
         self.scheduler.stopped = state["stopped"]
+        self.scheduler.asked = dict(state.get("asked", {}))  # none before places were kept
 
 
 def _as_record(kept: Any) -> RungRecord:

@@ -2,10 +2,11 @@
 taking on one concern and delegating the rest, around the thin Optuna searcher
 (`search.optuna_search.OptunaAskTell`). `build_searcher` puts it together:
 
-    MemoryLearning        what trials measured goes into the memory model; their OOMs
-      FeasibilityGate     a suggestion that will run out of memory is never started
-        Repeats           each sampled config again with the next seeds
-          OptunaAskTell   Optuna's asks and tells (grid points first)
+    InOrder                 trial k is suggested knowing trials 0..k-lag, whatever ends first
+      MemoryLearning        what trials measured goes into the memory model; their OOMs
+        FeasibilityGate     a suggestion that will run out of memory is never started
+          Repeats           each sampled config again with the next seeds
+            OptunaAskTell   Optuna's asks and tells (grid points first)
 
 What ran out and the memory model (`OomForecast`) are kept in one place, the study's
 sampler (`FeasibleCandidates`, which judges Optuna's candidates by them): the gate and the
@@ -39,6 +40,7 @@ from search.optuna_search import (
 from search.space import SpaceParam
 from search.trainable import without_notes
 from trainables.metrics import (
+    ASKED,
     OOM_CAUSE_CARD,
     PREDICTED_FROM,
     PREDICTED_PEAK,
@@ -254,9 +256,86 @@ class MemoryLearning(Wrapper):
             memory.observe_refusal(settings, ran_with, limit)  # on a card: no peak to learn
 
 
+class InOrder(Wrapper):
+    """Trial k (the k-th suggestion handed to Tune, from 0) is suggested knowing exactly
+    trials 0..k-`lag`, told to the layers below in that order, and the trials between as
+    running: the order trials end in (the machine's timing) no longer changes what is
+    suggested next. A suggestion waits (None: Tune asks again) until every trial `lag` or
+    more places before it has ended; the results of those after are held until then
+    (intermediate ones too: what the memory model learns, and when, is as ordered). Each
+    suggestion carries its place (`asked`), which the rungs judge it by
+    (`search.early_stopping.ParetoEarlyStopping`: its peers are the trials `lag` places
+    before it or more, all of which have ended). `lag` None: everything passes at once, as
+    it arrives. Once all `trials` were suggested and have ended, the held ones are told.
+
+    With two trials at a time, a lag of 3 let two runs of one search ask the same configs
+    until told speeds parted them; replayed on 26 default searches' trial times, waiting
+    for it lengthened the tuning loop by 0.4% (the median; at most 4.5%) and a lag of 2 by
+    11% (docs/RESULTS.md, section 63)."""
+
+    def __init__(self, searcher: Searcher, lag: int | None, trials: int) -> None:
+        super().__init__(searcher)
+        self.lag, self.trials = lag, trials
+        self._asked: list[str] = []  # Tune trial ids in the order they were suggested
+        self._told = 0  # trials told below, in that order
+        self._results: dict[str, list[dict[str, Any]]] = {}  # held intermediate results
+        self._ended: dict[str, tuple[dict[str, Any] | None, bool]] = {}  # held ends
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        place = len(self._asked)
+        if self.lag is not None:
+            known = max(0, place - self.lag + 1)  # trials 0..place-lag
+            if any(asked not in self._ended for asked in self._asked[self._told : known]):
+                return None  # one of them still runs: wait for it
+            self._tell_up_to(known)
+        suggestion = self.searcher.suggest(trial_id)
+        if suggestion is not None:
+            self._asked.append(trial_id)
+            suggestion[ASKED] = place
+        return suggestion
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        if self._holds(trial_id):
+            self._results.setdefault(trial_id, []).append(result)
+        else:
+            super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        if not self._holds(trial_id):
+            super().on_trial_complete(trial_id, result=result, error=error)
+            return
+        self._ended[trial_id] = (result, error)
+        waiting = self._asked[self._told :]
+        if len(self._asked) >= self.trials and all(t in self._ended for t in waiting):
+            self._tell_up_to(len(self._asked))  # the search's end: nothing left to wait for
+
+    def _holds(self, trial_id: str) -> bool:
+        """Whether the trial's results wait for their turn (a trial of this search not yet
+        told below; a trial suggested before a lag was kept passes)."""
+        return self.lag is not None and trial_id in self._asked[self._told :]
+
+    def _tell_up_to(self, known: int) -> None:
+        """Tell the layers below every trial before place `known`, in order (all ended)."""
+        while self._told < known:
+            trial_id = self._asked[self._told]
+            for result in self._results.pop(trial_id, []):
+                super().on_trial_result(trial_id, result)
+            result, error = self._ended.pop(trial_id)
+            self._told += 1
+            super().on_trial_complete(trial_id, result=result, error=error)
+
+
 # The stack's layers from the top, as `build_searcher` puts them together (and
 # `_stack_states_of` lists an old searcher's states).
-LAYERS: tuple[type[Searcher], ...] = (MemoryLearning, FeasibilityGate, Repeats, OptunaAskTell)
+LAYERS: tuple[type[Searcher], ...] = (
+    InOrder,
+    MemoryLearning,
+    FeasibilityGate,
+    Repeats,
+    OptunaAskTell,
+)
 
 
 def build_searcher(
@@ -270,9 +349,12 @@ def build_searcher(
     repeats: int = 1,
     memory: MemoryModel | None = None,
     min_accuracy: float | None = None,
-) -> MemoryLearning:
+    lag: int | None = None,
+    trials: int = 0,
+) -> InOrder:
     """The stack (see the module docstring). `storage`: an Optuna RDB URL, so the study
-    outlives the process (resume, review). `min_accuracy`: see `OptunaAskTell`."""
+    outlives the process (resume, review). `min_accuracy`: see `OptunaAskTell`. `lag` and
+    `trials` (the suggestions Tune will ask for): see `InOrder`."""
     fixed = dict(fixed_config or {})
     optuna_search = OptunaAskTell(
         space, objectives, sampler, grid=grid, storage=storage, study_name=study_name,
@@ -283,7 +365,8 @@ def build_searcher(
         sampler, OomForecast(memory), fixed, optuna_search.distributions
     )
     base_seed = TrainSettings.from_config(fixed).seed
-    return MemoryLearning(FeasibilityGate(Repeats(optuna_search, repeats, base_seed), fixed), fixed)
+    gated = FeasibilityGate(Repeats(optuna_search, repeats, base_seed), fixed)
+    return InOrder(MemoryLearning(gated, fixed), lag, trials)
 
 
 def optuna_searcher(searcher: Searcher) -> OptunaAskTell:
@@ -359,7 +442,7 @@ class FeasibilityAwareOptunaSearch(Delegating):
         self.stack.restore(checkpoint_path)
 
 
-def _stack_from(old: dict[str, Any]) -> MemoryLearning:
+def _stack_from(old: dict[str, Any]) -> InOrder:
     """The stack with the layers an old searcher's attributes describe."""
     layers = [kind.__new__(kind) for kind in LAYERS]
     for layer, below in itertools.pairwise(layers):
@@ -374,7 +457,8 @@ def _stack_states_of(old: dict[str, Any]) -> list[dict[str, Any]]:
     """The states of the stack's layers, from the top, out of an old searcher's
     attributes. A forecast saved before `OomForecast` (failures and memory model as two
     attributes) is put together, and kept with the study's sampler; repeats that were
-    waiting go on as repeats, each told to Optuna as its own trial as before."""
+    waiting go on as repeats, each told to Optuna as its own trial as before; trials are
+    told as they end, as then (`InOrder` without a lag)."""
     forecast = old.get("_forecast")
     if forecast is None:
         forecast = OomForecast(old.get("_memory"))
@@ -404,4 +488,5 @@ def _stack_states_of(old: dict[str, Any]) -> list[dict[str, Any]]:
         "_next": [],
         "_live": {trial_id: trial for trial_id, (trial, _) in live.items()},
     }
-    return [learning, gate, repeats, asktell]
+    in_order = {"lag": None, "trials": 0, "_asked": [], "_told": 0, "_results": {}, "_ended": {}}
+    return [in_order, learning, gate, repeats, asktell]

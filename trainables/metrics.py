@@ -275,8 +275,11 @@ NOISE_FLOOR = "noise floor"  # an ablation that changes only the seed
 # the settings an ablation trial's speed is timed against (the trainable's speed_baseline),
 # as JSON text: Tune's generator cannot take a dict that differs from point to point
 TIMED_AGAINST_NOTE = "speed_baseline_json"
+# the trial's place among the search's suggestions (0, 1, ...): with `search.lag` it was
+# suggested, and is judged at its rungs, knowing the trials at least that many places before
+ASKED = "asked"
 SEARCH_NOTES = frozenset(
-    {PREDICTED_FROM, REPEAT_OF, PREDICTED_PEAK, ABLATION_OF, ABLATION, TIMED_AGAINST_NOTE}
+    {PREDICTED_FROM, REPEAT_OF, PREDICTED_PEAK, ABLATION_OF, ABLATION, TIMED_AGAINST_NOTE, ASKED}
 )
 
 

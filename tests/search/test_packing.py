@@ -16,7 +16,7 @@ from search.config import ConfigError, SearchConfig
 from search.devices import check_packing
 from search.feasibility import MemoryModel
 from search.packing import LIVE_MODELS, MEMORY_MARGIN, SHARE_STEP, PackedResources, share_of_card
-from search.searcher import MemoryLearning, build_searcher
+from search.searcher import InOrder, build_searcher
 from search.space import SpaceParam
 from tests.conftest import REPO
 from tests.processes import cli_env, ray_temp_dir
@@ -151,7 +151,7 @@ def test_the_searcher_teaches_the_model_the_card_and_the_context_from_first_epoc
         space, {"val_acc": "max"}, build_sampler("random", 2, 0), fixed_config=RESNET,
         grid=[{"batch_size": 16}, {"batch_size": 64}], memory=memory,
     )  # fmt: skip
-    assert isinstance(searcher, MemoryLearning)
+    assert isinstance(searcher, InOrder)
     for trial_id in ("a", "b"):
         batch = searcher.suggest(trial_id)["batch_size"]
         searcher.on_trial_result(trial_id, {

@@ -368,7 +368,8 @@ def test_the_sampler_judges_by_what_the_searcher_learns_also_after_a_restore(tmp
 def saved_before_the_stack(searcher, forecast_as_two: bool = False) -> dict:
     """The state a search saved before the stack: the one searcher's attributes, as it
     named them (and, before `OomForecast`, its failures and memory model as two)."""
-    memory, gate = searcher, searcher.searcher
+    memory = searcher.searcher  # under the stack's top, `InOrder`, which came after
+    gate = memory.searcher
     repeats, asktell = gate.searcher, gate.searcher.searcher
     settings = memory._live
     old = {
