@@ -138,9 +138,9 @@ class SearchSection(BaseModel):
     ablation: AblationSection | None = AblationSection()
     # trial k is suggested, and judged at its rungs, knowing the trials `lag` or more
     # places before it, all ended (it waits for them): the order trials end in, set by the
-    # machine's timing, does not change the search's path. auto: max_concurrent_trials + 1
-    # (the default search's tuning loop 0.4% longer: docs/RESULTS.md, section 63), 1 for
-    # one trial at a time (which knows every trial before it anyway), none where
+    # machine's timing, does not change the search's path. auto: twice
+    # max_concurrent_trials (4 for two at a time: docs/RESULTS.md, section 63), 1 for one
+    # trial at a time (which knows every trial before it anyway), none where
     # max_concurrent_trials is not set; null: whatever has ended
     lag: Annotated[int, Field(gt=0, strict=True)] | Literal["auto"] | None = "auto"
 
@@ -150,11 +150,12 @@ class SearchSection(BaseModel):
         if self.lag != "auto":
             return self.lag
         capped = self.max_concurrent_trials
-        # with one slot trials end in the order they start: waiting for the last costs
-        # nothing; with two, waiting for the one before the last lengthened the tuning loop
-        # by 11% (the median of 26 searches' trial times replayed), for the one before that
-        # 0.4% (docs/RESULTS.md, section 63)
-        return None if capped is None else 1 if capped == 1 else capped + 1
+        # With one slot trials end in the order they start: a lag of 1 never waits. With
+        # two, replayed on 26 default searches' trial times, a lag of 2 lengthened the
+        # tuning loop by 11% (the median), 3 made 21 of them wait at least once, 4 one:
+        # a slot that waits loses its process (Tune keeps one idle process at most), and a
+        # new one takes seconds to start (docs/RESULTS.md, section 63)
+        return None if capped is None else 1 if capped == 1 else 2 * capped
 
     @field_validator("objectives")
     @classmethod

@@ -268,10 +268,9 @@ class InOrder(Wrapper):
     before it or more, all of which have ended). `lag` None: everything passes at once, as
     it arrives. Once all `trials` were suggested and have ended, the held ones are told.
 
-    With two trials at a time, a lag of 3 let two runs of one search ask the same configs
-    until told speeds parted them; replayed on 26 default searches' trial times, waiting
-    for it lengthened the tuning loop by 0.4% (the median; at most 4.5%) and a lag of 2 by
-    11% (docs/RESULTS.md, section 63)."""
+    A suggestion that waits leaves a slot idle, and its process may go (Tune keeps one
+    idle process at most): `search.lag: auto` keeps waits rare (docs/RESULTS.md, section
+    63)."""
 
     def __init__(self, searcher: Searcher, lag: int | None, trials: int) -> None:
         super().__init__(searcher)

@@ -286,6 +286,19 @@ def test_a_replay_takes_the_results_in_the_order_they_were_reported_not_as_liste
     assert list(scheduler.seen[2]) == ["slow", "a", "b"]
 
 
+def test_a_replay_with_a_lag_judges_each_trial_by_the_places_its_search_noted():
+    """The slow trial was suggested third (place 2): with a lag of 2 its only peer is the
+    trial at place 0, b, and a at place 1 does not count however early it reported; b alone
+    is too few peers for min_peers 3, so it goes on, where unplaced it is stopped."""
+    epochs = two_fast_trials_and_a_slow_one()
+    last = {"a": 3, "b": 3, "slow": 3}
+    lagged = ParetoEarlyStopping(OBJECTIVES, rungs=[2], keep=0.5, min_peers=3, lag=2)
+    assert replay(lagged, epochs, last, asked={"b": 0, "a": 1, "slow": 2}) == {}
+    assert set(lagged.peers_at(2, "slow")) == {"b"}
+    unlagged = ParetoEarlyStopping(OBJECTIVES, rungs=[2], keep=0.5, min_peers=3)
+    assert replay(unlagged, epochs, last, asked={"b": 0, "a": 1, "slow": 2}) == {"slow": 2}
+
+
 def test_within_one_second_a_replay_orders_results_by_when_their_trials_started():
     # "slow" started at 0.0 s and reached the rung at 10.1 s; "fast" started at 3.0 s and
     # reached it at 10.8 s: both in second 10, "slow" first, with no peer to stop it. Its

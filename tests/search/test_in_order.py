@@ -172,11 +172,12 @@ def test_at_a_rung_a_trial_is_judged_only_against_the_trials_lag_or_more_places_
     assert set(unplaced.peers_at(1, "p2")) == {"p0", "p1"}
 
 
-@pytest.mark.parametrize(("lag", "capped", "effective"), [("auto", 2, 3), ("auto", 1, 1),
-                         ("auto", None, None), (None, 2, None), (5, 2, 5)])  # fmt: skip
-def test_the_lag_auto_is_one_more_than_the_trials_at_once_or_1_for_one_at_once(
-    lag, capped, effective
-):
+@pytest.mark.parametrize(
+    ("lag", "capped", "effective"),
+    [("auto", 2, 4), ("auto", 4, 8), ("auto", 1, 1), ("auto", None, None), (None, 2, None),
+     (5, 2, 5)],
+)  # fmt: skip
+def test_the_lag_auto_is_twice_the_trials_at_once_or_1_for_one_at_once(lag, capped, effective):
     section = SearchSection(lag=lag, max_concurrent_trials=capped)
     assert section.effective_lag == effective
 
