@@ -17,7 +17,12 @@ running), once with the speeds as measured and `--repeats` times with each speed
 log-normal factor of `--sigma` (0.02: about the spread of one config's speed between runs,
 section 39): the share of asks whose suggestion moves. A fresh sampler stands in for the
 run's, which had drawn for every ask before: this measures how much the told speeds sway
-a sampler given what the run's knew, not what the run's would have asked.
+a sampler given what the run's knew, not what the run's would have asked. Last, for each
+folder, how busy its trials kept the search's slots (`search.max_concurrent_trials`): the
+trials' seconds over the slots times the span from the first trial's start to the last
+one's end, and in how many processes the trials ran (Tune reuses a finished trial's process
+for the next: a new one means a process was lost, and the seconds its start took; with
+`search.lag` a slot that waits can lose its process, docs/RESULTS.md section 64).
 
     python bench/search_paths.py [--config configs/cats_dogs.yaml] [--sigma 0.02]
         [--repeats 20] [key.path=value ...] --from RUN1/ray_results/NAME [RUN2/... ...]
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -198,6 +204,23 @@ def speed_sway(
     return moved, asked
 
 
+def slot_use(folder: Path) -> tuple[float, float, int]:
+    """(the trials' seconds, the span from the first trial's start to the last one's end,
+    the processes they ran in) of a results folder's trials, from their `result.json`; a
+    trial starts where its first report less that report's seconds puts it."""
+    seconds, starts, ends, processes = 0.0, [], [], set()
+    for results in folder.glob("trial_*/result.json"):
+        reports = [json.loads(line) for line in results.read_text().splitlines() if line]
+        if not reports:
+            continue
+        seconds += reports[-1]["time_total_s"]
+        starts.append(reports[0]["timestamp"] - reports[0]["time_this_iter_s"])
+        ends.append(reports[-1]["timestamp"])
+        processes.update(report["pid"] for report in reports)
+    span = max(ends) - min(starts) if starts else math.nan
+    return seconds, span, len(processes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -244,6 +267,13 @@ def main() -> None:
             common = {config_key(t) for t in first} & {config_key(t) for t in second}
             print(f"runs {a} and {b}: {len(common)} configs in common "
                   f"(of {len(first)} and {len(second)})")  # fmt: skip
+
+    slots = search.max_concurrent_trials
+    for index, folder in enumerate(args.folders, 1):
+        seconds, span, processes = slot_use(folder)
+        busy = f"{seconds / (slots * span):.2f} of" if slots else "(uncapped slots)"
+        print(f"run {index}: its trials busy {busy} {slots or ''} slots' span ({seconds:.1f} "
+              f"trial-seconds over {span:.1f} s), in {processes} processes")  # fmt: skip
 
     if "throughput" not in names or search.sampler != "tpe":
         print("the speeds' sway is measured for TPE with throughput among its objectives: "

@@ -138,24 +138,11 @@ class SearchSection(BaseModel):
     ablation: AblationSection | None = AblationSection()
     # trial k is suggested, and judged at its rungs, knowing the trials `lag` or more
     # places before it, all ended (it waits for them): the order trials end in, set by the
-    # machine's timing, does not change the search's path. auto: twice
-    # max_concurrent_trials (4 for two at a time: docs/RESULTS.md, section 63), 1 for one
-    # trial at a time (which knows every trial before it anyway), none where
-    # max_concurrent_trials is not set; null: whatever has ended
-    lag: Annotated[int, Field(gt=0, strict=True)] | Literal["auto"] | None = "auto"
-
-    @property
-    def effective_lag(self) -> int | None:
-        """The lag `search.searcher.InOrder` and the rungs keep (`lag`, `auto` resolved)."""
-        if self.lag != "auto":
-            return self.lag
-        capped = self.max_concurrent_trials
-        # With one slot trials end in the order they start: a lag of 1 never waits. With
-        # two, replayed on 26 default searches' trial times, a lag of 2 lengthened the
-        # tuning loop by 11% (the median), 3 made 21 of them wait at least once, 4 one:
-        # a slot that waits loses its process (Tune keeps one idle process at most), and a
-        # new one takes seconds to start (docs/RESULTS.md, section 63)
-        return None if capped is None else 1 if capped == 1 else 2 * capped
+    # machine's timing, does not change the search's path (three runs of the main search
+    # at 3 asked the same 24 configs). A slot that waits can lose its Tune process, which
+    # then takes seconds to replace: null, the default, suggests and judges with whatever
+    # has ended (docs/RESULTS.md, section 64)
+    lag: int | None = Field(None, gt=0, **_STRICT_INT)
 
     @field_validator("objectives")
     @classmethod
@@ -702,7 +689,7 @@ def _search_problems(config: SearchConfig) -> list[Problem]:
         problems.append(
             Problem("space.seed", "cannot be sampled while search.repeats sets the seeds")
         )
-    capped, lag = search.max_concurrent_trials, search.effective_lag
+    capped, lag = search.max_concurrent_trials, search.lag
     if lag is not None and capped is not None and lag < capped:
         problems.append(Problem(
             "search.lag",

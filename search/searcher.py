@@ -268,9 +268,10 @@ class InOrder(Wrapper):
     before it or more, all of which have ended). `lag` None: everything passes at once, as
     it arrives. Once all `trials` were suggested and have ended, the held ones are told.
 
-    A suggestion that waits leaves a slot idle, and its process may go (Tune keeps one
-    idle process at most): `search.lag: auto` keeps waits rare (docs/RESULTS.md, section
-    63)."""
+    A suggestion that waits leaves a slot idle, and where two slots free while it waits
+    one loses its process (Tune keeps one idle process at most), whose replacement took
+    seconds to start, a search's slots busy 0.67-0.80 of its span against 0.86-0.92
+    without a lag: `search.lag` is off by default (docs/RESULTS.md, section 64)."""
 
     def __init__(self, searcher: Searcher, lag: int | None, trials: int) -> None:
         super().__init__(searcher)

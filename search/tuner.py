@@ -127,7 +127,7 @@ def build_tuner(
             repeats=search.repeats,
             memory=memory_model(config, data.num_classes, run_name),
             min_accuracy=min_accuracy_for(data.num_classes),  # the report's front's too
-            lag=search.effective_lag,
+            lag=search.lag,
             trials=search.num_samples,
         )
     scheduler = None
@@ -142,7 +142,7 @@ def build_tuner(
             ahead_on=search.early_stopping.effective_ahead_on(config.objectives),
             slow_start_rungs=search.early_stopping.slow_start_rungs,
             at_chance_after=search.early_stopping.at_chance_after,
-            lag=search.effective_lag if searcher is not None else None,
+            lag=search.lag if searcher is not None else None,
         )
         callbacks = [EarlyStoppedStatus(scheduler), *callbacks]  # first: it marks the result
     return tune.Tuner(

@@ -139,3 +139,20 @@ def test_a_point_enqueued_whole_was_not_the_samplers_choice():
     )  # fmt: skip
     assert not paths.sampled(enqueued)
     assert paths.sampled(trial(0, 0.3, 1.0, 0.8))
+
+
+def test_a_runs_slot_use_is_its_trials_seconds_over_their_span_and_its_processes(tmp_path):
+    """Two trials in one process one after the other, a third beside them in another: 9
+    trial-seconds from second 100 to 106."""
+    import json
+
+    reports = {"a": [(101.0, 1.0, 7), (102.0, 2.0, 7)], "b": [(104.0, 2.0, 7), (106.0, 4.0, 7)],
+               "c": [(103.0, 3.0, 8)]}  # (timestamp, time_total_s, pid)  # fmt: skip
+    for name, rows in reports.items():
+        folder = tmp_path / f"trial_{name}"
+        folder.mkdir()
+        lines = [{"timestamp": stamp, "time_total_s": total, "pid": pid,
+                  "time_this_iter_s": total - (rows[i - 1][1] if i else 0.0)}
+                 for i, (stamp, total, pid) in enumerate(rows)]  # fmt: skip
+        (folder / "result.json").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert paths.slot_use(tmp_path) == (9.0, 6.0, 2)

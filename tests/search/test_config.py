@@ -193,6 +193,14 @@ def test_repeats_must_divide_the_samples_and_leave_the_seed_to_the_search(tmp_pa
     assert "search.repeats sets the seeds" in problems["space.seed"]
 
 
+def test_a_lag_below_the_trials_at_once_is_refused_for_it_would_leave_slots_idle(tmp_path):
+    path = write(tmp_path, "name: x\nsearch: {max_concurrent_trials: 4, lag: 2}\n")
+    assert problems_of(path)["search.lag"] == (
+        "must be at least search.max_concurrent_trials (4): a trial waits for those 2 or more "
+        "places before it, so at most 2 would run at once, got 2"
+    )
+
+
 def test_a_negative_data_seed_is_a_config_error_not_a_numpy_traceback(tmp_path):
     path = write(tmp_path, "name: seeded\n")
     assert problems_of(path, ["data.seed=-1"])["data.seed"].startswith("must be >= 0, got -1")

@@ -172,14 +172,11 @@ def test_at_a_rung_a_trial_is_judged_only_against_the_trials_lag_or_more_places_
     assert set(unplaced.peers_at(1, "p2")) == {"p0", "p1"}
 
 
-@pytest.mark.parametrize(
-    ("lag", "capped", "effective"),
-    [("auto", 2, 4), ("auto", 4, 8), ("auto", 1, 1), ("auto", None, None), (None, 2, None),
-     (5, 2, 5)],
-)  # fmt: skip
-def test_the_lag_auto_is_twice_the_trials_at_once_or_1_for_one_at_once(lag, capped, effective):
-    section = SearchSection(lag=lag, max_concurrent_trials=capped)
-    assert section.effective_lag == effective
+def test_no_lag_is_the_default_and_one_below_the_trials_at_once_is_refused():
+    assert SearchSection().lag is None
+    assert SearchSection(lag=2, max_concurrent_trials=2).lag == 2
+    with pytest.raises(ValueError, match="greater than 0"):
+        SearchSection(lag=0)
 
 
 def test_the_searchers_stack_has_the_order_on_top_so_it_holds_what_every_layer_hears():
