@@ -574,7 +574,7 @@ class EarlyStoppedStatus(tune.Callback):
     # records travel here, so a resumed search compares trials with the same peers.
     def get_state(self) -> dict[str, Any]:
         return {"seen": self.scheduler.seen, "stopped": self.scheduler.stopped,
-                "asked": self.scheduler.asked}  # fmt: skip
+                "asked": dict(self.scheduler.asked)}  # fmt: skip (a plain dict pickles)
 
     def set_state(self, state: dict[str, Any]) -> None:
         # a search saved before the min accuracy kept plain tuples of objectives

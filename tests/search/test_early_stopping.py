@@ -212,6 +212,21 @@ def test_a_scheduler_pickled_before_the_min_accuracy_unpickles_to_the_rule_it_be
     assert restored.on_trial_result(None, fake_trial("b"), at_chance) == TrialScheduler.CONTINUE
 
 
+def test_a_scheduler_pickled_before_places_were_kept_saves_and_resumes_without_them():
+    import pickle
+
+    scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2)
+    for attribute in ("asked", "lag"):
+        del scheduler.__dict__[attribute]  # as one saved before they existed
+    restored = pickle.loads(pickle.dumps(scheduler))
+    restored.on_trial_result(None, fake_trial("a"), result(2, 900, 0.9))
+    state = pickle.loads(pickle.dumps(EarlyStoppedStatus(restored).get_state()))
+    assert state["asked"] == {} and list(state["seen"][2]) == ["a"]
+    resumed = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_peers=2)
+    EarlyStoppedStatus(resumed).set_state({"seen": state["seen"], "stopped": {}})
+    assert resumed.asked == {}  # a state saved before places: none known
+
+
 def test_a_nan_accuracy_is_below_the_line_as_the_report_counts_it():
     scheduler = ParetoEarlyStopping(OBJECTIVES, rungs=[2], min_accuracy=0.55)
     assert not scheduler.above_min_accuracy({"best_val_acc": float("nan")})
