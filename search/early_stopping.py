@@ -573,8 +573,11 @@ class EarlyStoppedStatus(tune.Callback):
     # Tune saves callbacks' state with the experiment, not the scheduler's: the rungs'
     # records travel here, so a resumed search compares trials with the same peers.
     def get_state(self) -> dict[str, Any]:
-        return {"seen": self.scheduler.seen, "stopped": self.scheduler.stopped,
-                "asked": dict(self.scheduler.asked)}  # fmt: skip (a plain dict pickles)
+        return {
+            "seen": self.scheduler.seen,
+            "stopped": self.scheduler.stopped,
+            "asked": dict(self.scheduler.asked),
+        }  # fmt: skip (a plain dict pickles)
 
     def set_state(self, state: dict[str, Any]) -> None:
         # a search saved before the min accuracy kept plain tuples of objectives
