@@ -262,8 +262,8 @@ class InOrder(Wrapper):
     running: the order trials end in (the machine's timing) no longer changes what is
     suggested next. A suggestion waits (None: Tune asks again) until every trial `lag` or
     more places before it has ended; the results of those after are held until then
-    (intermediate ones too: what the memory model learns, and when, is as ordered). Each
-    suggestion carries its place (`asked`), which the rungs judge it by
+    (intermediate ones too: what the memory model learns, and when, is as ordered). With a
+    lag each suggestion carries its place (`asked`), which the rungs judge it by
     (`search.early_stopping.ParetoEarlyStopping`: its peers are the trials `lag` places
     before it or more, all of which have ended). `lag` None: everything passes at once, as
     it arrives. Once all `trials` were suggested and have ended, the held ones are told.
@@ -291,7 +291,8 @@ class InOrder(Wrapper):
         suggestion = self.searcher.suggest(trial_id)
         if suggestion is not None:
             self._asked.append(trial_id)
-            suggestion[ASKED] = place
+            if self.lag is not None:  # without one no rule reads it: the config as before
+                suggestion[ASKED] = place
         return suggestion
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:

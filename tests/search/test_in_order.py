@@ -68,11 +68,11 @@ def test_once_every_trial_was_suggested_and_ended_the_held_ones_are_told_in_orde
     assert below.calls == [("complete", "a"), ("complete", "b"), ("complete", "c")]
 
 
-def test_without_a_lag_everything_passes_at_once_as_it_arrives():
+def test_without_a_lag_everything_passes_at_once_as_it_arrives_and_no_place_is_noted():
     below = Recording()
     in_order = InOrder(below, lag=None, trials=3)
     for trial_id in "abc":
-        assert in_order.suggest(trial_id) is not None
+        assert ASKED not in in_order.suggest(trial_id)  # the config as without the layer
     in_order.on_trial_complete("c", {})
     in_order.on_trial_result("a", {})
     assert below.calls == [("complete", "c"), ("result", "a")]
