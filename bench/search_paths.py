@@ -41,6 +41,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from analysis.load import trial_seconds, trial_spans
 from search.config import load_config
 from search.optuna_search import build_sampler, startup_trials
 from search.tuner import OPTUNA_STORAGE
@@ -206,19 +207,14 @@ def speed_sway(
 
 def slot_use(folder: Path) -> tuple[float, float, int]:
     """(the trials' seconds, the span from the first trial's start to the last one's end,
-    the processes they ran in) of a results folder's trials, from their `result.json`; a
-    trial starts where its first report less that report's seconds puts it."""
-    seconds, starts, ends, processes = 0.0, [], [], set()
-    for results in folder.glob("trial_*/result.json"):
-        reports = [json.loads(line) for line in results.read_text().splitlines() if line]
-        if not reports:
-            continue
-        seconds += reports[-1]["time_total_s"]
-        starts.append(reports[0]["timestamp"] - reports[0]["time_this_iter_s"])
-        ends.append(reports[-1]["timestamp"])
-        processes.update(report["pid"] for report in reports)
-    span = max(ends) - min(starts) if starts else math.nan
-    return seconds, span, len(processes)
+    the processes they ran in) of a results folder's trials: `analysis.load`'s seconds and
+    spans, and the processes their reports name (`pid`: a restarted trial's new one too)."""
+    spans = trial_spans(folder).values()
+    span = max(end for _, end in spans) - min(start for start, _ in spans) if spans else math.nan
+    processes = {json.loads(line)["pid"]
+                 for results in folder.glob("trial_*/result.json")
+                 for line in results.read_text().splitlines() if line.strip()}  # fmt: skip
+    return sum(trial_seconds(folder).values()), span, len(processes)
 
 
 def main() -> None:

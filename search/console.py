@@ -47,7 +47,7 @@ def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
         [
             f"{'Resuming' if resume else 'Search'} {experiment_dir.name}: "
             f"{config.search.num_samples} trials, {resources} each, "
-            f"{config.search.sampler} sampler{in_order(config)}",
+            f"{config.search.sampler} sampler{lag_plan(config)}",
             f"  sampling:   {sampled}",
             *(f"  left out:   {key}: {why}" for key, why in config.left_out.items()),
             f"  objectives: {objectives}",
@@ -60,7 +60,7 @@ def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
     )
 
 
-def in_order(config: SearchConfig) -> str:
+def lag_plan(config: SearchConfig) -> str:
     """What the plan's first line says of `search.lag`, where the search samples."""
     lag = config.search.lag
     if lag is None or not config.space:

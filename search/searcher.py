@@ -270,7 +270,7 @@ class InOrder(Wrapper):
 
     A suggestion that waits leaves a slot idle, and where two slots free while it waits
     one loses its process (Tune keeps one idle process at most), whose replacement took
-    seconds to start, a search's slots busy 0.67-0.80 of its span against 0.86-0.92
+    seconds to start, a search's slots busy 0.68-0.81 of its span against 0.86-0.93
     without a lag: `search.lag` is off by default (docs/RESULTS.md, section 64)."""
 
     def __init__(self, searcher: Searcher, lag: int | None, trials: int) -> None:

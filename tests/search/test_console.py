@@ -3,7 +3,7 @@
 import pandas as pd
 
 from search.config import load_config
-from search.console import LEGEND_WIDTH, stopping_plan, summary_table
+from search.console import LEGEND_WIDTH, lag_plan, stopping_plan, summary_table
 from tests.conftest import CONFIGS
 
 
@@ -48,6 +48,14 @@ def test_the_ranked_table_says_which_trials_share_a_speed():
     text = " ".join(summary_table(frame, ["lr"], ["throughput"]).split())
     assert "throughput: 2 of 3 trials share a speed with others of the same work per image" in text
     assert "throughput:" not in " ".join(summary_table(trials_of(["lr"]), ["lr"], []).split())
+
+
+def test_the_plan_says_a_lag_where_one_is_set_and_nothing_without():
+    main = CONFIGS / "cats_dogs.yaml"
+    assert lag_plan(load_config(main)) == ""
+    assert lag_plan(load_config(main, ["search.lag=3"])) == (
+        ", each trial suggested knowing the trials 3 or more before it (search.lag)"
+    )
 
 
 def test_the_plan_says_how_early_stopping_decides_before_the_search_starts():
