@@ -72,9 +72,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 from ray import tune
-from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.schedulers import TrialScheduler
 
 from analysis.pareto import dominators, minimised
+from search.held_ends import HoldsEnds
 from trainables.metrics import (
     ASKED,
     STATUS_OK,
@@ -143,7 +144,7 @@ def side_errors(record: RungRecord) -> list[tuple[float, float]]:
     return [(error, error) for error in record.errors or (0.0,) * len(record.values)]
 
 
-class ParetoEarlyStopping(FIFOScheduler):
+class ParetoEarlyStopping(HoldsEnds):
     """Stops trials that trail at `rungs` (epochs); see the module docstring.
 
     `stopped` maps each stopped trial to why; `EarlyStoppedStatus` writes it into the
@@ -211,11 +212,17 @@ class ParetoEarlyStopping(FIFOScheduler):
         self.seen: dict[int, dict[str, RungRecord]] = {}  # rung -> trial -> its standing
         self.asked = {}  # trial id -> its place among the suggestions
 
-    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+    def decide(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
         last_epoch = trial.config.get("epochs", DEFAULT_EPOCHS)
         warmup = int(trial.config.get("warmup_epochs", 0) or 0)
         stop = self.verdict(trial.trial_id, result, last_epoch, warmup, trial.config.get(ASKED))
         return TrialScheduler.STOP if stop else TrialScheduler.CONTINUE
+
+    def ended_result(self, trial_id: str, result: dict[str, Any], decision: str) -> dict[str, Any]:
+        """A stopped trial's last result as it ends: marked as `EarlyStoppedStatus` marks it."""
+        if decision != TrialScheduler.STOP:
+            return result
+        return {**result, **stopped_early(self.stopped[trial_id])}
 
     def peers_at(self, rung: int, trial_id: str) -> dict[str, RungRecord]:
         """The trials a trial is judged against at `rung`: those that reached it, but
@@ -567,8 +574,9 @@ class EarlyStoppedStatus(tune.Callback):
         self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any
     ) -> None:
         detail = self.scheduler.stopped.get(trial.trial_id)
-        if detail is not None and result.get("done"):
-            result.update(status=STATUS_STOPPED_EARLY, status_detail=detail)
+        held = trial.trial_id in self.scheduler.held  # its last result, not yet `done`
+        if detail is not None and (result.get("done") or held):
+            result.update(stopped_early(detail))
 
     # Tune saves callbacks' state with the experiment, not the scheduler's: the rungs'
     # records travel here, so a resumed search compares trials with the same peers.
@@ -587,6 +595,11 @@ class EarlyStoppedStatus(tune.Callback):
         }
         self.scheduler.stopped = state["stopped"]
         self.scheduler.asked = dict(state.get("asked", {}))  # none before places were kept
+
+
+def stopped_early(detail: str) -> dict[str, str]:
+    """What marks the last result of a trial the rule stopped."""
+    return {"status": STATUS_STOPPED_EARLY, "status_detail": detail}
 
 
 def _as_record(kept: Any) -> RungRecord:

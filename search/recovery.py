@@ -19,7 +19,7 @@ from ray import tune
 
 from search.cli import handler_put_back
 from trainables.data.errors import first_line
-from trainables.metrics import STATUS_OK
+from trainables.metrics import is_last_report
 from trainables.settings import DEFAULT_EPOCHS
 
 MEMORY_MONITOR_MESSAGE = "running low on memory"  # Ray's words when its monitor kills
@@ -106,5 +106,4 @@ def ended(result: tune.Result) -> bool:
     metrics = result.metrics or {}
     if result.error is not None or metrics.get("done"):
         return True
-    epochs = (result.config or {}).get("epochs", DEFAULT_EPOCHS)
-    return metrics.get("status", STATUS_OK) != STATUS_OK or metrics.get("epoch") == epochs
+    return is_last_report(metrics, (result.config or {}).get("epochs", DEFAULT_EPOCHS))

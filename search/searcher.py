@@ -268,10 +268,14 @@ class InOrder(Wrapper):
     before it or more, all of which have ended). `lag` None: everything passes at once, as
     it arrives. Once all `trials` were suggested and have ended, the held ones are told.
 
-    A suggestion that waits leaves a slot idle, and where two slots free while it waits
-    one loses its process (Tune keeps one idle process at most), whose replacement took
-    seconds to start, a search's slots busy 0.68-0.81 of its span against 0.86-0.93
-    without a lag: `search.lag` is off by default (docs/RESULTS.md, section 64)."""
+    A suggestion that waits leaves a slot idle, and where two slots freed while it waited
+    one lost its process (Tune keeps one idle process at most), whose replacement took
+    seconds to start (docs/RESULTS.md, section 64): the search's scheduler holds such a
+    trial at its last report instead (`search.held_ends.HoldsEnds`), and tells this layer
+    of its end then (`end_held`), so that the next suggestion can go to the process freed
+    first."""
+
+    _held: frozenset[str] = frozenset()  # a searcher saved before trials were held: none
 
     def __init__(self, searcher: Searcher, lag: int | None, trials: int) -> None:
         super().__init__(searcher)
@@ -296,6 +300,8 @@ class InOrder(Wrapper):
         return suggestion
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        if trial_id in self._held:
+            return  # the result it was held at: told as its end already
         if self._holds(trial_id):
             self._results.setdefault(trial_id, []).append(result)
         else:
@@ -304,6 +310,9 @@ class InOrder(Wrapper):
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
+        if trial_id in self._held:
+            self._held -= {trial_id}  # its end, told when it was held
+            return
         if not self._holds(trial_id):
             super().on_trial_complete(trial_id, result=result, error=error)
             return
@@ -311,6 +320,25 @@ class InOrder(Wrapper):
         waiting = self._asked[self._told :]
         if len(self._asked) >= self.trials and all(t in self._ended for t in waiting):
             self._tell_up_to(len(self._asked))  # the search's end: nothing left to wait for
+
+    def waits(self, ending: str | None = None) -> bool:
+        """Whether the next suggestion would wait for a running trial (one other than
+        `ending`, were that one to end now)."""
+        place = len(self._asked)
+        if self.lag is None or place >= self.trials:
+            return False
+        known = max(0, place - self.lag + 1)
+        return any(t != ending and t not in self._ended for t in self._asked[self._told : known])
+
+    def end_held(self, trial_id: str, result: dict[str, Any], stopped: bool) -> None:
+        """`trial_id` is held at its last report, `result` (`search.held_ends`): for the
+        order it ends now, told as Tune tells an end (a trial the scheduler stopped by its
+        last result alone, another by that result and then its end); what Tune tells of it
+        later (that result again, its end) is dropped."""
+        if not stopped:
+            self.on_trial_result(trial_id, result)
+        self.on_trial_complete(trial_id, result=result)
+        self._held |= {trial_id}
 
     def _holds(self, trial_id: str) -> bool:
         """Whether the trial's results wait for their turn (a trial of this search not yet

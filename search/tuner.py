@@ -11,6 +11,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from search.config import SearchConfig
 from search.early_stopping import EarlyStoppedStatus, ParetoEarlyStopping
 from search.feasibility import CpuMeterProbe, MemoryModel
+from search.held_ends import HoldsEnds
 from search.packing import PackedResources
 from search.progress import ProgressTable
 from search.searcher import build_sampler, build_searcher
@@ -130,7 +131,7 @@ def build_tuner(
             lag=search.lag,
             trials=search.num_samples,
         )
-    scheduler = None
+    scheduler: HoldsEnds | None = None
     if search.early_stopping is not None:
         scheduler = ParetoEarlyStopping(
             config.objectives,
@@ -145,6 +146,10 @@ def build_tuner(
             lag=search.lag if searcher is not None else None,
         )
         callbacks = [EarlyStoppedStatus(scheduler), *callbacks]  # first: it marks the result
+    elif searcher is not None and search.lag is not None:
+        scheduler = HoldsEnds()
+    if scheduler is not None and searcher is not None:
+        scheduler.keep_processes(searcher)  # with a lag: no slot idles while another frees
     return tune.Tuner(
         trainable(config, data, search_name=run_name),
         param_space=param_space(config),

@@ -251,6 +251,13 @@ STATUS_ORDER = (
     STATUS_OK,
 )
 
+
+def is_last_report(metrics: Mapping[str, Any], epochs: int) -> bool:
+    """Whether a trial reports nothing after `metrics`: pruned (its status says why) or at
+    its last epoch (a trial the early-stopping rule stops is stopped after its report)."""
+    return metrics.get("status", STATUS_OK) != STATUS_OK or metrics.get("epoch") == epochs
+
+
 DEFAULT_OBJECTIVES: dict[str, Direction] = {
     "throughput": "max",
     "best_val_acc": "max",
