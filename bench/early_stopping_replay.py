@@ -431,7 +431,7 @@ def replay_rule(
         compared, rule.rungs, rule.keep, rule.min_peers, min_accuracy,
         split_sizes=search.split_sizes if rule.on_evidence else None,
         ahead_on=rule.ahead_on_within(compared), slow_start_rungs=rule.slow_start_rungs,
-        at_chance_after=rule.at_chance_after, lag=config.search.lag,
+        at_chance_after=rule.at_chance_after, lag=config.search.effective_lag,
     )  # fmt: skip
     warmups = None if judge_warmup else search.warmup_epochs()
     stops = replay(scheduler, search.histories, search.last_epochs(), warmups, search.places())

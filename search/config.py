@@ -138,11 +138,29 @@ class SearchSection(BaseModel):
     ablation: AblationSection | None = AblationSection()
     # trial k is suggested, and judged at its rungs, knowing the trials `lag` or more
     # places before it, all ended (it waits for them): the order trials end in, set by the
-    # machine's timing, does not change the search's path (three runs of the main search
-    # at 3 asked the same 24 configs). A slot that waits can lose its Tune process, which
-    # then takes seconds to replace: null, the default, suggests and judges with whatever
-    # has ended (docs/RESULTS.md, section 64)
-    lag: int | None = Field(None, gt=0, **_STRICT_INT)
+    # machine's timing, does not change the search's path (runs of the main search at 3
+    # asked the same configs: docs/RESULTS.md, sections 64-65). auto: one more than
+    # max_concurrent_trials, where more trials than that run one after another; null (and
+    # auto one at a time, or without max_concurrent_trials): with whatever has ended
+    lag: int | Literal["auto"] | None = "auto"
+
+    @field_validator("lag", mode="before")
+    @classmethod
+    def _auto_or_places(cls, lag: Any) -> Any:
+        whole = isinstance(lag, int) and not isinstance(lag, bool)
+        if not (lag is None or lag == "auto" or (whole and lag > 0)):
+            raise ValueError(f"must be auto, null or a whole number > 0, got {lag!r}")
+        return lag
+
+    @property
+    def effective_lag(self) -> int | None:
+        """`lag` with `auto` resolved."""
+        if self.lag != "auto":
+            return self.lag
+        slots = self.max_concurrent_trials
+        if slots is None or slots == 1 or self.num_samples <= slots:
+            return None  # one at a time the order is exact; all at once nothing is known
+        return slots + 1
 
     @field_validator("objectives")
     @classmethod
@@ -689,7 +707,7 @@ def _search_problems(config: SearchConfig) -> list[Problem]:
         problems.append(
             Problem("space.seed", "cannot be sampled while search.repeats sets the seeds")
         )
-    capped, lag = search.max_concurrent_trials, search.lag
+    capped, lag = search.max_concurrent_trials, search.effective_lag
     if lag is not None and capped is not None and lag < capped:
         problems.append(Problem(
             "search.lag",

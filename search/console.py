@@ -62,7 +62,7 @@ def plan(config: SearchConfig, experiment_dir: Path, resume: bool) -> str:
 
 def lag_plan(config: SearchConfig) -> str:
     """What the plan's first line says of `search.lag`, where the search samples."""
-    lag = config.search.lag
+    lag = config.search.effective_lag
     if lag is None or not config.space:
         return ""
     return f", each trial suggested knowing the trials {lag} or more before it (search.lag)"

@@ -24,15 +24,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from trainables.metrics import is_last_report
 from trainables.settings import DEFAULT_EPOCHS
 
-if TYPE_CHECKING:  # the searcher's module imports the trainable's, which imports the rule's
-    from search.searcher import InOrder
+
+class Order(Protocol):
+    """What holding reads of the search's order: `search.searcher.InOrder` (not imported:
+    the searcher's module imports the trainable's, which imports the rule's)."""
+
+    lag: int | None
+
+    def waits(self, ending: str | None = None) -> bool: ...
+
+    def end_held(self, trial_id: str, result: dict[str, Any], stopped: bool) -> None: ...
 
 
 class HoldsEnds(FIFOScheduler):
@@ -40,10 +48,10 @@ class HoldsEnds(FIFOScheduler):
     `keep_processes` gave it the search's order; a subclass decides stops in `decide`."""
 
     # a scheduler pickled before ends were held (`Tuner.restore`) holds none
-    in_order: InOrder | None = None
+    in_order: Order | None = None
     held: Mapping[str, str] = MappingProxyType({})  # trial id -> the decision held back
 
-    def keep_processes(self, in_order: InOrder) -> None:
+    def keep_processes(self, in_order: Order) -> None:
         """Hold ends for `in_order`'s lag (none where it has no lag)."""
         self.in_order = in_order
 

@@ -128,7 +128,7 @@ def build_tuner(
             repeats=search.repeats,
             memory=memory_model(config, data.num_classes, run_name),
             min_accuracy=min_accuracy_for(data.num_classes),  # the report's front's too
-            lag=search.lag,
+            lag=search.effective_lag,
             trials=search.num_samples,
         )
     scheduler: HoldsEnds | None = None
@@ -143,10 +143,10 @@ def build_tuner(
             ahead_on=search.early_stopping.effective_ahead_on(config.objectives),
             slow_start_rungs=search.early_stopping.slow_start_rungs,
             at_chance_after=search.early_stopping.at_chance_after,
-            lag=search.lag if searcher is not None else None,
+            lag=search.effective_lag if searcher is not None else None,
         )
         callbacks = [EarlyStoppedStatus(scheduler), *callbacks]  # first: it marks the result
-    elif searcher is not None and search.lag is not None:
+    elif searcher is not None and search.effective_lag is not None:
         scheduler = HoldsEnds()
     if scheduler is not None and searcher is not None:
         scheduler.keep_processes(searcher)  # with a lag: no slot idles while another frees

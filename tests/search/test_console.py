@@ -50,12 +50,15 @@ def test_the_ranked_table_says_which_trials_share_a_speed():
     assert "throughput:" not in " ".join(summary_table(trials_of(["lr"]), ["lr"], []).split())
 
 
-def test_the_plan_says_a_lag_where_one_is_set_and_nothing_without():
+def test_the_plan_says_the_lag_the_search_runs_with_and_nothing_without():
     main = CONFIGS / "cats_dogs.yaml"
-    assert lag_plan(load_config(main)) == ""
-    assert lag_plan(load_config(main, ["search.lag=3"])) == (
+    assert lag_plan(load_config(main)) == (  # auto: two trials at once
         ", each trial suggested knowing the trials 3 or more before it (search.lag)"
     )
+    assert lag_plan(load_config(main, ["search.lag=4"])).startswith(
+        ", each trial suggested knowing the trials 4"
+    )
+    assert lag_plan(load_config(main, ["search.lag=null"])) == ""
 
 
 def test_the_plan_says_how_early_stopping_decides_before_the_search_starts():

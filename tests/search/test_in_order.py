@@ -174,10 +174,16 @@ def test_at_a_rung_a_trial_is_judged_only_against_the_trials_lag_or_more_places_
     assert set(unplaced.peers_at(1, "p2")) == {"p0", "p1"}
 
 
-def test_no_lag_is_the_default_and_one_below_the_trials_at_once_is_refused():
-    assert SearchSection().lag is None
-    assert SearchSection(lag=2, max_concurrent_trials=2).lag == 2
-    with pytest.raises(ValueError, match="greater than 0"):
+def test_by_default_the_lag_is_one_more_than_the_trials_at_once_where_trials_queue():
+    assert SearchSection(num_samples=24, max_concurrent_trials=2).effective_lag == 3
+    assert SearchSection(num_samples=24, max_concurrent_trials=2, lag=5).effective_lag == 5
+    assert SearchSection(num_samples=24, max_concurrent_trials=2, lag=None).effective_lag is None
+    # one at a time the order is exact already; all at once, nobody waits for anybody; and
+    # without a cap the trials at once are what the resources allow, unknown here
+    assert SearchSection(num_samples=24, max_concurrent_trials=1).effective_lag is None
+    assert SearchSection(num_samples=2, max_concurrent_trials=2).effective_lag is None
+    assert SearchSection(num_samples=24).effective_lag is None
+    with pytest.raises(ValueError, match="must be auto, null or a whole number > 0, got 0"):
         SearchSection(lag=0)
 
 
