@@ -21,8 +21,8 @@ a sampler given what the run's knew, not what the run's would have asked. Last, 
 folder, how busy its trials kept the search's slots (`search.max_concurrent_trials`): the
 trials' seconds over the slots times the span from the first trial's start to the last
 one's end, and in how many processes the trials ran (Tune reuses a finished trial's process
-for the next: a new one means a process was lost, and the seconds its start took; with
-`search.lag` a slot that waits can lose its process, docs/RESULTS.md section 64).
+for the next: a new one means a process was lost, and the seconds its start took; a
+lagged search without held ends lost one now and then, docs/RESULTS.md sections 64-65).
 
     python bench/search_paths.py [--config configs/cats_dogs.yaml] [--sigma 0.02]
         [--repeats 20] [key.path=value ...] --from RUN1/ray_results/NAME [RUN2/... ...]
