@@ -64,6 +64,8 @@ class HoldsEnds(FIFOScheduler):
         return result
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        if trial.trial_id in self.held:  # a result buffered after the one it is held at
+            return TrialScheduler.NOOP
         decision = self.decide(tune_controller, trial, result)
         in_order = self.in_order
         if in_order is None or in_order.lag is None:

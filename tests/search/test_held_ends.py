@@ -77,6 +77,7 @@ def test_a_trial_ending_while_the_next_suggestion_waits_for_another_is_held_and_
     last = {"epoch": 1, "status": "ok", "best_val_acc": 0.7}
     assert scheduler.on_trial_result(None, trial("b"), last) == TrialScheduler.NOOP
     assert scheduler.held == {"b": TrialScheduler.CONTINUE}
+    assert scheduler.on_trial_result(None, trial("b"), {**last, "epoch": 2}) == TrialScheduler.NOOP
     in_order.on_trial_result("b", last)  # what Tune tells after a NOOP: dropped
     assert below.calls == []  # b's end waits for a's, in order
     # a's end is what c waits for: not held
