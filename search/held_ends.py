@@ -7,8 +7,9 @@ one, its cache keeps a single process). A lagged suggestion waits for the trials
 more places before it (`search.searcher.InOrder`); while it waits a slot that freed sits
 idle, and when the trial it waited for ends too, that trial's process was stopped. Its
 replacement takes seconds to start (a fresh worker imports torch), and meanwhile trials of
-an epoch or two kept taking the one process left, so the search ran on one slot for tens
-of seconds (docs/RESULTS.md, section 65).
+an epoch or two kept taking the one process left (Tune hands a waiting trial the idle
+process and stops the one starting for it), so the search ran on one slot until a longer
+trial let the new process start (docs/RESULTS.md, sections 64-65).
 
 Holding: at the report after which a trial would end (the rule stops it, or it is pruned,
 or at its last epoch), where the next suggestion would still wait for another running
