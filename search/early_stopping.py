@@ -574,7 +574,9 @@ class EarlyStoppedStatus(tune.Callback):
         self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any
     ) -> None:
         detail = self.scheduler.stopped.get(trial.trial_id)
-        held = trial.trial_id in self.scheduler.held  # its last result, not yet `done`
+        # held at its stop: its last result, not yet `done` (a trial rerun after a restore,
+        # held at its last epoch, keeps its result)
+        held = self.scheduler.held.get(trial.trial_id) == TrialScheduler.STOP
         if detail is not None and (result.get("done") or held):
             result.update(stopped_early(detail))
 

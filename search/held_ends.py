@@ -51,6 +51,9 @@ class HoldsEnds(FIFOScheduler):
     # a scheduler pickled before ends were held (`Tuner.restore`) holds none
     in_order: Order | None = None
     held: Mapping[str, str] = MappingProxyType({})  # trial id -> the decision held back
+    # a held trial was stopped and its process is Tune's idle one until the next trial
+    # takes it: a trial that ends meanwhile is held too, or its process would be a second
+    released: bool = False
 
     def keep_processes(self, in_order: Order) -> None:
         """Hold ends for `in_order`'s lag (none where it has no lag)."""
@@ -74,7 +77,7 @@ class HoldsEnds(FIFOScheduler):
         stopped = decision == TrialScheduler.STOP
         epochs = trial.config.get("epochs", DEFAULT_EPOCHS)
         ends = stopped or is_last_report(result, epochs)
-        if not ends or not in_order.waits(ending=trial.trial_id):
+        if not ends or not (self.released or in_order.waits(ending=trial.trial_id)):
             return decision
         self.held = {**self.held, trial.trial_id: decision}
         in_order.end_held(trial.trial_id, self.ended_result(trial.trial_id, result, decision),
@@ -83,18 +86,22 @@ class HoldsEnds(FIFOScheduler):
 
     def choose_trial_to_run(self, tune_controller: Any) -> Any:
         chosen = super().choose_trial_to_run(tune_controller)
-        if chosen is None and self.held:  # no trial waits for a process
+        if chosen is not None:
+            self.released = False  # a trial waits for a process: the idle one is taken
+        elif self.held:  # no trial waits for a process
             self.release_one(tune_controller)
         return chosen
 
     def release_one(self, tune_controller: Any) -> None:
         """Stop the first held trial, where the next suggestion waits for no running trial
-        (before that its process would idle, and the one that frees next would be lost)."""
+        (before that its process would idle, and the one that frees next would be lost),
+        and none is saving (its last checkpoint: stopping it would drop the save)."""
         if self.in_order is not None and self.in_order.waits():
             return
         for trial in tune_controller.get_trials():
-            if trial.trial_id in self.held:
+            if trial.trial_id in self.held and not getattr(trial, "is_saving", False):
                 self.forget(trial)
+                self.released = True
                 tune_controller.stop_trial(trial)
                 return
 

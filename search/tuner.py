@@ -148,8 +148,11 @@ def build_tuner(
         callbacks = [EarlyStoppedStatus(scheduler), *callbacks]  # first: it marks the result
     elif searcher is not None and search.effective_lag is not None:
         scheduler = HoldsEnds()
-    if scheduler is not None and searcher is not None:
-        scheduler.keep_processes(searcher)  # with a lag: no slot idles while another frees
+    # With a lag no slot idles while another frees; packed by memory, trials ask for shares
+    # of their own, a held trial's share could be what the next trial waits for, and a
+    # freed process serves only a trial of its share anyway.
+    if scheduler is not None and searcher is not None and not config.resources.packs_by_memory:
+        scheduler.keep_processes(searcher)
     return tune.Tuner(
         trainable(config, data, search_name=run_name),
         param_space=param_space(config),

@@ -112,6 +112,43 @@ def test_a_held_trial_is_stopped_once_no_trial_waits_for_a_process_and_nothing_f
     assert controller.stopped == ["b"]
 
 
+def test_a_trial_ending_after_a_release_and_before_the_next_trial_starts_is_held_too():
+    # the released trial's process is Tune's one idle process until the next trial takes it:
+    # another ending then, though nothing waits, would have its process stopped
+    in_order, _ = started(lag=2, trials=6, ids="ab")
+    scheduler = HoldsEnds()
+    scheduler.keep_processes(in_order)
+    b = trial("b")
+    scheduler.on_trial_result(None, b, {"epoch": 1, "status": "ok"})  # held: c waits for a
+    in_order.on_trial_complete("a", {"epoch": 1, "status": "ok"})
+    in_order.suggest("c")
+    controller = Controller(trial("a"), b, trial("c"))
+    assert scheduler.choose_trial_to_run(controller) is None and controller.stopped == ["b"]
+    assert not in_order.waits(ending="c")  # nothing waits, yet c is held
+    assert scheduler.on_trial_result(None, trial("c"), {"epoch": 1}) == TrialScheduler.NOOP
+    d = trial("d")
+    d.status = "PENDING"  # the next trial, to take b's process
+    controller.trials.append(d)
+    assert scheduler.choose_trial_to_run(controller) is d
+    assert scheduler.on_trial_result(None, trial("e"), {"epoch": 1}) == TrialScheduler.CONTINUE
+
+
+def test_a_held_trial_saving_its_last_checkpoint_is_stopped_only_once_saved():
+    in_order, _ = started(lag=2, trials=5, ids="ab")
+    scheduler = HoldsEnds()
+    scheduler.keep_processes(in_order)
+    b = trial("b")
+    scheduler.on_trial_result(None, b, {"epoch": 1, "status": "ok"})
+    in_order.on_trial_complete("a", {"epoch": 1, "status": "ok"})
+    b.is_saving = True
+    controller = Controller(trial("a"), b)
+    scheduler.choose_trial_to_run(controller)
+    assert controller.stopped == []
+    b.is_saving = False
+    scheduler.choose_trial_to_run(controller)
+    assert controller.stopped == ["b"]
+
+
 def test_a_trial_that_goes_on_or_ends_while_nothing_waits_is_not_held():
     in_order, _ = started(lag=2, trials=5, ids="ab")
     scheduler = HoldsEnds()
@@ -142,6 +179,20 @@ def test_a_trial_the_rule_stops_while_held_ends_marked_as_stopped_early():
     ends = {trial_id: result for what, trial_id, result in below.calls if what == "complete"}
     assert ends["c"]["status"] == STATUS_STOPPED_EARLY  # as the searcher reads a stop
     assert ("result", "c") not in [(what, trial_id) for what, trial_id, _ in below.calls]
+
+
+def test_a_trial_held_at_its_last_epoch_keeps_its_result_though_the_rule_once_stopped_it():
+    # rerun after a restore (it was held, so Tune saved it running): its old stop's detail
+    # is back, but this time it ran to its end
+    in_order, _ = started(lag=2, trials=5, ids="ab")
+    rule = ParetoEarlyStopping({"best_val_acc": "max"}, rungs=[1], keep=0.5, min_peers=1)
+    rule.keep_processes(in_order)
+    rule.stopped = {"b": "stopped at epoch 1 (rung 1 of 1): ..."}
+    last = {"epoch": 2, "status": "ok", "best_val_acc": 0.8}
+    assert rule.on_trial_result(None, trial("b", 2), last) == TrialScheduler.NOOP
+    told = {**last}
+    EarlyStoppedStatus(rule).on_trial_result(0, [], trial("b", 2), told)
+    assert told["status"] == "ok"
 
 
 def sleeper(config: dict) -> None:
