@@ -427,6 +427,37 @@ def answer(effects: pd.DataFrame, not_run: Mapping[str, str] | None = None) -> l
     return lines
 
 
+def passed_over(
+    search: pd.DataFrame, ablations: pd.DataFrame, min_accuracy: float | None
+) -> list[str]:
+    """The answer's lines for the trials whose noise floor ran and which were not ablated
+    (`search.ablation.skip_seed_fragile`: a config that learned nothing on one of its seeds),
+    in the order their floors ran."""
+    if not len(ablations) or ABLATION_COLUMN not in ablations:
+        return []
+    floors = ablations[ablations[ABLATION_COLUMN] == NOISE_FLOOR]
+    if "trial_id" in floors:
+        floors = floors.sort_values("trial_id", key=_ran_order, kind="stable")
+    changed = set(ablations.loc[ablations[ABLATION_COLUMN] != NOISE_FLOOR, ABLATION_OF_COLUMN])
+    lines = []
+    for base in dict.fromkeys(floors[ABLATION_OF_COLUMN].astype(str)):
+        if base in changed:
+            continue
+        runs = base_runs(search, ablations, base)
+        failed = runs_at_chance(runs, min_accuracy)
+        lines.append(
+            f"Trial {base}, a front trial, was not ablated: its config learned nothing on "
+            f"{failed} of its {len(runs)} runs (best_val_acc {run_accuracies(runs)}), it "
+            "learns on some seeds only (search.ablation.skip_seed_fragile)."
+        )
+    return lines
+
+
+def _ran_order(trial_ids: pd.Series) -> pd.Series:
+    """Tune's trial ids sorted as they ran (`abc12_00003`: by the number after the `_`)."""
+    return trial_ids.astype(str).str.rpartition("_")[2].str.zfill(8)
+
+
 def seed_fragile(failed: int, runs: int) -> str:
     """The answer's warning where some of the base config's runs learned nothing: the config
     depends on its seed (docs/RESULTS.md, section 33), so a spread that holds a model at

@@ -32,6 +32,7 @@ from analysis.ablations import (
     effect_table,
     in_points,
     inert_settings,
+    passed_over,
     same_updates,
     split_ablations,
 )
@@ -109,6 +110,8 @@ class Report:
     # a row per ablation and metric (`analysis.ablations.ablation_effects`)
     ablation_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
     not_ablated: dict[str, str] = field(default_factory=dict)  # setting -> why not
+    # front trials whose floor ran and which were not ablated (`analysis.ablations.passed_over`)
+    passed_over: tuple[str, ...] = ()
     importances: pd.DataFrame = field(default_factory=pd.DataFrame)  # fANOVA per objective
     importance_basis: str = ""
     importance_inert: tuple[str, ...] = ()  # what each "-" of the importances stands for
@@ -127,9 +130,10 @@ class Report:
         """What each change did around each ablated trial, in sentences (none without
         ablations)."""
         if self.ablation_effects.empty:
-            return []
+            return list(self.passed_over)
         return [
             *at_a_glance(self.ablation_effects, self.objectives),
+            *self.passed_over,
             *answer(self.ablation_effects, self.not_ablated),
             *same_updates(self.ablations),
         ]
@@ -209,6 +213,7 @@ def build_report(
         files=(),
         ablations=ablations,
         ablation_effects=effects,
+        passed_over=tuple(passed_over(search, ablations, min_accuracy)),
         not_ablated={
             **{k: why for k, why in idle_settings(on_gpu).items() if k in varied},
             **{k: f"not sampled on this machine: {why}" for k, why in (left_out or {}).items()},

@@ -10,13 +10,17 @@ device (the cuDNN autotuner on a CPU) is not run: the report says so.
 
 The plan comes in rounds, so that a few trials still cover every setting once: the
 nearest other value of every setting, then the next ones; the noise-floor seeds are spread
-over it (the first run first), so the noise floor holds the machine's drift too.
+over it (the first run first), so the noise floor holds the machine's drift too. By
+default the floor runs first instead (`search.ablation.skip_seed_fragile`, `ScreenedOrder`):
+a config that learned nothing on one of its seeds is not ablated, and around the knee the
+next front trial takes its place (docs/RESULTS.md, section 66); speeds are timed in
+alternation, so the floor's place no longer carries the drift into any effect.
 An ablation of a setting that changes the work of a step (all but the learning rate, its
 warmup and the seed: `trainables.settings.SAME_WORK_PER_IMAGE`) is timed against its base in
 alternation after its last epoch (`speed_baseline`, carried as a note): its speed effect is
 that ratio, clear of the machine's drift. Ablation trials are trials like the others (Tune,
 MLflow children tagged `ablation_of`, pruned on running out of memory) but no suggestions:
-Tune's own generator runs them, in a folder of their own (`ablations/` in the search's), so
+their own searcher runs them (`search.ablation_searcher`), in a folder of their own (`ablations/` in the search's), so
 the sampler never hears of them, early stopping never sees them and the front never holds
 them. A resumed search resumes them.
 """
@@ -93,11 +97,13 @@ def plan_changes(
     seeds: int,
     on_gpu: bool,
     max_trials: int | None = None,
+    floor_first: bool = False,
 ) -> list[Change]:
     """The changes of one base config in the order they are run, at most `max_trials` of them,
     the noise-floor seeds always among them (none where they leave no room for a change):
     the settings' changes in rounds, and the seeds spread over them, the first run first,
-    so that the noise floor also holds how the machine drifts while the ablations run."""
+    so that the noise floor also holds how the machine drifts while the ablations run;
+    `floor_first`: every seed before the changes (screened, `screened_order`)."""
     rounds: list[list[Change]] = []
     for key in ablated_settings(space, on_gpu):
         if key not in base:
@@ -113,6 +119,8 @@ def plan_changes(
         changes = changes[: max_trials - seeds]
     seed = int(base.get("seed", 0))
     floor = [Change("seed", seed + NOISE_SEED_OFFSET + i) for i in range(seeds)]
+    if floor_first:
+        return [*floor, *changes]
     # several seeds may fall before one change (fewer changes than seeds): each is kept
     at: dict[int, list[Change]] = {}
     for i in range(seeds):
@@ -141,6 +149,30 @@ def ablation_trials(plan: AblationSection, space: Mapping[str, SpaceParam], on_g
     return plan.seeds + len(ablated_settings(space, on_gpu))
 
 
+def base_points(
+    trial_id: str,
+    config: Mapping[str, Any],
+    space: Mapping[str, SpaceParam],
+    plan: AblationSection,
+    on_gpu: bool,
+    room: int,
+    floor_first: bool = False,
+) -> list[dict[str, Any]]:
+    """One base's ablation trials' configs (at most `room`), in order (`plan_changes`); each
+    config notes the trial it ablates and how."""
+    # every point sets the seed: the trainable's default where the search left it
+    base = {"seed": TrainSettings.model_fields["seed"].default}
+    base |= {key: value for key, value in config.items() if key not in SEARCH_NOTES}
+    points = []
+    for change in plan_changes(base, space, plan.seeds, on_gpu, room, floor_first):
+        point = {**base, change.setting: change.value, ABLATION_OF: trial_id,
+                 ABLATION: change.label}  # fmt: skip
+        if change.setting not in SAME_WORK_PER_IMAGE:
+            point[TIMED_AGAINST_NOTE] = json.dumps({change.setting: base[change.setting]})
+        points.append(point)
+    return points
+
+
 def ablation_points(
     bases: Sequence[tuple[str, Mapping[str, Any]]],
     space: Mapping[str, SpaceParam],
@@ -148,21 +180,71 @@ def ablation_points(
     on_gpu: bool,
 ) -> list[dict[str, Any]]:
     """The ablation trials' configs, at most the plan's trials (`ablation_trials`): each base
-    (trial id, its config) in turn, with its changes in order; each config notes the trial
-    it ablates and how."""
+    (trial id, its config) in turn, with its changes in order."""
     max_trials = ablation_trials(plan, space, on_gpu)
     points: list[dict[str, Any]] = []
     for trial_id, config in bases:
-        # every point sets the seed: the trainable's default where the search left it
-        base = {"seed": TrainSettings.model_fields["seed"].default}
-        base |= {key: value for key, value in config.items() if key not in SEARCH_NOTES}
-        for change in plan_changes(base, space, plan.seeds, on_gpu, max_trials - len(points)):
-            point = {**base, change.setting: change.value, ABLATION_OF: trial_id,
-                     ABLATION: change.label}  # fmt: skip
-            if change.setting not in SAME_WORK_PER_IMAGE:
-                point[TIMED_AGAINST_NOTE] = json.dumps({change.setting: base[change.setting]})
-            points.append(point)
+        points += base_points(trial_id, config, space, plan, on_gpu, max_trials - len(points))
     return points
+
+
+# Front trials, in order of balance, whose noise floors may run before one is ablated
+# around the knee (`search.ablation.skip_seed_fragile`): each costs its seeds' runs, and a
+# trial further from the knee answers for a less balanced config.
+KNEE_CANDIDATES = 3
+
+
+@dataclass(frozen=True)
+class ScreenedOrder:
+    """The ablation trials of a plan whose bases' noise floors run first
+    (`search.ablation.skip_seed_fragile`): each candidate base's configs, its floor first
+    (`base_points(..., floor_first=True)`); `around` as the plan's. Around the knee, the
+    first candidate whose config learned on every floor seed (no run below `min_accuracy`)
+    is ablated, and where none did, the first (the knee); around the front, every candidate
+    that did. Unscreened (`screened` False): every candidate's configs as planned."""
+
+    candidates: tuple[tuple[dict[str, Any], ...], ...]
+    around: str = "knee"
+    screened: bool = True
+    min_accuracy: float | None = None
+
+    def decided(
+        self, floors: Mapping[tuple[str, int], float | None]
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """(the configs to run so far, in order; whether that is all of them), given the
+        floor runs that ended (`floor_key` -> their `best_val_acc`, None where they ended
+        without one: no sign of a seed it fails on). Until a candidate's floor has ended,
+        nothing after it is decided."""
+        if not self.screened:
+            return [point for candidate in self.candidates for point in candidate], True
+        decided: list[dict[str, Any]] = []
+        for candidate in self.candidates:
+            floor = [point for point in candidate if point[ABLATION] == NOISE_FLOOR]
+            decided += floor
+            if any(floor_key(point) not in floors for point in floor):
+                return decided, False
+            if self.learns_on_every_seed([floors[floor_key(point)] for point in floor]):
+                decided += [point for point in candidate if point[ABLATION] != NOISE_FLOOR]
+                if self.around == "knee":
+                    return decided, True
+        if self.around == "knee" and self.candidates:  # none learned on every seed: the knee
+            decided += [point for point in self.candidates[0] if point[ABLATION] != NOISE_FLOOR]
+        return decided, True
+
+    def learns_on_every_seed(self, accuracies: Sequence[float | None]) -> bool:
+        """Whether no floor run ended below the min accuracy (one at chance learned nothing)."""
+        floor = self.min_accuracy
+        return floor is None or not any(a is not None and a < floor for a in accuracies)
+
+    @property
+    def most_trials(self) -> int:
+        """The trials the order runs at most (every candidate's floor and changes)."""
+        return sum(len(candidate) for candidate in self.candidates)
+
+
+def floor_key(point: Mapping[str, Any]) -> tuple[str, int]:
+    """A noise-floor run's identity in a plan: (the trial it ablates, its seed)."""
+    return str(point[ABLATION_OF]), int(point["seed"])
 
 
 def describe(points: Sequence[Mapping[str, Any]]) -> str:
@@ -171,3 +253,22 @@ def describe(points: Sequence[Mapping[str, Any]]) -> str:
     changes = list(dict.fromkeys(str(point[ABLATION]) for point in points))
     around = f"trial {bases[0]}" if len(bases) == 1 else f"{len(bases)} front trials"
     return f"{len(points)} ablation trials around {around}: {', '.join(changes)}"
+
+
+def describe_order(order: ScreenedOrder) -> str:
+    """The plan in a line (`describe`), and where its floors run first, what they decide."""
+    if not order.candidates:
+        return "none"
+    if not order.screened:
+        return describe([point for candidate in order.candidates for point in candidate])
+    if order.around == "front":
+        line = describe([point for candidate in order.candidates for point in candidate])
+        return (f"{line} (up to; each trial's noise floor first, and one whose config learns "
+                "on some seeds only is not ablated)")  # fmt: skip
+    line = describe(list(order.candidates[0]))
+    others = [str(candidate[0][ABLATION_OF]) for candidate in order.candidates[1:]]
+    if not others:
+        return f"{line} (its noise floor first)"
+    return (f"{line} (its noise floor first; where its config learns on some seeds only, the "
+            f"next front trial's in turn, {', '.join(others)}, and the first that learns on "
+            "every seed is ablated instead)")  # fmt: skip

@@ -1,6 +1,8 @@
 """Running a search's ablations (`search.ablation`, planned by `search.ablation`): the
-trials to ablate read off the finished search, the plan saved, and Tune's own generator
-running each point once in `ablations/` of the search's folder (resumed there)."""
+trials to ablate read off the finished search, the plan saved, and the ablations' searcher
+(`search.ablation_searcher.ScreenedAblations`) running each of its configs once, a base's
+noise floor first where it is screened, in `ablations/` of the search's folder (resumed
+there)."""
 
 from __future__ import annotations
 
@@ -11,15 +13,23 @@ from typing import Any
 
 import pandas as pd
 from ray import tune
-from ray.tune.search import BasicVariantGenerator
 
 from analysis.load import frame_from_tune
 from analysis.pareto import balanced_front
 from analysis.report import ranked
-from search.ablation import ablation_points, describe
+from search.ablation import (
+    KNEE_CANDIDATES,
+    ScreenedOrder,
+    ablation_trials,
+    base_points,
+    describe_order,
+    floor_key,
+)
+from search.ablation_searcher import ScreenedAblations
 from search.config import SearchConfig
 from search.experiment import has_saved_state
-from search.recovery import FitResult, fit_with_recovery
+from search.held_ends import HoldsEnds
+from search.recovery import FitResult, ended, fit_with_recovery
 from search.tuner import (
     restore_tuner,
     run_config,
@@ -29,7 +39,7 @@ from search.tuner import (
     trial_name,
 )
 from trainables.data import PreparedData
-from trainables.metrics import METRICS
+from trainables.metrics import ABLATION, METRICS, NOISE_FLOOR
 
 ABLATIONS_DIR = "ablations"  # in the search's folder: Tune's experiment of the ablations
 PLAN_FILE = "plan.json"  # the points, saved before the first ablation trial
@@ -40,22 +50,10 @@ def trial_config(experiment_dir: Path, trial_id: str) -> dict[str, Any]:
     return json.loads((experiment_dir / f"trial_{trial_id}" / "params.json").read_text())
 
 
-def param_space_of(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """A param space that holds every point: a key that differs between the points is a
-    choice among their values (each point sets it), one that does not is that value."""
-    space: dict[str, Any] = {}
-    for key in dict.fromkeys(key for point in points for key in point):
-        values = {json.dumps(point.get(key), sort_keys=True): point.get(key) for point in points}
-        space[key] = (
-            tune.choice(list(values.values())) if len(values) > 1 else next(iter(values.values()))
-        )
-    return space
-
-
 def with_every_key(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each point with every key some point sets, None where it sets none: Tune fills a key
-    a point leaves out by sampling the param space, which gave the noise-floor runs and the
-    learning rate's ablation another ablation's baseline to be timed against."""
+    """Each point with every key some point sets, None where it sets none: a trial's config
+    then holds each setting the others' do (Tune's generator once filled a key a point left
+    out by sampling, which gave the noise-floor runs another ablation's baseline)."""
     keys = dict.fromkeys(key for point in points for key in point)
     return [{key: point.get(key) for key in keys} for point in points]
 
@@ -68,22 +66,25 @@ def has_ablations(experiment_dir: Path) -> bool:
 def ablation_tuner(
     config: SearchConfig,
     data: PreparedData,
-    points: Sequence[Mapping[str, Any]],
+    order: ScreenedOrder,
     experiment_dir: Path,
     callbacks: Sequence[tune.Callback],
+    say: Callable[[str], None] | None = None,
 ) -> tune.Tuner:
-    """Tune's own generator runs each point once: no sampler, no early stopping; the
-    search's resources, retries and loggers, in `ablations/` of its folder."""
-    points = with_every_key(points)
+    """The ablations' searcher runs each config of `order` once: no sampler, no early
+    stopping; the search's resources, retries and loggers, in `ablations/` of its folder;
+    ends held while a floor runs (`search.held_ends`; not where trials pack by memory, as
+    in the search)."""
+    searcher = ScreenedAblations(order, config.search.max_concurrent_trials, say)
+    scheduler = HoldsEnds()
+    if not config.resources.packs_by_memory:
+        scheduler.keep_processes(searcher)
     return tune.Tuner(
         trainable(config, data, compared=False, search_name=experiment_dir.name),
-        param_space=param_space_of(points),
         tune_config=tune.TuneConfig(
-            search_alg=BasicVariantGenerator(
-                points_to_evaluate=[dict(p) for p in points],
-                max_concurrent=config.search.max_concurrent_trials or 0,  # 0: as resources allow
-            ),
-            num_samples=len(points),
+            search_alg=searcher,
+            scheduler=scheduler,
+            num_samples=order.most_trials,
             reuse_actors=True,
             trial_dirname_creator=trial_dirname,
             trial_name_creator=trial_name,
@@ -92,15 +93,39 @@ def ablation_tuner(
     )
 
 
-def expected_trials(experiment_dir: Path) -> int:
-    """How many ablation trials a started plan holds (its saved points)."""
-    return len(json.loads((experiment_dir / ABLATIONS_DIR / PLAN_FILE).read_text()))
-
-
-def save_plan(experiment_dir: Path, points: Sequence[Mapping[str, Any]]) -> None:
+def save_plan(experiment_dir: Path, order: ScreenedOrder) -> None:
+    """The order, saved before the first ablation trial (what a resumed search expects)."""
     folder = experiment_dir / ABLATIONS_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / PLAN_FILE).write_text(json.dumps(list(points), indent=1, default=str))
+    saved = {"candidates": [list(candidate) for candidate in order.candidates],
+             "around": order.around, "screened": order.screened,
+             "min_accuracy": order.min_accuracy}  # fmt: skip
+    (folder / PLAN_FILE).write_text(json.dumps(saved, indent=1, default=str))
+
+
+def saved_order(experiment_dir: Path) -> ScreenedOrder:
+    """The saved order; a plan saved before floors were screened (a list of the configs, in
+    order) as an unscreened one."""
+    saved = json.loads((experiment_dir / ABLATIONS_DIR / PLAN_FILE).read_text())
+    if isinstance(saved, list):
+        return ScreenedOrder((tuple(saved),), screened=False)
+    return ScreenedOrder(
+        tuple(tuple(candidate) for candidate in saved["candidates"]),
+        around=saved["around"], screened=saved["screened"], min_accuracy=saved["min_accuracy"],
+    )  # fmt: skip
+
+
+def trials_expected(order: ScreenedOrder, grid: tune.ResultGrid) -> int:
+    """How many trials the order runs, given the floor runs that ended in `grid`; one more
+    than it decided where a floor it waits for has not ended (an interrupted fit)."""
+    floors: dict[tuple[str, int], float | None] = {}
+    for result in grid:
+        point = result.config or {}
+        if point.get(ABLATION) == NOISE_FLOOR and ended(result):
+            accuracy = None if result.error else (result.metrics or {}).get("best_val_acc")
+            floors[floor_key(point)] = None if accuracy is None else float(accuracy)
+    decided, final = order.decided(floors)
+    return len(decided) + (0 if final else 1)
 
 
 def bases_of(
@@ -110,17 +135,44 @@ def bases_of(
     min_accuracy: float,
     scored_on: Mapping[str, int] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The trials to ablate, as (trial id, config): the knee, or every front trial in
-    order of balance (the knee first; `scored_on`: the splits' sizes, so that an objective
-    is weighed no finer than its noise, `analysis.pareto.balanced_front`); a config run with
-    several seeds is its first trial."""
+    """The trials to ablate, as (trial id, config): the knee (and where its floor is
+    screened, the next front trials that may take its place, `KNEE_CANDIDATES` in all), or
+    every front trial, in order of balance (the knee first; `scored_on`: the splits' sizes,
+    so that an objective is weighed no finer than its noise, `analysis.pareto.balanced_front`);
+    a config run with several seeds is its first trial."""
     marked, _ = ranked(frame, config.objectives, min_accuracy)
     order = balanced_front(marked, config.objectives, scored_on)
     plan = config.search.ablation
     if plan is None or plan.around == "knee":
-        order = order[:1]
+        order = order[: KNEE_CANDIDATES if plan is not None and plan.skip_seed_fragile else 1]
     trial_ids = [str(marked.loc[index, "trial_id"]).split("+")[0] for index in order]
     return [(trial_id, trial_config(experiment_dir, trial_id)) for trial_id in trial_ids]
+
+
+def screened_order(
+    bases: Sequence[tuple[str, Mapping[str, Any]]],
+    config: SearchConfig,
+    min_accuracy: float,
+) -> ScreenedOrder:
+    """The ablations' order for `bases` (`bases_of`): around the knee each candidate with the
+    plan's trials (one is ablated), around the front the trials shared out in turn."""
+    plan = config.search.ablation
+    assert plan is not None
+    space, on_gpu = config.space, config.resources.gpu_share > 0
+    screened = plan.skip_seed_fragile and min_accuracy is not None
+    most = ablation_trials(plan, space, on_gpu)
+    candidates: list[list[dict[str, Any]]] = []
+    for trial_id, base in bases:
+        room = most if plan.around == "knee" else most - sum(map(len, candidates))
+        points = base_points(trial_id, base, space, plan, on_gpu, room, floor_first=screened)
+        if points:
+            candidates.append(points)
+    every = with_every_key([point for candidate in candidates for point in candidate])
+    shaped, start = [], 0
+    for candidate in candidates:
+        shaped.append(tuple(every[start : start + len(candidate)]))
+        start += len(candidate)
+    return ScreenedOrder(tuple(shaped), plan.around, screened, min_accuracy)
 
 
 def run_ablations(
@@ -143,8 +195,8 @@ def run_ablations(
                              search_name=experiment_dir.name)  # fmt: skip
 
     if has_ablations(experiment_dir):
-        expected = expected_trials(experiment_dir)
-        say(f"Ablations: resuming the {expected} planned")
+        order = saved_order(experiment_dir)
+        say(f"Ablations: resuming {describe_order(order)}")
         first = restored
     else:
         frame = frame_from_tune(experiment_dir, tuple(METRICS))
@@ -152,15 +204,16 @@ def run_ablations(
         bases = (
             bases_of(frame, experiment_dir, config, min_accuracy, scored_on) if len(frame) else []
         )
-        points = ablation_points(bases, config.space, plan, config.resources.gpu_share > 0)
-        if not points:
+        order = screened_order(bases, config, min_accuracy)
+        if not order.candidates:
             say("Ablations: none (no trial on the front, or no setting to change)")
             return None
-        save_plan(experiment_dir, points)
-        say(f"Ablations: {describe(points)}")
-        expected = len(points)
+        save_plan(experiment_dir, order)
+        say(f"Ablations: {describe_order(order)}")
 
         def first() -> tune.Tuner:
-            return ablation_tuner(config, data, points, experiment_dir, callbacks)
+            return ablation_tuner(config, data, order, experiment_dir, callbacks, say)
 
-    return fit_with_recovery(first, restored, expected, automatic_resumes, say)
+    return fit_with_recovery(
+        first, restored, lambda grid: trials_expected(order, grid), automatic_resumes, say
+    )

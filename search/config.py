@@ -100,6 +100,10 @@ class AblationSection(BaseModel):
     max_trials: int | None = Field(None, gt=1, strict=True)
     # runs of each ablated config unchanged on other seeds: the noise floor of its effects
     seeds: int = Field(2, ge=1, **_STRICT_INT)
+    # a base's noise floor runs first, and a base whose config learned nothing on one of its
+    # seeds (below the min accuracy) is not ablated: around the knee, the next front trial in
+    # order of balance is tried instead (up to 3; where none learns on every seed, the knee)
+    skip_seed_fragile: bool = Field(True, strict=True)
 
 
 class SearchSection(BaseModel):

@@ -15,7 +15,7 @@ from analysis.load import CONFIG_PREFIX
 from analysis.report import header_legend, setting_headers
 from analysis.same_work import pooled_note
 from analysis.tracking_server import is_server
-from search.ablation import ablation_trials
+from search.ablation import KNEE_CANDIDATES, ablation_trials
 from search.config import SearchConfig
 
 
@@ -90,9 +90,18 @@ def ablation_plan(config: SearchConfig) -> str:
         return "none (search.ablation: null)"
     around = "the knee trial" if plan.around == "knee" else "the front trials, knee first"
     trials = ablation_trials(plan, config.space, config.resources.gpu_share > 0)
-    return (
+    line = (
         f"up to {trials} more trials after the search, around {around} "
         f"({plan.seeds} of them on other seeds for the noise floor)"
+    )
+    if not plan.skip_seed_fragile:
+        return line
+    if plan.around == "front":
+        return f"{line}; each floor first: a trial that learns on some seeds only is not ablated"
+    more = (KNEE_CANDIDATES - 1) * plan.seeds
+    return (
+        f"{line}; its floor first: where its config learns on some seeds only, the next front "
+        f"trial's floor, up to {more} more trials (search.ablation.skip_seed_fragile)"
     )
 
 

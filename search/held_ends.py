@@ -18,7 +18,9 @@ keeps its process), and tells the order that the trial has ended (`InOrder.end_h
 Tune would have told it. Once no trial is waiting for a process and the next suggestion
 waits for nobody, it stops the held trial (`stop_trial`, which a Tune scheduler may call),
 one per step of Tune's loop: its process is then the idle one that the next trial takes.
-Without a lag nothing is held.
+Without a lag nothing is held. The ablations hold ends the same way while a base's noise
+floor still runs (`search.ablation_searcher.ScreenedAblations`: the next ablation trial
+waits for the floor's last run).
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ from trainables.settings import DEFAULT_EPOCHS
 
 
 class Order(Protocol):
-    """What holding reads of the search's order: `search.searcher.InOrder` (not imported:
-    the searcher's module imports the trainable's, which imports the rule's)."""
+    """What holding reads of the trials' order: the search's, `search.searcher.InOrder` (not
+    imported: the searcher's module imports the trainable's, which imports the rule's), or
+    the ablations', `search.ablation_searcher.ScreenedAblations`."""
 
-    lag: int | None
+    @property
+    def holds_ends(self) -> bool: ...  # whether a suggestion may wait for a running trial
 
     def waits(self, ending: str | None = None) -> bool: ...
 
@@ -56,7 +60,7 @@ class HoldsEnds(FIFOScheduler):
     released: bool = False
 
     def keep_processes(self, in_order: Order) -> None:
-        """Hold ends for `in_order`'s lag (none where it has no lag)."""
+        """Hold ends for `in_order` (none where it `holds_ends` not: a search without a lag)."""
         self.in_order = in_order
 
     def decide(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
@@ -72,7 +76,7 @@ class HoldsEnds(FIFOScheduler):
             return TrialScheduler.NOOP
         decision = self.decide(tune_controller, trial, result)
         in_order = self.in_order
-        if in_order is None or in_order.lag is None:
+        if in_order is None or not in_order.holds_ends:
             return decision
         stopped = decision == TrialScheduler.STOP
         epochs = trial.config.get("epochs", DEFAULT_EPOCHS)

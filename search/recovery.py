@@ -53,11 +53,13 @@ def is_host_memory_kill(error: BaseException) -> bool:
 def fit_with_recovery(
     first_tuner: Callable[[], tune.Tuner],
     restored_tuner: Callable[[], tune.Tuner],
-    expected_trials: int,
+    expected_trials: int | Callable[[tune.ResultGrid], int],
     automatic_resumes: int,
     say: Callable[[str], None],
 ) -> FitResult:
-    """Fit; after a memory-monitor kill, restore and fit again, up to `automatic_resumes`."""
+    """Fit; after a memory-monitor kill, restore and fit again, up to `automatic_resumes`.
+    `expected_trials`: the trials a finished fit ended, or how to count them from its
+    results (a plan that decides its later trials on its earlier ones' results)."""
     make = first_tuner
     for attempt in range(automatic_resumes + 1):
         try:
@@ -75,10 +77,9 @@ def fit_with_recovery(
             make = restored_tuner
             continue
         done = trials_ended(grid)
-        if done < expected_trials:
-            return FitResult(
-                Outcome.INTERRUPTED, attempt, f"{done} of {expected_trials} trials finished"
-            )
+        expected = expected_trials(grid) if callable(expected_trials) else expected_trials
+        if done < expected:
+            return FitResult(Outcome.INTERRUPTED, attempt, f"{done} of {expected} trials finished")
         return FitResult(Outcome.FINISHED, attempt)
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -321,6 +321,11 @@ class InOrder(Wrapper):
         if len(self._asked) >= self.trials and all(t in self._ended for t in waiting):
             self._tell_up_to(len(self._asked))  # the search's end: nothing left to wait for
 
+    @property
+    def holds_ends(self) -> bool:
+        """Whether a suggestion may wait for a running trial (with a lag)."""
+        return self.lag is not None
+
     def waits(self, ending: str | None = None) -> bool:
         """Whether the next suggestion would wait for a running trial (one other than
         `ending`, were that one to end now)."""

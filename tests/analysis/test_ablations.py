@@ -16,6 +16,7 @@ from analysis.ablations import (
     effect_metrics,
     effect_table,
     one_effect,
+    passed_over,
     points_within,
     same_updates,
     split_ablations,
@@ -419,3 +420,22 @@ def test_each_base_runs_speed_shows_its_own_interval_where_it_has_one():
     )
     effects = ablation_effects(search, ablations, METRICS)
     assert "throughput 4443 [4310, 4580] / 4401 [4300, 4490] / 4097 images/s;" in answer(effects)[0]
+
+
+def test_a_front_trial_whose_floor_failed_and_that_was_not_ablated_is_said_to_be_passed_over():
+    """The default command's knee at `9ec1b5c` (Adam at batch 16) learned nothing on one of
+    its floor seeds (0.5225) and the next front trial was ablated (docs/RESULTS.md, 66)."""
+    search, ablations = search_and_ablations([{"best_val_acc": 0.5225}, {"best_val_acc": 0.7625}],
+                                             [], base={"best_val_acc": 0.815})  # fmt: skip
+    steady = {**ablations.iloc[0].to_dict(), "config.ablation_of": "other", "best_val_acc": 0.8}
+    ablated = pd.DataFrame([
+        {**steady, "trial_id": "g0"}, {**steady, "trial_id": "g1"},
+        {**steady, "trial_id": "g2", "config.ablation": "amp=true"},
+    ])  # fmt: skip
+    ablations = pd.concat([ablations, ablated], ignore_index=True)
+    assert passed_over(search, ablations, min_accuracy=0.55) == [
+        "Trial knee, a front trial, was not ablated: its config learned nothing on 1 of its 3 "
+        "runs (best_val_acc 0.815 / 0.5225 / 0.7625), it learns on some seeds only "
+        "(search.ablation.skip_seed_fragile)."
+    ]  # "other", whose floor learned and which was ablated, is not named
+    assert passed_over(search, ablations.iloc[0:0], min_accuracy=0.55) == []

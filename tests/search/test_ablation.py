@@ -110,25 +110,22 @@ def test_a_change_of_a_steps_work_is_timed_against_the_bases_value_and_the_rest_
     assert timed["noise floor"] is None
 
 
-def test_tune_runs_every_point_as_planned_so_the_untimed_ones_stay_untimed():
-    from ray.tune.experiment import Experiment
-    from ray.tune.search import BasicVariantGenerator
-
-    from search.ablation_run import param_space_of, with_every_key
+def test_every_point_sets_every_key_so_the_untimed_ones_stay_untimed():
+    from search.ablation_run import with_every_key
 
     points = with_every_key(
         ablation_points([("abc", KNEE)], SPACE, AblationSection(seeds=3), on_gpu=False)
     )
-    generator = BasicVariantGenerator(points_to_evaluate=[dict(point) for point in points])
-    space = param_space_of(points)
-    generator.add_configurations(
-        [Experiment("ablations", print, config=space, num_samples=len(points))]
-    )
-    ran = []
-    while (trial := generator.next_trial()) is not None:
-        ran.append(trial.config)
-    assert ran == points  # before: a point without a baseline drew another point's
-    assert [p["speed_baseline_json"] for p in ran if p["ablation"] == "noise floor"] == [None] * 3
+    assert len({frozenset(point) for point in points}) == 1  # the same keys in each
+    assert [p["speed_baseline_json"] for p in points if p["ablation"] == "noise floor"] == [
+        None
+    ] * 3  # before: a point without a baseline drew another point's
+
+
+def test_a_screened_plan_runs_every_floor_seed_before_the_changes():
+    labels = [c.label for c in plan_changes(KNEE, SPACE, seeds=2, on_gpu=False, max_trials=4,
+                                            floor_first=True)]  # fmt: skip
+    assert labels == ["noise floor", "noise floor", "batch_size=32", "optimizer=sgd"]
 
 
 def test_a_base_without_a_seed_is_ablated_at_the_trainables_default_seed():

@@ -3,7 +3,7 @@
 import pandas as pd
 
 from search.config import load_config
-from search.console import LEGEND_WIDTH, lag_plan, stopping_plan, summary_table
+from search.console import LEGEND_WIDTH, ablation_plan, lag_plan, stopping_plan, summary_table
 from tests.conftest import CONFIGS
 
 
@@ -72,3 +72,17 @@ def test_the_plan_says_how_early_stopping_decides_before_the_search_starts():
     assert "ahead of it on an objective beyond the noise" in anyone
     off = stopping_plan(load_config(main, ["search.early_stopping=null"]))
     assert off == "none, every trial trains all its epochs (search.early_stopping: null)"
+
+
+def test_the_ablation_plan_says_the_knees_floor_runs_first_and_what_a_failure_costs():
+    config = load_config(CONFIGS / "cats_dogs.yaml", []).with_cards(0)
+    assert ablation_plan(config) == (
+        "up to 11 more trials after the search, around the knee trial (2 of them on other "
+        "seeds for the noise floor); its floor first: where its config learns on some seeds "
+        "only, the next front trial's floor, up to 4 more trials "
+        "(search.ablation.skip_seed_fragile)"
+    )
+    unscreened = load_config(
+        CONFIGS / "cats_dogs.yaml", ["search.ablation.skip_seed_fragile=false"]
+    ).with_cards(0)
+    assert ablation_plan(unscreened).endswith("(2 of them on other seeds for the noise floor)")
