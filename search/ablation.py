@@ -20,9 +20,9 @@ warmup and the seed: `trainables.settings.SAME_WORK_PER_IMAGE`) is timed against
 alternation after its last epoch (`speed_baseline`, carried as a note): its speed effect is
 that ratio, clear of the machine's drift. Ablation trials are trials like the others (Tune,
 MLflow children tagged `ablation_of`, pruned on running out of memory) but no suggestions:
-their own searcher runs them (`search.ablation_searcher`), in a folder of their own (`ablations/` in the search's), so
-the sampler never hears of them, early stopping never sees them and the front never holds
-them. A resumed search resumes them.
+their own searcher runs them (`search.ablation_searcher`), in a folder of their own
+(`ablations/` in the search's), so the sampler never hears of them, early stopping never
+sees them and the front never holds them. A resumed search resumes them.
 """
 
 from __future__ import annotations
