@@ -17,17 +17,17 @@ generator kept it before.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from typing import Any
 
 from ray.tune.search import Searcher
 
 from search.ablation import ScreenedOrder, floor_key
+from search.saved_state import SavedAsItsState
 from trainables.metrics import ABLATION, ABLATION_OF, NOISE_FLOOR
 
 
-class ScreenedAblations(Searcher):
+class ScreenedAblations(SavedAsItsState):
     """Suggests `order`'s configs as they are decided, at most `max_concurrent` running
     (None: as resources allow); `say` tells the user what a floor decided."""
 
@@ -127,11 +127,3 @@ class ScreenedAblations(Searcher):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as handle:
-            pickle.dump(self.get_state(), handle)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as handle:
-            self.set_state(pickle.load(handle))

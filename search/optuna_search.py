@@ -26,14 +26,13 @@ while its sample is a config that will run out of memory.
 from __future__ import annotations
 
 import math
-import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
-from ray.tune.search import Searcher
 
 from search.feasibility import OomForecast
+from search.saved_state import SavedAsItsState
 from search.space import SpaceParam
 from trainables.metrics import STATUS_OK, STATUS_STOPPED_EARLY
 from trainables.settings import TrainSettings
@@ -78,7 +77,7 @@ def startup_trials(kind: str, num_samples: int) -> int:
     return max(2, min(10, num_samples // 3))
 
 
-class OptunaAskTell(Searcher):
+class OptunaAskTell(SavedAsItsState):
     """Suggestions are Optuna's asks; results are its tells (see the module docstring)."""
 
     def __init__(
@@ -179,16 +178,8 @@ class OptunaAskTell(Searcher):
     def get_state(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
-    # Tune saves the searcher at the bottom of a stack with these (the layers above it
-    # with their `get_state`).
-
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as handle:
-            pickle.dump(self.get_state(), handle)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as handle:
-            self.set_state(pickle.load(handle))
+    # Tune saves the searcher at the bottom of a stack with `save` (`SavedAsItsState`), the
+    # layers above it with their `get_state`.
 
     def set_state(self, state: dict[str, Any]) -> None:
         """After a driver was killed, trials the study started after the last saved state
