@@ -34,6 +34,7 @@ from analysis.same_work import OWN_PREFIX
 from trainables.metrics import (
     ABLATION,
     ABLATION_OF,
+    ASKED,
     NOISE_FLOOR,
     STATUS_OK,
     unit_of,
@@ -46,6 +47,7 @@ CONFIDENCE = 0.95
 ALSO_MEASURED = ("peak_mem_mb", "time_to_target_s")
 ABLATION_COLUMN = f"{CONFIG_PREFIX}{ABLATION}"
 ABLATION_OF_COLUMN = f"{CONFIG_PREFIX}{ABLATION_OF}"
+ASKED_COLUMN = f"{CONFIG_PREFIX}{ASKED}"
 # What a pruned ablation says of its change: running out of memory is an effect.
 ENDED = {
     "oom": "runs out of memory",
@@ -107,12 +109,17 @@ def points_within(low: float, high: float, base: float | None = None) -> tuple[f
 
 
 def split_ablations(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(the search's trials, the ablation trials in the order Tune made them) of one trials
-    table (MLflow lists runs newest first)."""
+    """(the search's trials, the ablation trials in the order they were planned) of one
+    trials table (MLflow lists runs newest first): by their place among the ablations'
+    suggestions (`asked`), or where they have none (ablations run before 2026-12-08, whose
+    generator numbered its trial ids in order), by trial id."""
     if ABLATION_OF_COLUMN not in frame:
         return frame, frame.iloc[0:0]
     marked = frame[ABLATION_OF_COLUMN].map(lambda value: isinstance(value, str) and value != "")
     search, ablations = frame[~marked], frame[marked].sort_values("trial_id", kind="stable")
+    if ASKED_COLUMN in ablations:  # those without a place after those with one
+        place = pd.to_numeric(ablations[ASKED_COLUMN], errors="coerce")
+        ablations = ablations.iloc[np.argsort(place.fillna(np.inf).to_numpy(), kind="stable")]
     # Columns only the ablations have (their notes, a seed the search left to its default)
     only_theirs = search.columns[search.isna().all() & ablations.notna().any()]
     return search.drop(columns=only_theirs), ablations
@@ -436,8 +443,6 @@ def passed_over(
     if not len(ablations) or ABLATION_COLUMN not in ablations:
         return []
     floors = ablations[ablations[ABLATION_COLUMN] == NOISE_FLOOR]
-    if "trial_id" in floors:
-        floors = floors.sort_values("trial_id", key=_ran_order, kind="stable")
     changed = set(ablations.loc[ablations[ABLATION_COLUMN] != NOISE_FLOOR, ABLATION_OF_COLUMN])
     lines = []
     for base in dict.fromkeys(floors[ABLATION_OF_COLUMN].astype(str)):
@@ -451,11 +456,6 @@ def passed_over(
             "learns on some seeds only (search.ablation.skip_seed_fragile)."
         )
     return lines
-
-
-def _ran_order(trial_ids: pd.Series) -> pd.Series:
-    """Tune's trial ids sorted as they ran (`abc12_00003`: by the number after the `_`)."""
-    return trial_ids.astype(str).str.rpartition("_")[2].str.zfill(8)
 
 
 def seed_fragile(failed: int, runs: int) -> str:

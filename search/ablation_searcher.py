@@ -24,7 +24,7 @@ from ray.tune.search import Searcher
 
 from search.ablation import ScreenedOrder, floor_key
 from search.saved_state import SavedAsItsState
-from trainables.metrics import ABLATION, ABLATION_OF, NOISE_FLOOR
+from trainables.metrics import ABLATION, ABLATION_OF, ASKED, NOISE_FLOOR
 
 
 class ScreenedAblations(SavedAsItsState):
@@ -63,7 +63,9 @@ class ScreenedAblations(SavedAsItsState):
         decided, final = self.order.decided(self.floors)
         if len(self.suggested) >= len(decided):
             return Searcher.FINISHED if final else None  # None: a floor still runs
-        point = dict(decided[len(self.suggested)])
+        # its place in the order: the report reads the ablations in it (Tune's trial ids
+        # from a searcher are random)
+        point = {**decided[len(self.suggested)], ASKED: len(self.suggested)}
         self.suggested.append(trial_id)
         self.running.add(trial_id)
         if point[ABLATION] == NOISE_FLOOR:

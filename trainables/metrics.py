@@ -283,7 +283,8 @@ NOISE_FLOOR = "noise floor"  # an ablation that changes only the seed
 # as JSON text: Tune's generator cannot take a dict that differs from point to point
 TIMED_AGAINST_NOTE = "speed_baseline_json"
 # the trial's place among the search's suggestions (0, 1, ...): with `search.lag` it was
-# suggested, and is judged at its rungs, knowing the trials at least that many places before
+# suggested, and is judged at its rungs, knowing the trials at least that many places before;
+# an ablation trial's, among the ablations' (the order the report reads them in)
 ASKED = "asked"
 SEARCH_NOTES = frozenset(
     {PREDICTED_FROM, REPEAT_OF, PREDICTED_PEAK, ABLATION_OF, ABLATION, TIMED_AGAINST_NOTE, ASKED}

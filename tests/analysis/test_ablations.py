@@ -53,6 +53,17 @@ def test_a_table_of_search_and_ablation_trials_splits_into_the_two():
     assert "config.ablation_of" not in apart  # the search's own trials have no such setting
 
 
+def test_ablations_with_their_place_in_the_order_are_read_in_it_whatever_their_trial_ids():
+    """Tune's trial ids from a searcher are random: the answer listed changes out of order."""
+    search, ablations = search_and_ablations(
+        [{"config.asked": 0}],
+        [{"config.ablation": "amp=true", "config.asked": 2},
+         {"config.ablation": "batch_size=64", "config.asked": 1}],
+    )  # fmt: skip
+    _, ablated = split_ablations(pd.concat([search, ablations], ignore_index=True))
+    assert ablated["config.ablation"].tolist() == ["noise floor", "batch_size=64", "amp=true"]
+
+
 def test_the_noise_floor_is_the_base_trial_its_repeats_and_its_other_seeds_that_ended_ok():
     search, ablations = search_and_ablations(
         [{}, {}, {"status": "oom"}], [{"config.ablation": "amp=true"}]

@@ -89,7 +89,8 @@ def test_the_plan_line_names_the_trials_that_may_take_the_knees_place():
 
 def test_the_searcher_waits_while_a_floor_runs_and_finishes_with_the_order():
     searcher = ScreenedAblations(order("knee", "next"), max_concurrent=2)
-    assert searcher.suggest("t0")["seed"] == 1000 and searcher.suggest("t1")["seed"] == 1001
+    first, second = searcher.suggest("t0"), searcher.suggest("t1")
+    assert (first["seed"], first["asked"], second["seed"], second["asked"]) == (1000, 0, 1001, 1)
     assert searcher.suggest("t2") is None  # two at once
     searcher.on_trial_complete("t0", {"best_val_acc": 0.5})
     assert searcher.suggest("t2") is None and searcher.waits()  # t1 decides what is next
