@@ -14,6 +14,8 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from search import execute
+from search.ablation import floor_key
+from search.ablation_run import saved_order
 from search.recovery import Outcome, fit_with_recovery, is_host_memory_kill
 from search.run import main
 from tests.conftest import CONFIGS, UNSCALED
@@ -22,13 +24,14 @@ from tests.processes import (
     importable,
     processes_with_env,
     ray_temp_dir,
+    reported_epochs,
     run_cli,
     start_cli,
     wait_for,
 )
 from trainables.classifier import fit_classifier
 from trainables.data import prepare_data
-from trainables.metrics import MACHINE_METRICS, METRICS
+from trainables.metrics import MACHINE_METRICS, METRICS, NOISE_FLOOR
 from trainables.settings import TrainSettings
 
 pytestmark = pytest.mark.slow
@@ -161,6 +164,35 @@ def test_ctrl_c_stops_with_the_resume_command_and_leaves_no_run_running(tmp_path
     runs = trial_runs(tmp_path)
     assert runs and all(run.info.status in ("FINISHED", "FAILED") for run in runs)
     assert {"interrupted"} <= {run.data.tags.get("status") for run in runs}
+
+
+def test_ablations_interrupted_while_a_floor_runs_resume_and_end_with_what_it_decided(tmp_path):
+    # one trial at a time: the first ablation trial is the knee's first floor run
+    args = ["--config", SMOKE, "--name", "floor", "--num-samples", "2", "train.epochs=6",
+            "search.max_concurrent_trials=1", "search.ablation={seeds: 2}", UNSCALED]  # fmt: skip
+    ablations = tmp_path / "ray_results" / "floor" / "ablations"
+    with ray_temp_dir() as ray_tmp:
+        search = start_cli(args, tmp_path, cli_env(ray_tmp))
+        wait_for(lambda: any(reported_epochs(d) >= 2 for d in ablations.glob("trial_*")), 300,
+                 "the first floor run's epoch 2")  # fmt: skip
+        os.killpg(search.pid, signal.SIGINT)
+        _, err = search.communicate(timeout=120)
+        assert search.returncode == 130, err[-3000:]
+        resumed = run_cli([*args[:4], "--resume", *args[4:]], tmp_path, cli_env(ray_tmp), 400)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # two floor runs and a change of each of the three settings, around the knee
+    assert "Ablations: resuming 5 ablation trials around trial " in resumed.stdout
+    ran = [json.loads(d.joinpath("params.json").read_text()) for d in ablations.glob("trial_*")]
+    floors = {floor_key(point): None for point in ran if point["ablation"] == NOISE_FLOOR}
+    for trial in ablations.glob("trial_*"):
+        point, last = json.loads((trial / "params.json").read_text()), None
+        for line in (trial / "result.json").read_text().splitlines():
+            last = json.loads(line)
+        if point["ablation"] == NOISE_FLOOR and last is not None:
+            floors[floor_key(point)] = last["best_val_acc"]
+    decided, final = saved_order(tmp_path / "ray_results" / "floor").decided(floors)
+    assert final and len(ran) == len(decided)  # each decided trial once, no more
+    assert sorted(point["asked"] for point in ran) == list(range(len(ran)))
 
 
 def test_resuming_with_a_changed_config_names_the_keys_that_differ(tmp_path, capsys, monkeypatch):
