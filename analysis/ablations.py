@@ -474,18 +474,26 @@ def seed_fragile(failed: int, runs: int) -> str:
 def at_a_glance(effects: pd.DataFrame, objectives: Mapping[str, str]) -> list[str]:
     """A line per objective: the change that did the most for it beyond the noise, with its
     interval ("throughput: best raised by amp: false -> true, +30.1% [+25.0, +35.4]"), or
-    that none did."""
+    that none did, and then the change that did it most harm, if one did beyond the noise
+    (the base's value is then the better one)."""
     lines = []
+    several = effects["base"].nunique() > 1
     for metric, direction in objectives.items():
         rows = effects[(effects["metric"] == metric) & effects["verdict"].isin(TOLD)]
-        good = rows[rows["verdict"] == ("raises" if direction == "max" else "lowers")]
-        better = _verb("raises" if direction == "max" else "lowers", _unit(metric))
-        if good.empty:
+        helps, harms = ("raises", "lowers") if direction == "max" else ("lowers", "raises")
+        good, bad = rows[rows["verdict"] == helps], rows[rows["verdict"] == harms]
+        better, worse = _verb(helps, _unit(metric)), _verb(harms, _unit(metric))
+        if good.empty and bad.empty:
             lines.append(f"{metric}: no change {better} it beyond the noise.")
-            continue
-        best = good.loc[(good["effect"] if direction == "max" else -good["effect"]).idxmax()]
-        where = f" (around trial {best['base']})" if effects["base"].nunique() > 1 else ""
-        lines.append(f"{metric}: best {better} by {best['change']}{where}, {_bracketed(best)}.")
+        elif good.empty:
+            worst = bad.loc[(bad["effect"] if direction == "min" else -bad["effect"]).idxmax()]
+            where = f" (around trial {worst['base']})" if several else ""
+            lines.append(f"{metric}: no change {better} it beyond the noise; {worst['change']}"
+                         f"{where} {worse} it most, {_bracketed(worst)}.")  # fmt: skip
+        else:
+            best = good.loc[(good["effect"] if direction == "max" else -good["effect"]).idxmax()]
+            where = f" (around trial {best['base']})" if several else ""
+            lines.append(f"{metric}: best {better} by {best['change']}{where}, {_bracketed(best)}.")
     return lines
 
 

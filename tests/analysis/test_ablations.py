@@ -301,6 +301,23 @@ def test_the_answer_opens_with_what_did_most_for_each_objective_or_that_nothing_
     assert lines[1] == "best_val_acc: no change raised it beyond the noise."
 
 
+def test_where_no_change_helps_an_objective_the_glance_names_the_one_that_harmed_it_most():
+    """The default command's answer on 2026-12-08: Adam at SGD's rate cost 19.8 points, and
+    the glance said only that nothing raised the accuracy (docs/RESULTS.md, section 66)."""
+    search, ablations = search_and_ablations(
+        [{"best_val_acc": 0.8575}, {"best_val_acc": 0.7975}],
+        [{"config.ablation": "amp=true", "best_val_acc": 0.60},
+         {"config.ablation": "batch_size=64", "best_val_acc": 0.78}],
+        base={"best_val_acc": 0.7975},
+    )  # fmt: skip
+    effects = ablation_effects(search, ablations, ["best_val_acc"])
+    (line,) = at_a_glance(effects, {"best_val_acc": "max"})
+    assert line.startswith(
+        "best_val_acc: no change raised it beyond the noise; amp: false -> true lowered it "
+        "most, -21.8 points ["
+    )
+
+
 def test_two_changes_that_train_the_same_updates_are_said_to_do_so():
     knee = {"config.batch_size": 32, "config.accumulation_steps": 4}
     _, ablations = search_and_ablations(
