@@ -41,6 +41,7 @@ from trainables.metrics import (
     ABLATION_OF,
     NOISE_FLOOR,
     SEARCH_NOTES,
+    STATUS_OK,
     TIMED_AGAINST_NOTE,
 )
 from trainables.settings import SAME_WORK_PER_IMAGE, TrainSettings
@@ -240,6 +241,14 @@ class ScreenedOrder:
     def most_trials(self) -> int:
         """The trials the order runs at most (every candidate's floor and changes)."""
         return sum(len(candidate) for candidate in self.candidates)
+
+
+def floor_accuracy(result: Mapping[str, Any] | None) -> float | None:
+    """A floor run's `best_val_acc` as its order reads it: None (no sign of a seed it fails
+    on) where it raised or did not end ok (pruned: the report's floor leaves it out too)."""
+    if not result or result.get("status") != STATUS_OK or result.get("best_val_acc") is None:
+        return None
+    return float(result["best_val_acc"])
 
 
 def floor_key(point: Mapping[str, Any]) -> tuple[str, int]:

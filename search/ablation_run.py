@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import ray
 from ray import tune
 
 from analysis.load import frame_from_tune
@@ -23,6 +24,7 @@ from search.ablation import (
     ablation_trials,
     base_points,
     describe_order,
+    floor_accuracy,
     floor_key,
 )
 from search.ablation_searcher import ScreenedAblations
@@ -74,10 +76,12 @@ def ablation_tuner(
     """The ablations' searcher runs each config of `order` once: no sampler, no early
     stopping; the search's resources, retries and loggers, in `ablations/` of its folder;
     ends held while a floor runs (`search.held_ends`; not where trials pack by memory, as
-    in the search)."""
-    searcher = ScreenedAblations(order, config.search.max_concurrent_trials, say)
+    in the search, nor where more trials may run at once than the cluster's `slots`: a
+    floor run waiting for the held run's resources would never start)."""
+    at_once = config.search.max_concurrent_trials
+    searcher = ScreenedAblations(order, at_once, say)
     scheduler = HoldsEnds()
-    if not config.resources.packs_by_memory:
+    if not config.resources.packs_by_memory and at_once is not None and at_once <= slots(config):
         scheduler.keep_processes(searcher)
     return tune.Tuner(
         trainable(config, data, compared=False, search_name=experiment_dir.name),
@@ -91,6 +95,22 @@ def ablation_tuner(
         ),
         run_config=run_config(config, ABLATIONS_DIR, list(callbacks), str(experiment_dir)),
     )
+
+
+def slots(config: SearchConfig) -> int:
+    """How many trials the live nodes of Ray's cluster run at once with the config's
+    resources (each node's CPUs, and cards where trials take a share of one)."""
+    cpu, gpu = config.resources.cpu, config.resources.gpu_share
+    total = 0
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        resources = node.get("Resources", {})
+        fits = int(resources.get("CPU", 0) / cpu + 1e-9)  # a share's float error aside
+        if gpu > 0:
+            fits = min(fits, int(resources.get("GPU", 0) / gpu + 1e-9))
+        total += fits
+    return total
 
 
 def save_plan(experiment_dir: Path, order: ScreenedOrder) -> None:
@@ -122,8 +142,7 @@ def trials_expected(order: ScreenedOrder, grid: tune.ResultGrid) -> int:
     for result in grid:
         point = result.config or {}
         if point.get(ABLATION) == NOISE_FLOOR and ended(result):
-            accuracy = None if result.error else (result.metrics or {}).get("best_val_acc")
-            floors[floor_key(point)] = None if accuracy is None else float(accuracy)
+            floors[floor_key(point)] = None if result.error else floor_accuracy(result.metrics)
     decided, final = order.decided(floors)
     return len(decided) + (0 if final else 1)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
-from search.ablation import ScreenedOrder, floor_key
+from search.ablation import ScreenedOrder, floor_accuracy, floor_key
 from search.saved_state import SavedAsItsState
 from trainables.metrics import ABLATION, ABLATION_OF, ASKED, NOISE_FLOOR
 
@@ -84,11 +84,10 @@ class ScreenedAblations(SavedAsItsState):
     def ended(self, trial_id: str, result: dict[str, Any] | None) -> None:
         """A trial ended for the order: a floor run's accuracy decides what follows."""
         key = self.floor_of.get(trial_id)
-        if key is None:
-            return
-        accuracy = None if not result else result.get("best_val_acc")
+        if key is None or key in self.floors:  # a run ended again (rerun after a restore):
+            return  # its first end decided what was suggested after it
         before, _ = self.order.decided(self.floors)
-        self.floors[key] = None if accuracy is None else float(accuracy)
+        self.floors[key] = floor_accuracy(result)
         decided, _ = self.order.decided(self.floors)
         if self.say is not None and len(decided) > len(before):
             self.say(f"Ablations: {self.decision(key[0], decided[len(before)])}")

@@ -8,6 +8,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import ray
 from ray import tune
 from ray.tune.search import Searcher
 
@@ -35,7 +36,14 @@ def order(*bases: str, around: str = "knee", screened: bool = True) -> ScreenedO
     return ScreenedOrder(tuple(candidate(b) for b in bases), around, screened, MIN_ACCURACY)
 
 
-FLOOR = ["noise floor", "noise floor"]
+def ok(accuracy: float) -> dict:
+    """A trial's last result where it ended ok."""
+    return {"status": "ok", "best_val_acc": accuracy}
+
+
+def started(searcher: ScreenedAblations, *trial_ids: str) -> None:
+    for trial_id in trial_ids:
+        assert searcher.suggest(trial_id) is not None
 
 
 def test_the_knees_changes_wait_for_its_floor_and_follow_it_where_it_learns_on_every_seed():
@@ -92,35 +100,53 @@ def test_the_searcher_waits_while_a_floor_runs_and_finishes_with_the_order():
     first, second = searcher.suggest("t0"), searcher.suggest("t1")
     assert (first["seed"], first["asked"], second["seed"], second["asked"]) == (1000, 0, 1001, 1)
     assert searcher.suggest("t2") is None  # two at once
-    searcher.on_trial_complete("t0", {"best_val_acc": 0.5})
+    searcher.on_trial_complete("t0", ok(0.5))
     assert searcher.suggest("t2") is None and searcher.waits()  # t1 decides what is next
-    searcher.on_trial_complete("t1", {"best_val_acc": 0.8})
+    searcher.on_trial_complete("t1", ok(0.8))
     assert searcher.suggest("t2")["ablation_of"] == "next"  # the knee learns on some seeds only
     searcher.on_trial_complete("t2", error=True)  # a crash: no sign of a failing seed
     assert searcher.suggest("t3")["ablation_of"] == "next"
-    searcher.on_trial_complete("t3", {"best_val_acc": 0.8})
+    searcher.on_trial_complete("t3", ok(0.8))
     assert [searcher.suggest(t)["ablation"] for t in ("t4", "t5")] == ["lr=0", "lr=1"]
-    searcher.on_trial_complete("t4", {"best_val_acc": 0.8})
-    searcher.on_trial_complete("t5", {"best_val_acc": 0.8})
+    searcher.on_trial_complete("t4", ok(0.8))
+    searcher.on_trial_complete("t5", ok(0.8))
     assert searcher.suggest("t6") == Searcher.FINISHED
 
 
 def test_a_held_floor_run_decides_at_once_but_keeps_its_slot_until_tune_ends_it():
     told: list[str] = []
     searcher = ScreenedAblations(order("knee", "next"), max_concurrent=2, say=told.append)
-    searcher.suggest("t0"), searcher.suggest("t1")
+    started(searcher, "t0", "t1")
     assert searcher.waits(ending="t0")  # were t0 to end now, the next trial would wait for t1
-    searcher.end_held("t0", {"best_val_acc": 0.8}, stopped=False)
+    searcher.end_held("t0", ok(0.8), stopped=False)
     assert not searcher.waits(ending="t1")  # t1's end decides
-    searcher.on_trial_complete("t1", {"best_val_acc": 0.5})
+    searcher.on_trial_complete("t1", ok(0.5))
     assert told == ["Ablations: trial knee's noise floor learned nothing on some seeds "
                     "(0.8 / 0.5): its config learns on some seeds only; trying trial next's "
                     "floor"]  # fmt: skip
     assert searcher.suggest("t2")["ablation_of"] == "next"
     assert searcher.suggest("t3") is None  # t0, held, still has its process
-    searcher.on_trial_complete("t0", {"best_val_acc": 0.8})  # Tune ends it: dropped
+    searcher.on_trial_complete("t0", ok(0.8))  # Tune ends it: dropped
     assert searcher.floors[("knee", 1000)] == 0.8
     assert searcher.suggest("t3")["ablation_of"] == "next"
+
+
+def test_a_pruned_floor_run_is_no_sign_of_a_failing_seed_as_the_reports_floor_leaves_it_out():
+    searcher = ScreenedAblations(order("knee", "next"), max_concurrent=2)
+    started(searcher, "t0", "t1")
+    searcher.on_trial_complete("t0", {"status": "oom", "best_val_acc": 0.5})
+    searcher.on_trial_complete("t1", ok(0.8))
+    assert searcher.suggest("t2")["ablation"] == "lr=0"  # the knee is ablated
+
+
+def test_a_floor_runs_second_end_after_a_restore_changes_nothing_already_decided():
+    searcher = ScreenedAblations(order("knee", "next"), max_concurrent=2)
+    started(searcher, "t0", "t1")
+    searcher.on_trial_complete("t0", error=True)  # raised: no sign
+    searcher.on_trial_complete("t1", ok(0.8))
+    assert searcher.suggest("t2")["ablation"] == "lr=0"
+    searcher.on_trial_complete("t0", ok(0.5))  # Tune reran the errored trial after a resume
+    assert searcher.suggest("t3")["ablation"] == "lr=1"  # still the knee's plan
 
 
 def test_without_a_cap_on_trials_at_once_no_end_is_held():
@@ -132,11 +158,11 @@ def test_without_a_cap_on_trials_at_once_no_end_is_held():
 def test_a_saved_searcher_resumes_where_its_floors_left_it(tmp_path):
     searcher = ScreenedAblations(order("knee", "next"), max_concurrent=2)
     searcher.suggest("t0"), searcher.suggest("t1")
-    searcher.on_trial_complete("t0", {"best_val_acc": 0.5})
+    searcher.on_trial_complete("t0", ok(0.5))
     searcher.save(str(tmp_path / "state.pkl"))
     restored = ScreenedAblations(order("knee", "next"), max_concurrent=2)
     restored.restore(str(tmp_path / "state.pkl"))
-    restored.on_trial_complete("t1", {"best_val_acc": 0.8})  # Tune reruns t1 after a resume
+    restored.on_trial_complete("t1", ok(0.8))  # Tune reruns t1 after a resume
     assert restored.suggest("t2")["ablation_of"] == "next"
 
 
@@ -185,3 +211,19 @@ def test_in_tune_the_next_trials_floor_and_changes_run_in_the_floors_processes(
     )  # a learned nothing on seed 1001: b's floor, then b's change, a's never
     assert len({pid for _, _, pid in ran}) == 2  # the held floor run kept its process
     assert trials_expected(screened, grid) == 5
+
+
+@pytest.mark.ray
+def test_ends_are_held_only_where_the_cluster_runs_every_trial_allowed_at_once(ray_instance):
+    """A review, 2026-12-08: two floor runs allowed at once on resources for one, the first
+    held at its end would keep the CPUs the second waits for, and the second is the one the
+    next trial waits for: nothing would move again."""
+    from search.ablation_run import slots
+    from search.config import load_config
+    from tests.conftest import CONFIGS
+
+    config = load_config(CONFIGS / "smoke.yaml", []).with_cards(0)
+    cpus = int(sum(n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]))
+    assert slots(config) == cpus  # a CPU a trial
+    wide = load_config(CONFIGS / "smoke.yaml", [f"resources.cpu={cpus}"]).with_cards(0)
+    assert slots(wide) == 1

@@ -4,6 +4,7 @@ search keeps its processes."""
 
 import os
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 from ray import tune
@@ -195,9 +196,17 @@ def test_a_trial_held_at_its_last_epoch_keeps_its_result_though_the_rule_once_st
     assert told["status"] == "ok"
 
 
-def sleeper(config: dict) -> None:
-    """Trial 0 trains for seconds, trial 1 for a moment, those after it briefly."""
-    time.sleep([2.0, 0.1][config["n"]] if config["n"] < 2 else 0.5)
+def sleeper(config: dict, meeting: str) -> None:
+    """Trial 0 trains for seconds, trial 1 for a moment, those after it briefly. Trials 0
+    and 1 first wait until both run: under the suite's load trial 0's process once started
+    after trial 1 had ended, and Tune gave trial 0 trial 1's process (a CI run, 2026-12-08)."""
+    n = config["n"]
+    if n < 2:
+        (Path(meeting) / str(n)).touch()
+        deadline = time.monotonic() + 120
+        while not (Path(meeting) / str(1 - n)).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    time.sleep([2.0, 0.1][n] if n < 2 else 0.5)
     tune.report({"epoch": 1, "status": "ok", "best_val_acc": 0.5, "pid": os.getpid()})
 
 
@@ -206,8 +215,10 @@ def processes_of(scheduler: FIFOScheduler, path) -> list[int]:
     in_order = InOrder(Recording(), lag=2, trials=4)
     if isinstance(scheduler, HoldsEnds):
         scheduler.keep_processes(in_order)
+    meeting = Path(path) / "meeting"
+    meeting.mkdir(parents=True)
     tuner = tune.Tuner(
-        sleeper,
+        tune.with_parameters(sleeper, meeting=str(meeting)),
         tune_config=tune.TuneConfig(search_alg=in_order, scheduler=scheduler, num_samples=4,
                                     max_concurrent_trials=2, reuse_actors=True),
         run_config=tune.RunConfig(storage_path=str(path), verbose=0),
