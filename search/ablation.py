@@ -31,7 +31,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from analysis.flat import as_written
 from search.config import AblationSection
@@ -174,19 +174,37 @@ def base_points(
     return points
 
 
+def candidate_points(
+    bases: Sequence[tuple[str, Mapping[str, Any]]],
+    space: Mapping[str, SpaceParam],
+    plan: AblationSection,
+    on_gpu: bool,
+    each_its_own_room: bool = False,
+    floor_first: bool = False,
+) -> list[list[dict[str, Any]]]:
+    """Each base's (trial id, its config) ablation trials' configs within the plan's trials
+    (`ablation_trials`): shared out in turn, a later base getting what the earlier left, or
+    (`each_its_own_room`: candidates of which one is ablated) each base all of them; a base
+    with no room left out."""
+    most = ablation_trials(plan, space, on_gpu)
+    candidates: list[list[dict[str, Any]]] = []
+    for trial_id, config in bases:
+        room = most if each_its_own_room else most - sum(map(len, candidates))
+        points = base_points(trial_id, config, space, plan, on_gpu, room, floor_first)
+        if points:
+            candidates.append(points)
+    return candidates
+
+
 def ablation_points(
     bases: Sequence[tuple[str, Mapping[str, Any]]],
     space: Mapping[str, SpaceParam],
     plan: AblationSection,
     on_gpu: bool,
 ) -> list[dict[str, Any]]:
-    """The ablation trials' configs, at most the plan's trials (`ablation_trials`): each base
-    (trial id, its config) in turn, with its changes in order."""
-    max_trials = ablation_trials(plan, space, on_gpu)
-    points: list[dict[str, Any]] = []
-    for trial_id, config in bases:
-        points += base_points(trial_id, config, space, plan, on_gpu, max_trials - len(points))
-    return points
+    """The ablation trials' configs, at most the plan's trials: each base in turn, with its
+    changes in order (`candidate_points`)."""
+    return [point for points in candidate_points(bases, space, plan, on_gpu) for point in points]
 
 
 # Front trials, in order of balance, whose noise floors may run before one is ablated
@@ -205,7 +223,7 @@ class ScreenedOrder:
     that did. Unscreened (`screened` False): every candidate's configs as planned."""
 
     candidates: tuple[tuple[dict[str, Any], ...], ...]
-    around: str = "knee"
+    around: Literal["knee", "front"] = "knee"
     screened: bool = True
     min_accuracy: float | None = None
 

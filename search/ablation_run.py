@@ -21,8 +21,7 @@ from analysis.report import ranked
 from search.ablation import (
     KNEE_CANDIDATES,
     ScreenedOrder,
-    ablation_trials,
-    base_points,
+    candidate_points,
     describe_order,
     floor_accuracy,
     floor_key,
@@ -177,21 +176,14 @@ def screened_order(
     plan's trials (one is ablated), around the front the trials shared out in turn."""
     plan = config.search.ablation
     assert plan is not None
-    space, on_gpu = config.space, config.resources.gpu_share > 0
     screened = plan.skip_seed_fragile and min_accuracy is not None
-    most = ablation_trials(plan, space, on_gpu)
-    candidates: list[list[dict[str, Any]]] = []
-    for trial_id, base in bases:
-        room = most if plan.around == "knee" else most - sum(map(len, candidates))
-        points = base_points(trial_id, base, space, plan, on_gpu, room, floor_first=screened)
-        if points:
-            candidates.append(points)
-    every = with_every_key([point for candidate in candidates for point in candidate])
-    shaped, start = [], 0
-    for candidate in candidates:
-        shaped.append(tuple(every[start : start + len(candidate)]))
-        start += len(candidate)
-    return ScreenedOrder(tuple(shaped), plan.around, screened, min_accuracy)
+    candidates = candidate_points(
+        bases, config.space, plan, config.resources.gpu_share > 0,
+        each_its_own_room=plan.around == "knee", floor_first=screened,
+    )  # fmt: skip
+    every = iter(with_every_key([point for points in candidates for point in points]))
+    shaped = tuple(tuple(next(every) for _ in points) for points in candidates)
+    return ScreenedOrder(shaped, plan.around, screened, min_accuracy)
 
 
 def run_ablations(
